@@ -1,0 +1,181 @@
+// The ZeRO-3 checkpoint model: what every rank file holds, and where.
+//
+// Checkpoint::Open parses the small parts of every rank file (zip
+// directory, data.pkl) and builds the parameter table: for each parameter
+// its shape, partition size, sub-group and offset in the sub-group's flat
+// buffer, and for each rank and each per-element state (the fp32 master
+// weights, exp_avg, exp_avg_sq, ...) the exact byte position of that
+// parameter's slice. MapState answers "bytes [a, b) of state s of param p"
+// as extents of the source files; it is the only place in ucfs where that
+// arithmetic is done. No tensor data is read by Open except 0-dim scalars
+// (the Adam step).
+#ifndef UCFS_CHECKPOINT_H_
+#define UCFS_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ucfs/checkpoint_layout.h"
+#include "ucfs/env.h"
+#include "ucfs/pickle.h"
+#include "ucfs/status.h"
+#include "ucfs/torch_tensor.h"
+
+namespace ucfs {
+
+// A source file the checkpoint reads from.
+struct SourceFile {
+  std::string path;  // "" for an absent model-states file
+  FileIdentity identity;
+};
+
+// A byte range of one source file.
+struct Extent {
+  uint32_t file = 0;  // index into Checkpoint::sources()
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const Extent&) const = default;
+};
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+  uint64_t partition_numel = 0;  // P = ceil(numel / world_size)
+  uint32_t sub_group = 0;
+  uint32_t param_group = 0;
+  uint64_t offset = 0;  // elements from the start of the sub-group's flat buffer
+};
+
+struct FrozenParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+  uint64_t partition_numel = 0;
+  DType dtype = DType::kFloat32;
+};
+
+struct SubGroupInfo {
+  uint32_t param_group = 0;
+  std::vector<uint32_t> params;  // indices into params()
+  uint64_t partition_numel = 0;  // elements of each rank's flat buffer
+};
+
+// A per-element optimizer state, laid out like the fp32 master weights.
+struct StateInfo {
+  std::string name;  // "fp32" for the master weights, else the optimizer's key
+  DType dtype = DType::kFloat32;
+};
+
+// A scalar optimizer state such as Adam's `step`.
+struct ScalarState {
+  std::string name;
+  double value = 0;
+  bool is_tensor = false;  // torch.optim keeps step as a 0-dim float tensor
+  DType dtype = DType::kFloat32;
+};
+
+struct BufferInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  Extent extent;  // in rank 0's model-states file
+};
+
+struct TiedParam {
+  std::string alias;
+  std::string canonical;
+};
+
+struct CheckpointOptions {
+  std::optional<std::string> tag;
+};
+
+class Checkpoint {
+ public:
+  static Result<Checkpoint> Open(Env& env, const std::string& path,
+                                 const CheckpointOptions& options = {});
+
+  const CheckpointFiles& files() const { return files_; }
+  // Optimizer files are sources 0..W-1, model-states files W..2W-1.
+  const std::vector<SourceFile>& sources() const { return sources_; }
+  uint32_t world_size() const { return files_.world_size; }
+  int zero_stage() const { return zero_stage_; }
+  const std::string& ds_version() const { return ds_version_; }
+  // The training (low-precision) dtype, from the module's placeholders.
+  std::optional<DType> lp_dtype() const { return lp_dtype_; }
+  std::optional<int64_t> global_steps() const { return global_steps_; }
+  std::optional<uint64_t> configured_sub_group_size() const { return sub_group_size_; }
+  uint32_t param_group_count() const { return param_group_count_; }
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<SubGroupInfo>& sub_groups() const { return sub_groups_; }
+  const std::vector<StateInfo>& states() const { return states_; }
+  // Rank 0's scalar states of each sub-group ([sub_group][i]).
+  const std::vector<std::vector<ScalarState>>& scalar_states() const { return scalars_; }
+  const std::vector<FrozenParamInfo>& frozen_params() const { return frozen_; }
+  const std::vector<TiedParam>& tied_params() const { return tied_; }
+  const std::vector<BufferInfo>& buffers() const { return buffers_; }
+
+  std::optional<size_t> FindParam(std::string_view name) const;
+  std::optional<size_t> FindState(std::string_view name) const;
+  std::optional<size_t> FindFrozen(std::string_view name) const;
+
+  // Source extents of bytes [begin, end) of the full, unpartitioned state
+  // `state` of trainable param `param` (numel * element_size bytes; padding
+  // excluded). Appends to *out, merging adjacent extents.
+  Status MapState(size_t param, size_t state, uint64_t begin, uint64_t end,
+                  std::vector<Extent>* out) const;
+  // The same for a frozen parameter's value (its lp-dtype fragments in the
+  // model-states files).
+  Status MapFrozen(size_t frozen, uint64_t begin, uint64_t end, std::vector<Extent>* out) const;
+
+  // Rank 0's parsed data.pkl of the optimizer and model-states files.
+  const pickle::Document& rank0_optim() const { return *rank0_optim_; }
+  const pickle::Document& rank0_model() const { return *rank0_model_; }
+
+ private:
+  // Where one rank's copy of one flat buffer begins.
+  struct Slot {
+    uint32_t file = 0;
+    uint64_t offset = 0;  // byte offset of element 0 in the file
+    bool present = false;
+  };
+  // The partition arithmetic: rank r's slot is slots[r * slot_stride].
+  Status MapSlices(uint64_t numel, uint32_t element_size, uint64_t slot_element_offset,
+                   const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
+                   std::vector<Extent>* out) const;
+  friend class CheckpointBuilder;
+
+  CheckpointFiles files_;
+  std::vector<SourceFile> sources_;
+  int zero_stage_ = 0;
+  std::string ds_version_;
+  std::optional<DType> lp_dtype_;
+  std::optional<int64_t> global_steps_;
+  std::optional<uint64_t> sub_group_size_;
+  uint32_t param_group_count_ = 0;
+  std::vector<ParamInfo> params_;
+  std::vector<SubGroupInfo> sub_groups_;
+  std::vector<StateInfo> states_;
+  std::vector<std::vector<ScalarState>> scalars_;
+  std::vector<FrozenParamInfo> frozen_;
+  std::vector<TiedParam> tied_;
+  std::vector<BufferInfo> buffers_;
+  // flat_slots_[(rank * sub_groups + k) * states + s]
+  std::vector<Slot> flat_slots_;
+  // frozen_slots_[frozen * world_size + rank]
+  std::vector<Slot> frozen_slots_;
+  std::shared_ptr<const pickle::Document> rank0_optim_;
+  std::shared_ptr<const pickle::Document> rank0_model_;
+};
+
+// Reads a 0-dim tensor's value (the Adam step) as a double.
+Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, DType dtype);
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_H_

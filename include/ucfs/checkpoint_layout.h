@@ -1,0 +1,53 @@
+// Finding a ZeRO checkpoint's files on disk.
+//
+// A user may name the checkpoint root (the save_dir holding `latest`), or a
+// tag directory (`global_step100/`). DiscoverCheckpoint resolves either to
+// the tag directory and the per-rank files in it, in rank order, and
+// checks that no rank is missing.
+#ifndef UCFS_CHECKPOINT_LAYOUT_H_
+#define UCFS_CHECKPOINT_LAYOUT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucfs/env.h"
+#include "ucfs/status.h"
+
+namespace ucfs {
+
+struct CheckpointFiles {
+  std::string root;     // the directory with `latest`; empty if there is none
+  std::string tag;      // "global_step100"
+  std::string tag_dir;  // root/tag, or the directory the user named
+  std::string optim_prefix;  // "bf16_" when the run trained in bf16, else ""
+  uint32_t world_size = 0;   // from the file names
+  std::vector<std::string> optim_files;  // by DP rank, full paths
+  // By DP rank; "" where a rank's model-states file is absent (DeepSpeed
+  // 0.14.5 to 0.17 with load_universal set at save time writes only rank
+  // 0's).
+  std::vector<std::string> model_files;
+};
+
+// A rank file name taken apart: "bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt".
+struct RankFileName {
+  enum class Kind { kOptim, kModel };
+  Kind kind;
+  std::string prefix;  // "bf16_" or ""
+  uint32_t dp_rank;
+  uint32_t mp_rank;
+};
+std::optional<RankFileName> ParseRankFileName(std::string_view name);
+
+// The file name DeepSpeed uses for a rank's file.
+std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
+                            uint32_t mp_rank = 0);
+
+Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
+                                           const std::optional<std::string>& tag = std::nullopt);
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_LAYOUT_H_

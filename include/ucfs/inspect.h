@@ -1,0 +1,18 @@
+// What `ucfs inspect` prints about a checkpoint, as text or JSON.
+#ifndef UCFS_INSPECT_H_
+#define UCFS_INSPECT_H_
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ucfs/checkpoint.h"
+
+namespace ucfs {
+
+nlohmann::ordered_json InspectJson(const Checkpoint& ckpt);
+std::string InspectText(const Checkpoint& ckpt);
+
+}  // namespace ucfs
+
+#endif  // UCFS_INSPECT_H_

@@ -1,0 +1,111 @@
+// Status and Result<T>: how every fallible operation in ucfs reports failure.
+//
+// Modelled on LevelDB's Status: cheap when OK, a code plus a human message
+// otherwise. Messages name the file and what is wrong, because they are shown
+// to the user as they are ("zero_pp_rank_3_...optim_states.pt: truncated:
+// central directory ends past end of file").
+#ifndef UCFS_STATUS_H_
+#define UCFS_STATUS_H_
+
+#include <cassert>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace ucfs {
+
+class Status {
+ public:
+  enum class Code {
+    kOk = 0,
+    kNotFound,         // a file or key that must exist does not
+    kCorruption,       // malformed or truncated input
+    kNotSupported,     // valid input in a form ucfs does not handle (yet)
+    kInvalidArgument,  // the caller asked for something impossible
+    kIOError,          // the operating system failed us
+    kUnsafe,           // input tried something ucfs refuses on principle
+  };
+
+  Status() = default;
+  static Status OK() { return Status(); }
+  static Status NotFound(std::string msg) { return Status(Code::kNotFound, std::move(msg)); }
+  static Status Corruption(std::string msg) { return Status(Code::kCorruption, std::move(msg)); }
+  static Status NotSupported(std::string msg) {
+    return Status(Code::kNotSupported, std::move(msg));
+  }
+  static Status InvalidArgument(std::string msg) {
+    return Status(Code::kInvalidArgument, std::move(msg));
+  }
+  static Status IOError(std::string msg) { return Status(Code::kIOError, std::move(msg)); }
+  // An I/O error from errno: "<context>: <strerror(err)>".
+  static Status FromErrno(std::string_view context, int err);
+  static Status Unsafe(std::string msg) { return Status(Code::kUnsafe, std::move(msg)); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "Corruption: <message>", or "OK".
+  std::string ToString() const;
+
+  // The same status with "<context>: " in front of the message; OK stays OK.
+  // Used to add the file name as an error travels up from a codec.
+  Status Annotate(std::string_view context) const;
+
+  bool operator==(const Status& other) const = default;
+
+ private:
+  Status(Code code, std::string msg) : code_(code), message_(std::move(msg)) {}
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+std::string_view CodeName(Status::Code code);
+
+// A value or the Status explaining why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
+    assert(!std::get<Status>(v_).ok() && "Result constructed from an OK status");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace ucfs
+
+#define UCFS_CONCAT_INNER_(a, b) a##b
+#define UCFS_CONCAT_(a, b) UCFS_CONCAT_INNER_(a, b)
+
+// Returns from the current function if `expr` (a Status) is not OK.
+#define UCFS_RETURN_IF_ERROR(expr)              \
+  do {                                          \
+    ::ucfs::Status ucfs_status_ = (expr);       \
+    if (!ucfs_status_.ok()) return ucfs_status_; \
+  } while (0)
+
+// `lhs = value of expr` (a Result<T>), or returns its Status.
+#define UCFS_ASSIGN_OR_RETURN(lhs, expr) \
+  UCFS_ASSIGN_OR_RETURN_IMPL_(UCFS_CONCAT_(ucfs_result_, __LINE__), lhs, expr)
+#define UCFS_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp.ok()) return tmp.status();               \
+  lhs = std::move(tmp).value()
+
+#endif  // UCFS_STATUS_H_

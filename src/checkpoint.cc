@@ -1,0 +1,602 @@
+#include "ucfs/checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+
+#include "ucfs/partition.h"
+#include "ucfs/zip.h"
+
+namespace ucfs {
+
+using pickle::Document;
+using pickle::Kind;
+using pickle::NodeId;
+
+namespace {
+
+// One rank file, opened and with its data.pkl parsed.
+struct TorchFile {
+  std::unique_ptr<RandomAccessFile> file;
+  ZipArchive archive;
+  std::shared_ptr<Document> doc;
+
+  const std::string& path() const { return file->path(); }
+  Status Error(const std::string& what) const { return Status::Corruption(path() + ": " + what); }
+
+  // Byte offset in the file of element 0 of `t`, after checking that the
+  // tensor lies inside a stored record.
+  Result<uint64_t> DataOffset(const TensorRef& t) const {
+    const ZipRecord* rec = archive.Find("data/" + t.storage_key);
+    if (rec == nullptr) return Error("no storage record 'data/" + t.storage_key + "'");
+    if (rec->method != 0) {
+      return Status::NotSupported(path() + ": storage record '" + rec->name +
+                                  "' is compressed; ucfs serves tensor bytes in place and needs "
+                                  "stored records (torch.save never compresses them)");
+    }
+    const uint64_t need = t.storage_numel * t.element_size();
+    if (rec->size < need) {
+      return Error("storage record '" + rec->name + "' holds " + std::to_string(rec->size) +
+                   " bytes, its tensor needs " + std::to_string(need));
+    }
+    return rec->data_offset + t.byte_offset();
+  }
+};
+
+Result<TorchFile> LoadTorchFile(Env& env, const std::string& path) {
+  auto start = std::chrono::steady_clock::now();
+  TorchFile tf;
+  UCFS_ASSIGN_OR_RETURN(tf.file, env.Open(path));
+  UCFS_ASSIGN_OR_RETURN(tf.archive, ZipArchive::Open(*tf.file));
+  const ZipRecord* pkl = tf.archive.Find("data.pkl");
+  if (pkl == nullptr) return tf.Error("no data.pkl record in the archive");
+  UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*tf.file, *pkl));
+  auto doc = pickle::Parse(bytes);
+  if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
+  tf.doc = std::make_shared<Document>(std::move(doc).value());
+  spdlog::debug("parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
+                tf.archive.records().size(), bytes.size(), tf.doc->size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
+  return tf;
+}
+
+// ZeroStageEnum is pickled as getattr(ZeroStageEnum, 'weights') by Python
+// 3.11, as ZeroStageEnum(3) by older Pythons; some writers store a plain int.
+std::optional<int> DecodeZeroStage(const Document& doc, NodeId id) {
+  if (auto v = doc.AsInt(id)) return static_cast<int>(*v);
+  if (id == pickle::kNoNode) return std::nullopt;
+  const auto& n = doc.node(id);
+  if (n.kind != Kind::kReduce) return std::nullopt;
+  auto args = doc.SequenceItems(n.b);
+  if (!args) return std::nullopt;
+  if (doc.IsGlobal(n.a, "__builtin__", "getattr") || doc.IsGlobal(n.a, "builtins", "getattr")) {
+    if (args->size() != 2) return std::nullopt;
+    auto name = doc.AsStr((*args)[1]);
+    if (!name) return std::nullopt;
+    static constexpr std::pair<std::string_view, int> kNames[] = {
+        {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3},
+        {"max_stage", 3}};
+    for (const auto& [k, v] : kNames) {
+      if (*name == k) return v;
+    }
+    return std::nullopt;
+  }
+  if (doc.node(n.a).kind == Kind::kGlobal && doc.node(n.a).name == "ZeroStageEnum" &&
+      args->size() == 1) {
+    if (auto v = doc.AsInt((*args)[0])) return static_cast<int>(*v);
+  }
+  return std::nullopt;
+}
+
+std::string JoinShape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+uint64_t Product(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+}  // namespace
+
+Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, DType dtype) {
+  char buf[8] = {};
+  const uint32_t size = Info(dtype).element_size;
+  if (size > sizeof buf) return Status::NotSupported("scalar of dtype " + std::string(Info(dtype).torch_name));
+  UCFS_RETURN_IF_ERROR(file.ReadExact(offset, size, buf));
+  switch (dtype) {
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, buf, 4);
+      return static_cast<double>(f);
+    }
+    case DType::kFloat64: {
+      double d;
+      std::memcpy(&d, buf, 8);
+      return d;
+    }
+    case DType::kBFloat16: {
+      uint32_t bits = static_cast<uint32_t>(static_cast<uint8_t>(buf[0]) | (static_cast<uint8_t>(buf[1]) << 8)) << 16;
+      return static_cast<double>(std::bit_cast<float>(bits));
+    }
+    case DType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, buf, 8);
+      return static_cast<double>(v);
+    }
+    case DType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, buf, 4);
+      return static_cast<double>(v);
+    }
+    default:
+      return Status::NotSupported(file.path() + ": scalar state of dtype " +
+                                  std::string(Info(dtype).torch_name));
+  }
+}
+
+// Builds a Checkpoint from its files. One method per part of the model, in
+// the order they depend on each other.
+class CheckpointBuilder {
+ public:
+  explicit CheckpointBuilder(Env& env) : env_(env) {}
+
+  Result<Checkpoint> Build(const std::string& path, const CheckpointOptions& options) {
+    UCFS_ASSIGN_OR_RETURN(c_.files_, DiscoverCheckpoint(env_, path, options.tag));
+    const uint32_t w = c_.world_size();
+    for (const auto& p : c_.files_.optim_files) UCFS_RETURN_IF_ERROR(AddSource(p));
+    for (const auto& p : c_.files_.model_files) UCFS_RETURN_IF_ERROR(AddSource(p));
+
+    UCFS_ASSIGN_OR_RETURN(TorchFile model0, LoadTorchFile(env_, c_.files_.model_files[0]));
+    UCFS_RETURN_IF_ERROR(ReadModelStates(model0));
+    for (uint32_t r = 0; r < w; ++r) {
+      UCFS_ASSIGN_OR_RETURN(TorchFile optim, LoadTorchFile(env_, c_.files_.optim_files[r]));
+      UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim));
+      if (r == 0) c_.rank0_optim_ = optim.doc;
+    }
+    UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0));
+    UCFS_RETURN_IF_ERROR(ReadBuffers(model0));
+    c_.rank0_model_ = model0.doc;
+    return std::move(c_);
+  }
+
+ private:
+  Status AddSource(const std::string& path) {
+    SourceFile s{path, {}};
+    if (!path.empty()) {
+      UCFS_ASSIGN_OR_RETURN(s.identity, env_.Stat(path));
+    }
+    c_.sources_.push_back(std::move(s));
+    return Status::OK();
+  }
+
+  // Rank 0's model states: the parameter table's names and shapes, frozen
+  // and tied params, and run metadata.
+  Status ReadModelStates(const TorchFile& tf) {
+    const Document& doc = *tf.doc;
+    const NodeId root = doc.root();
+    if (!doc.MappingItems(root)) return tf.Error("top-level object is not a dict");
+
+    const NodeId shapes = doc.Get(root, "param_shapes");
+    auto groups = doc.SequenceItems(shapes);
+    if (!groups) {
+      return tf.Error("no 'param_shapes' list: not a ZeRO-3 model-states file (ZeRO stage 0-2 "
+                      "checkpoints are not supported)");
+    }
+    for (NodeId group : *groups) {
+      auto items = doc.MappingItems(group);
+      if (!items) return tf.Error("param_shapes holds a " + doc.Repr(group, 60) + ", not a dict");
+      SubGroupInfo sg;
+      uint64_t offset = 0;
+      for (const auto& [k, v] : *items) {
+        auto name = doc.AsStr(k);
+        auto shape = MatchShape(doc, v);
+        if (!name || !shape) {
+          return tf.Error("param_shapes entry " + doc.Repr(k, 60) + " is not name -> torch.Size");
+        }
+        if (HasParam(std::string(*name))) {
+          return tf.Error("param_shapes lists '" + std::string(*name) + "' twice");
+        }
+        ParamInfo p;
+        p.name = std::string(*name);
+        p.shape = std::move(*shape);
+        p.numel = Product(p.shape);
+        p.partition_numel = PartitionNumel(p.numel, c_.world_size());
+        p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
+        p.offset = offset;
+        offset += p.partition_numel;
+        sg.params.push_back(static_cast<uint32_t>(c_.params_.size()));
+        c_.params_.push_back(std::move(p));
+      }
+      sg.partition_numel = offset;
+      c_.sub_groups_.push_back(std::move(sg));
+    }
+
+    if (auto frozen = doc.MappingItems(doc.Get(root, "frozen_param_shapes"))) {
+      for (const auto& [k, v] : *frozen) {
+        auto name = doc.AsStr(k);
+        auto shape = MatchShape(doc, v);
+        if (!name || !shape) return tf.Error("frozen_param_shapes entry is not name -> torch.Size");
+        FrozenParamInfo f;
+        f.name = std::string(*name);
+        f.shape = std::move(*shape);
+        f.numel = Product(f.shape);
+        f.partition_numel = PartitionNumel(f.numel, c_.world_size());
+        c_.frozen_.push_back(std::move(f));
+      }
+    }
+    if (auto shared = doc.MappingItems(doc.Get(root, "shared_params"))) {
+      for (const auto& [k, v] : *shared) {
+        auto alias = doc.AsStr(k);
+        auto canonical = doc.AsStr(v);
+        if (!alias || !canonical) return tf.Error("shared_params is not a dict of names");
+        c_.tied_.push_back({std::string(*alias), std::string(*canonical)});
+      }
+    }
+    if (auto v = doc.AsStr(doc.Get(root, "ds_version"))) c_.ds_version_ = std::string(*v);
+    c_.global_steps_ = doc.AsInt(doc.Get(root, "global_steps"));
+    if (auto dp = doc.AsInt(doc.Get(root, "dp_world_size"))) {
+      if (*dp != static_cast<int64_t>(c_.world_size())) {
+        return tf.Error("inconsistent world size: dp_world_size is " + std::to_string(*dp) +
+                        " but the tag directory has optimizer files for " +
+                        std::to_string(c_.world_size()) + " ranks");
+      }
+    }
+    NodeId zero_cfg = doc.Get(doc.Get(root, "ds_config"), "zero_optimization");
+    if (auto sgs = doc.AsNumber(doc.Get(zero_cfg, "sub_group_size")); sgs && *sgs >= 0) {
+      c_.sub_group_size_ = static_cast<uint64_t>(*sgs);
+    }
+    // The module's entries are placeholders in the training dtype.
+    if (auto module = doc.MappingItems(doc.Get(root, "module"))) {
+      for (const auto& [k, v] : *module) {
+        auto name = doc.AsStr(k);
+        if (!name || !HasParam(std::string(*name))) continue;
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        if (t) {
+          c_.lp_dtype_ = t->dtype;
+          break;
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  bool HasParam(const std::string& name) const {
+    for (const auto& p : c_.params_) {
+      if (p.name == name) return true;
+    }
+    return false;
+  }
+
+  Result<TensorRef> RequireTensor(const TorchFile& tf, NodeId id, const std::string& what) {
+    auto t = MatchTensor(*tf.doc, id);
+    if (!t.ok()) return t.status().Annotate(tf.path() + ": " + what);
+    if (!t->has_value()) return tf.Error(what + " is not a tensor");
+    return std::move(**t);
+  }
+
+  // One rank's optimizer file: its flat buffers and per-element states.
+  Status ReadOptimizerStates(uint32_t rank, const TorchFile& tf) {
+    const Document& doc = *tf.doc;
+    const NodeId osd = doc.Get(doc.root(), "optimizer_state_dict");
+    if (!doc.MappingItems(osd)) return tf.Error("no 'optimizer_state_dict' dict");
+    auto stage = DecodeZeroStage(doc, doc.Get(osd, "zero_stage"));
+    if (!stage) return tf.Error("no readable 'zero_stage'");
+    if (rank == 0) c_.zero_stage_ = *stage;
+    if (*stage != 3) {
+      return Status::NotSupported(tf.path() + ": zero_stage is " + std::to_string(*stage) +
+                                  "; ucfs supports ZeRO stage 3 checkpoints only");
+    }
+    const NodeId pc = doc.Get(osd, "partition_count");
+    std::optional<int64_t> partition_count = doc.AsInt(pc);
+    if (!partition_count) {
+      // ZeRO-1/2 style: one count per group, all equal.
+      if (auto counts = doc.SequenceItems(pc); counts && !counts->empty()) {
+        partition_count = doc.AsInt(counts->front());
+      }
+    }
+    if (!partition_count) return tf.Error("no 'partition_count'");
+    if (*partition_count != static_cast<int64_t>(c_.world_size())) {
+      return tf.Error("inconsistent world size: partition_count is " +
+                      std::to_string(*partition_count) + " but the tag directory has " +
+                      std::to_string(c_.world_size()) + " ranks of optimizer files");
+    }
+    auto flats = doc.SequenceItems(doc.Get(osd, "fp32_flat_groups"));
+    if (!flats) return tf.Error("no 'fp32_flat_groups' list");
+    const size_t groups = c_.sub_groups_.size();
+    if (flats->size() != groups) {
+      return tf.Error(std::to_string(flats->size()) + " fp32_flat_groups, but param_shapes in " +
+                      std::string(BaseName(c_.files_.model_files[0])) + " has " +
+                      std::to_string(groups) + " sub-groups");
+    }
+    const NodeId inner = doc.Get(osd, "optimizer_state_dict");
+    const NodeId state = doc.Get(inner, "state");
+    auto state_items = doc.MappingItems(state);
+
+    if (rank == 0) {
+      UCFS_RETURN_IF_ERROR(DefineStates(tf, (*flats)[0], state_items.value_or(
+                                                             std::vector<std::pair<NodeId, NodeId>>{})));
+      UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
+      c_.flat_slots_.resize(static_cast<size_t>(c_.world_size()) * groups * c_.states_.size());
+      c_.scalars_.resize(groups);
+    }
+    for (size_t k = 0; k < groups; ++k) {
+      const std::string where = "fp32_flat_groups[" + std::to_string(k) + "]";
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, (*flats)[k], where));
+      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, 0, flat, where));
+      NodeId per_group = pickle::kNoNode;
+      if (state_items) {
+        for (const auto& [key, value] : *state_items) {
+          if (doc.AsInt(key) == static_cast<int64_t>(k)) per_group = value;
+        }
+      }
+      for (size_t s = 1; s < c_.states_.size(); ++s) {
+        const std::string what = "optimizer state[" + std::to_string(k) + "]['" + c_.states_[s].name + "']";
+        const NodeId v = doc.Get(per_group, c_.states_[s].name);
+        if (v == pickle::kNoNode) return tf.Error("no " + what);
+        UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(tf, v, what));
+        UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, s, t, what));
+      }
+      if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, per_group));
+    }
+    return Status::OK();
+  }
+
+  // The per-element states, from rank 0's first sub-group: "fp32", then
+  // every state tensor shaped like the flat buffer, in the optimizer's order.
+  Status DefineStates(const TorchFile& tf, NodeId flat0,
+                      const std::vector<std::pair<NodeId, NodeId>>& state_items) {
+    UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, flat0, "fp32_flat_groups[0]"));
+    c_.states_.push_back({"fp32", flat.dtype});
+    const Document& doc = *tf.doc;
+    for (const auto& [key, value] : state_items) {
+      if (doc.AsInt(key) != 0) continue;
+      auto entries = doc.MappingItems(value);
+      if (!entries) return tf.Error("optimizer state[0] is not a dict");
+      for (const auto& [name, v] : *entries) {
+        auto n = doc.AsStr(name);
+        if (!n) continue;
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        if (t && t->shape.size() == 1 && t->numel() == flat.numel()) {
+          c_.states_.push_back({std::string(*n), t->dtype});
+        }
+      }
+    }
+    return Status::OK();
+  }
+
+  Status ReadParamGroups(const TorchFile& tf, NodeId param_groups) {
+    const Document& doc = *tf.doc;
+    auto groups = doc.SequenceItems(param_groups);
+    std::vector<int> owner(c_.sub_groups_.size(), -1);
+    if (groups) {
+      for (size_t g = 0; g < groups->size(); ++g) {
+        auto ids = doc.SequenceItems(doc.Get((*groups)[g], "params"));
+        if (!ids) return tf.Error("param_groups[" + std::to_string(g) + "] has no 'params' list");
+        for (NodeId id : *ids) {
+          auto k = doc.AsInt(id);
+          if (!k || *k < 0 || static_cast<size_t>(*k) >= owner.size() || owner[*k] >= 0) {
+            return tf.Error("param_groups[" + std::to_string(g) + "]['params'] names sub-group " +
+                            doc.Repr(id, 20) + ", which is out of range or listed twice");
+          }
+          owner[*k] = static_cast<int>(g);
+        }
+      }
+      c_.param_group_count_ = static_cast<uint32_t>(groups->size());
+    } else {
+      c_.param_group_count_ = 1;
+    }
+    for (size_t k = 0; k < owner.size(); ++k) {
+      if (owner[k] < 0) {
+        if (groups) {
+          return tf.Error("sub-group " + std::to_string(k) + " belongs to no param group");
+        }
+        owner[k] = 0;
+      }
+      c_.sub_groups_[k].param_group = static_cast<uint32_t>(owner[k]);
+      for (uint32_t p : c_.sub_groups_[k].params) c_.params_[p].param_group = static_cast<uint32_t>(owner[k]);
+    }
+    return Status::OK();
+  }
+
+  Status SetSlot(const TorchFile& tf, uint32_t rank, size_t k, size_t s, const TensorRef& t,
+                 const std::string& what) {
+    const SubGroupInfo& sg = c_.sub_groups_[k];
+    if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {
+      return tf.Error(what + " has shape " + JoinShape(t.shape) + ", but sub-group " +
+                      std::to_string(k) + "'s params need a flat buffer of " +
+                      std::to_string(sg.partition_numel) + " elements at world size " +
+                      std::to_string(c_.world_size()));
+    }
+    if (t.dtype != c_.states_[s].dtype) {
+      return tf.Error(what + " is " + std::string(Info(t.dtype).torch_name) + " but rank 0's is " +
+                      std::string(Info(c_.states_[s].dtype).torch_name));
+    }
+    UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(t));
+    Checkpoint::Slot& slot = c_.flat_slots_[(rank * c_.sub_groups_.size() + k) * c_.states_.size() + s];
+    slot.file = rank;
+    slot.offset = offset;
+    slot.present = true;
+    return Status::OK();
+  }
+
+  Status ReadScalars(const TorchFile& tf, size_t k, NodeId per_group) {
+    const Document& doc = *tf.doc;
+    auto entries = doc.MappingItems(per_group);
+    if (!entries) return Status::OK();
+    for (const auto& [name, v] : *entries) {
+      auto n = doc.AsStr(name);
+      if (!n) continue;
+      ScalarState s;
+      s.name = std::string(*n);
+      if (auto num = doc.AsNumber(v)) {
+        s.value = *num;
+        s.dtype = doc.node(v).kind == Kind::kFloat ? DType::kFloat64 : DType::kInt64;
+      } else {
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        if (!t || t->numel() != 1 || !t->shape.empty()) continue;  // per-element, or not ours
+        UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(*t));
+        UCFS_ASSIGN_OR_RETURN(s.value, ReadScalarTensor(*tf.file, offset, t->dtype));
+        s.is_tensor = true;
+        s.dtype = t->dtype;
+      }
+      c_.scalars_[k].push_back(std::move(s));
+    }
+    return Status::OK();
+  }
+
+  // Each rank's frozen_param_fragments: this rank's partition of each frozen
+  // param, in the model-states file.
+  Status ReadFrozenFragments(const TorchFile& model0) {
+    const uint32_t w = c_.world_size();
+    c_.frozen_slots_.resize(c_.frozen_.size() * w);
+    if (c_.frozen_.empty()) return Status::OK();
+    for (uint32_t r = 0; r < w; ++r) {
+      const std::string& path = c_.files_.model_files[r];
+      if (path.empty()) {
+        spdlog::warn("{}: missing, so frozen parameters cannot be read",
+                     JoinPath(c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", r)));
+        continue;
+      }
+      TorchFile loaded;
+      const TorchFile* tf = &model0;
+      if (r > 0) {
+        UCFS_ASSIGN_OR_RETURN(loaded, LoadTorchFile(env_, path));
+        tf = &loaded;
+      }
+      const NodeId fragments = tf->doc->Get(tf->doc->root(), "frozen_param_fragments");
+      for (size_t f = 0; f < c_.frozen_.size(); ++f) {
+        FrozenParamInfo& info = c_.frozen_[f];
+        const std::string what = "frozen_param_fragments['" + info.name + "']";
+        const NodeId v = tf->doc->Get(fragments, info.name);
+        if (v == pickle::kNoNode) return tf->Error("no " + what);
+        UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(*tf, v, what));
+        if (t.numel() < info.partition_numel || !t.contiguous()) {
+          return tf->Error(what + " has " + std::to_string(t.numel()) + " elements, the partition of " +
+                           std::to_string(info.numel) + " over " + std::to_string(w) +
+                           " ranks needs " + std::to_string(info.partition_numel));
+        }
+        if (r == 0) {
+          info.dtype = t.dtype;
+        } else if (t.dtype != info.dtype) {
+          return tf->Error(what + " dtype differs from rank 0's");
+        }
+        UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf->DataOffset(t));
+        c_.frozen_slots_[f * w + r] = {w + r, offset, true};
+      }
+    }
+    return Status::OK();
+  }
+
+  // Persistent buffers are real tensors in rank 0's module.
+  Status ReadBuffers(const TorchFile& model0) {
+    const Document& doc = *model0.doc;
+    auto names = doc.SequenceItems(doc.Get(doc.root(), "buffer_names"));
+    if (!names) return Status::OK();
+    const NodeId module = doc.Get(doc.root(), "module");
+    for (NodeId n : *names) {
+      auto name = doc.AsStr(n);
+      if (!name) return model0.Error("buffer_names holds a non-string");
+      const std::string what = "module['" + std::string(*name) + "']";
+      const NodeId v = doc.Get(module, *name);
+      if (v == pickle::kNoNode) return model0.Error("buffer " + what + " is missing");
+      UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(model0, v, what));
+      if (!t.contiguous()) return model0.Error("buffer " + what + " is not contiguous");
+      UCFS_ASSIGN_OR_RETURN(uint64_t offset, model0.DataOffset(t));
+      c_.buffers_.push_back({std::string(*name), t.shape, t.dtype,
+                             Extent{c_.world_size(), offset, t.byte_size()}});
+    }
+    return Status::OK();
+  }
+
+  Env& env_;
+  Checkpoint c_;
+};
+
+Result<Checkpoint> Checkpoint::Open(Env& env, const std::string& path,
+                                    const CheckpointOptions& options) {
+  return CheckpointBuilder(env).Build(path, options);
+}
+
+std::optional<size_t> Checkpoint::FindParam(std::string_view name) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> Checkpoint::FindState(std::string_view name) const {
+  for (size_t i = 0; i < states_.size(); ++i) {
+    if (states_[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
+  for (size_t i = 0; i < frozen_.size(); ++i) {
+    if (frozen_[i].name == name) return i;
+  }
+  return std::nullopt;
+}
+
+Status Checkpoint::MapSlices(uint64_t numel, uint32_t element_size, uint64_t slot_element_offset,
+                             const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
+                             std::vector<Extent>* out) const {
+  const uint64_t total = numel * element_size;
+  if (begin > end || end > total) {
+    return Status::InvalidArgument("byte range [" + std::to_string(begin) + ", " +
+                                   std::to_string(end) + ") outside a tensor of " +
+                                   std::to_string(total) + " bytes");
+  }
+  if (begin == end) return Status::OK();
+  // Whole elements covering the byte range, then trimmed back to bytes.
+  const uint64_t first = begin / element_size;
+  const uint64_t last = (end + element_size - 1) / element_size;
+  for (const RankPiece& piece : SplitByRank(numel, world_size(), first, last)) {
+    const Slot* slot = slots + piece.rank * slot_stride;
+    if (!slot->present) {
+      return Status::NotFound("rank " + std::to_string(piece.rank) + "'s file is missing");
+    }
+    uint64_t byte_begin = std::max(begin, piece.global_begin * element_size);
+    uint64_t byte_end = std::min(end, (piece.global_begin + piece.count) * element_size);
+    Extent e{slot->file,
+             slot->offset + (slot_element_offset + piece.slot_offset) * element_size +
+                 (byte_begin - piece.global_begin * element_size),
+             byte_end - byte_begin};
+    if (!out->empty() && out->back().file == e.file &&
+        out->back().offset + out->back().length == e.offset) {
+      out->back().length += e.length;
+    } else {
+      out->push_back(e);
+    }
+  }
+  return Status::OK();
+}
+
+Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t end,
+                            std::vector<Extent>* out) const {
+  if (param >= params_.size() || state >= states_.size()) {
+    return Status::InvalidArgument("no such parameter or state");
+  }
+  const ParamInfo& p = params_[param];
+  // Rank r's slot is flat_slots_[(r * groups + sub_group) * states + state].
+  const size_t stride = sub_groups_.size() * states_.size();
+  return MapSlices(p.numel, Info(states_[state].dtype).element_size, p.offset,
+                   &flat_slots_[p.sub_group * states_.size() + state], stride, begin, end, out);
+}
+
+Status Checkpoint::MapFrozen(size_t frozen, uint64_t begin, uint64_t end,
+                             std::vector<Extent>* out) const {
+  if (frozen >= frozen_.size()) return Status::InvalidArgument("no such frozen parameter");
+  const FrozenParamInfo& f = frozen_[frozen];
+  return MapSlices(f.numel, Info(f.dtype).element_size, 0, &frozen_slots_[frozen * world_size()], 1,
+                   begin, end, out);
+}
+
+}  // namespace ucfs

@@ -1,0 +1,180 @@
+#include "ucfs/checkpoint_layout.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <set>
+
+namespace ucfs {
+namespace {
+
+bool ConsumePrefix(std::string_view* s, std::string_view prefix) {
+  if (s->substr(0, prefix.size()) != prefix) return false;
+  s->remove_prefix(prefix.size());
+  return true;
+}
+
+// A decimal number without sign or leading '+'.
+bool ConsumeNumber(std::string_view* s, uint32_t* out) {
+  size_t digits = 0;
+  while (digits < s->size() && (*s)[digits] >= '0' && (*s)[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 9) return false;
+  std::from_chars(s->data(), s->data() + digits, *out);
+  s->remove_prefix(digits);
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+std::string Parent(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  auto slash = p.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return p.substr(0, slash);
+}
+
+bool HasRankFiles(Env& env, const std::string& dir) {
+  auto entries = env.ListDir(dir);
+  if (!entries.ok()) return false;
+  for (const auto& e : *entries) {
+    auto parsed = ParseRankFileName(e.name);
+    if (!e.is_dir && parsed && parsed->kind == RankFileName::Kind::kOptim) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<RankFileName> ParseRankFileName(std::string_view name) {
+  RankFileName out;
+  if (ConsumePrefix(&name, "bf16_")) out.prefix = "bf16_";
+  if (!ConsumePrefix(&name, "zero_pp_rank_") || !ConsumeNumber(&name, &out.dp_rank) ||
+      !ConsumePrefix(&name, "_mp_rank_") || !ConsumeNumber(&name, &out.mp_rank)) {
+    return std::nullopt;
+  }
+  // The legacy "..._mp_rank_00optim_states.pt" lacks the underscore.
+  ConsumePrefix(&name, "_");
+  if (name == "optim_states.pt") {
+    out.kind = RankFileName::Kind::kOptim;
+  } else if (name == "model_states.pt" && out.prefix.empty()) {
+    out.kind = RankFileName::Kind::kModel;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
+                            uint32_t mp_rank) {
+  std::string mp = std::to_string(mp_rank);
+  if (mp.size() < 2) mp.insert(0, 2 - mp.size(), '0');
+  std::string out(kind == RankFileName::Kind::kOptim ? prefix : "");
+  out += "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + mp;
+  out += kind == RankFileName::Kind::kOptim ? "_optim_states.pt" : "_model_states.pt";
+  return out;
+}
+
+Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
+                                           const std::optional<std::string>& tag) {
+  CheckpointFiles files;
+  if (!env.IsDirectory(path)) {
+    return Status::NotFound(path + ": not a directory (expected a DeepSpeed checkpoint root "
+                                   "with a `latest` file, or a tag directory)");
+  }
+  const std::string latest = JoinPath(path, "latest");
+  if (tag) {
+    if (tag->empty() || tag->find('/') != std::string::npos || *tag == "." || *tag == "..") {
+      return Status::InvalidArgument("--tag '" + *tag + "' is not a directory name");
+    }
+    files.root = path;
+    files.tag = *tag;
+  } else if (env.Stat(latest).ok()) {
+    UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));
+    std::string_view t = Trim(content);
+    if (t.empty() || t.find('/') != std::string_view::npos || t == "." || t == "..") {
+      return Status::Corruption(latest + ": does not name a tag directory (content '" +
+                                std::string(t.substr(0, 80)) + "')");
+    }
+    files.root = path;
+    files.tag = std::string(t);
+  } else if (HasRankFiles(env, path)) {
+    files.tag_dir = path;
+    files.tag = std::string(BaseName(path));
+    std::string parent = Parent(path);
+    if (env.Stat(JoinPath(parent, "latest")).ok()) files.root = parent;
+  } else {
+    return Status::NotFound(path + ": no `latest` file and no *_optim_states.pt files; not a "
+                                   "DeepSpeed checkpoint root or tag directory");
+  }
+  if (files.tag_dir.empty()) files.tag_dir = JoinPath(files.root, files.tag);
+  if (!env.IsDirectory(files.tag_dir)) {
+    return Status::NotFound(files.tag_dir + ": tag directory does not exist" +
+                            (tag ? "" : " (named by " + latest + ")"));
+  }
+
+  UCFS_ASSIGN_OR_RETURN(auto entries, env.ListDir(files.tag_dir));
+  std::map<uint32_t, std::string> optim, model;
+  std::set<std::string> prefixes;
+  std::set<uint32_t> mp_ranks;
+  for (const auto& e : entries) {
+    if (e.is_dir) continue;
+    auto parsed = ParseRankFileName(e.name);
+    if (!parsed) continue;
+    mp_ranks.insert(parsed->mp_rank);
+    auto& by_rank = parsed->kind == RankFileName::Kind::kOptim ? optim : model;
+    if (parsed->kind == RankFileName::Kind::kOptim) prefixes.insert(parsed->prefix);
+    auto [it, inserted] = by_rank.emplace(parsed->dp_rank, JoinPath(files.tag_dir, e.name));
+    if (!inserted) {
+      return Status::Corruption(files.tag_dir + ": two files for DP rank " +
+                                std::to_string(parsed->dp_rank) + ": " +
+                                std::string(BaseName(it->second)) + " and " + e.name);
+    }
+  }
+  if (optim.empty()) {
+    return Status::NotFound(files.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +
+                            (env.Stat(JoinPath(files.tag_dir, "mp_rank_00_model_states.pt")).ok()
+                                 ? " (this looks like a ZeRO stage 0-2 checkpoint)"
+                                 : ""));
+  }
+  if (mp_ranks.size() > 1 || *mp_ranks.begin() != 0) {
+    return Status::NotSupported(files.tag_dir + ": model-parallel ranks other than mp_rank_00; "
+                                "ucfs handles data-parallel ZeRO-3 checkpoints only");
+  }
+  if (prefixes.size() > 1) {
+    return Status::Corruption(files.tag_dir + ": both bf16_ and plain optimizer files; which "
+                              "run do they belong to?");
+  }
+  files.optim_prefix = *prefixes.begin();
+  files.world_size = optim.rbegin()->first + 1;
+  for (uint32_t r = 0; r < files.world_size; ++r) {
+    auto it = optim.find(r);
+    if (it == optim.end()) {
+      return Status::NotFound(
+          JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, r)) +
+          ": missing: the other files imply a world size of " + std::to_string(files.world_size));
+    }
+    files.optim_files.push_back(it->second);
+    auto m = model.find(r);
+    files.model_files.push_back(m == model.end() ? std::string() : m->second);
+  }
+  if (!model.empty() && model.rbegin()->first >= files.world_size) {
+    return Status::Corruption(files.tag_dir + ": a model-states file for DP rank " +
+                              std::to_string(model.rbegin()->first) + " but optimizer files for " +
+                              std::to_string(files.world_size) + " ranks only");
+  }
+  if (files.model_files[0].empty()) {
+    return Status::NotFound(
+        JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", 0)) +
+        ": missing: rank 0's model states hold the parameter shapes");
+  }
+  return files;
+}
+
+}  // namespace ucfs
