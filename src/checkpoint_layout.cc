@@ -132,6 +132,7 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
     if (parsed->kind == RankFileName::Kind::kOptim) prefixes.insert(parsed->prefix);
     auto [it, inserted] = by_rank.emplace(parsed->dp_rank, JoinPath(files.tag_dir, e.name));
     if (!inserted) {
+      if (prefixes.size() > 1) break;  // reported below, more usefully
       return Status::Corruption(files.tag_dir + ": two files for DP rank " +
                                 std::to_string(parsed->dp_rank) + ": " +
                                 std::string(BaseName(it->second)) + " and " + e.name);

@@ -1,7 +1,9 @@
 #include "ucfs/pickle.h"
 
 #include <bit>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace ucfs::pickle {
 
@@ -220,6 +222,20 @@ void QuoteInto(std::string* out, std::string_view s) {
   out->push_back('\'');
 }
 
+// Python's repr of a float: the shortest digits that read back the same.
+std::string FloatRepr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s(buf);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
 }  // namespace
 
 std::string Document::Repr(NodeId root, size_t max_chars) const {
@@ -252,12 +268,9 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
       case Kind::kBool: out += n.scalar ? "True" : "False"; break;
       case Kind::kInt: out += std::to_string(n.scalar); break;
       case Kind::kLong: out += "<int of " + std::to_string(n.text.size()) + " bytes>"; break;
-      case Kind::kFloat: {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%.17g", n.float_value());
-        out += buf;
+      case Kind::kFloat:
+        out += FloatRepr(n.float_value());
         break;
-      }
       case Kind::kStr: QuoteInto(&out, n.text); break;
       case Kind::kBytes:
         out += "b";

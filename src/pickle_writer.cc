@@ -10,7 +10,7 @@
 namespace ucfs::pickle {
 namespace {
 
-constexpr size_t kBatchSize = 1000;  // pickle.Pickler._BATCHSIZE
+constexpr size_t kBatchSize = 1000;  // BATCHSIZE of CPython's _pickle.c
 constexpr uint32_t kMaxDepth = 10000;
 
 class Writer {
@@ -85,6 +85,52 @@ class Writer {
       AppendLE32(&out_, static_cast<uint32_t>(n));
     }
   }
+  // CPython's C pickler batches three ways. Exact lists (batch_list_exact):
+  // one item alone takes APPEND, otherwise every batch of up to 1000 is
+  // MARK ... APPENDS. Exact dicts (batch_dict_exact): one pair alone takes
+  // SETITEM, otherwise MARK ... SETITEMS batches are written while the last
+  // one was full, so 1000 pairs end with an empty MARK SETITEMS. Items of a
+  // REDUCE'd object come from an iterator (batch_list/batch_dict): a batch
+  // of one takes APPEND/SETITEM. Reproducing all three is what keeps
+  // round trips byte-exact.
+  Status BatchedExactList(const std::vector<NodeId>& items) {
+    if (items.size() == 1) {
+      UCFS_RETURN_IF_ERROR(Save(items[0]));
+      out_ += 'a';
+      return Status::OK();
+    }
+    for (size_t i = 0; i < items.size();) {
+      out_ += '(';
+      for (size_t end = std::min(items.size(), i + kBatchSize); i < end; ++i) {
+        UCFS_RETURN_IF_ERROR(Save(items[i]));
+      }
+      out_ += 'e';
+    }
+    return Status::OK();
+  }
+  // Also sets (ADDITEMS), which _pickle.c batches the same way.
+  Status BatchedExactDict(const std::vector<NodeId>& kv, char add_op) {
+    const size_t stride = add_op == 'u' ? 2 : 1;
+    const size_t count = kv.size() / stride;
+    if (count == 0) return Status::OK();
+    if (count == 1 && add_op == 'u') {
+      UCFS_RETURN_IF_ERROR(Save(kv[0]));
+      UCFS_RETURN_IF_ERROR(Save(kv[1]));
+      out_ += 's';
+      return Status::OK();
+    }
+    size_t done = 0;
+    size_t in_batch = 0;
+    do {
+      out_ += '(';
+      in_batch = 0;
+      for (; done < count && in_batch < kBatchSize; ++done, ++in_batch) {
+        for (size_t j = 0; j < stride; ++j) UCFS_RETURN_IF_ERROR(Save(kv[done * stride + j]));
+      }
+      out_ += add_op;
+    } while (in_batch == kBatchSize);
+    return Status::OK();
+  }
   Status Batched(const std::vector<NodeId>& items, size_t begin, size_t end, size_t stride,
                  char one_op, char many_op) {
     size_t count = (end - begin) / stride;
@@ -153,12 +199,12 @@ class Writer {
       case Kind::kList:
         out_ += ']';
         Put(id);
-        UCFS_RETURN_IF_ERROR(Batched(n.items, 0, n.items.size(), 1, 'a', 'e'));
+        UCFS_RETURN_IF_ERROR(BatchedExactList(n.items));
         break;
       case Kind::kDict:
         out_ += '}';
         Put(id);
-        UCFS_RETURN_IF_ERROR(Batched(n.items, 0, n.items.size(), 2, 's', 'u'));
+        UCFS_RETURN_IF_ERROR(BatchedExactDict(n.items, 'u'));
         break;
       case Kind::kSet:
       case Kind::kFrozenSet:
@@ -166,11 +212,7 @@ class Writer {
         if (n.kind == Kind::kSet) {
           out_ += '\x8f';
           Put(id);
-          if (!n.items.empty()) {
-            out_ += '(';
-            for (NodeId item : n.items) UCFS_RETURN_IF_ERROR(Save(item));
-            out_ += '\x90';
-          }
+          UCFS_RETURN_IF_ERROR(BatchedExactDict(n.items, '\x90'));
         } else {
           out_ += '(';
           for (NodeId item : n.items) UCFS_RETURN_IF_ERROR(Save(item));

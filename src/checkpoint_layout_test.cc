@@ -1,0 +1,133 @@
+#include "ucfs/checkpoint_layout.h"
+
+#include <gtest/gtest.h>
+
+namespace ucfs {
+namespace {
+
+TEST(RankFileName, ParsesDeepSpeedNames) {
+  auto p = ParseRankFileName("bf16_zero_pp_rank_12_mp_rank_00_optim_states.pt");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->kind, RankFileName::Kind::kOptim);
+  EXPECT_EQ(p->prefix, "bf16_");
+  EXPECT_EQ(p->dp_rank, 12u);
+  EXPECT_EQ(p->mp_rank, 0u);
+  p = ParseRankFileName("zero_pp_rank_3_mp_rank_01_model_states.pt");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->kind, RankFileName::Kind::kModel);
+  EXPECT_EQ(p->mp_rank, 1u);
+  // The legacy name without an underscore.
+  EXPECT_TRUE(ParseRankFileName("zero_pp_rank_0_mp_rank_00optim_states.pt"));
+  EXPECT_FALSE(ParseRankFileName("mp_rank_00_model_states.pt"));
+  EXPECT_FALSE(ParseRankFileName("bf16_zero_pp_rank_0_mp_rank_00_model_states.pt"));
+  EXPECT_FALSE(ParseRankFileName("zero_pp_rank__mp_rank_00_optim_states.pt"));
+  EXPECT_FALSE(ParseRankFileName("zero_pp_rank_0_mp_rank_00_optim_states.pt.tmp"));
+  EXPECT_EQ(RankFileNameFor(RankFileName::Kind::kOptim, "bf16_", 7),
+            "bf16_zero_pp_rank_7_mp_rank_00_optim_states.pt");
+  EXPECT_EQ(RankFileNameFor(RankFileName::Kind::kModel, "bf16_", 7),
+            "zero_pp_rank_7_mp_rank_00_model_states.pt");
+}
+
+class DiscoverTest : public ::testing::Test {
+ protected:
+  void AddRanks(const std::string& dir, int n, const std::string& prefix = "") {
+    for (int r = 0; r < n; ++r) {
+      env_.WriteFile(dir + "/" + RankFileNameFor(RankFileName::Kind::kOptim, prefix, r), "x");
+      env_.WriteFile(dir + "/" + RankFileNameFor(RankFileName::Kind::kModel, prefix, r), "x");
+    }
+  }
+  MemEnv env_;
+};
+
+TEST_F(DiscoverTest, FromRootWithLatest) {
+  env_.WriteFile("/ck/latest", "global_step9\n");
+  AddRanks("/ck/global_step9", 11, "bf16_");
+  env_.WriteFile("/ck/zero_to_fp32.py", "#");
+  auto f = DiscoverCheckpoint(env_, "/ck");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->root, "/ck");
+  EXPECT_EQ(f->tag, "global_step9");
+  EXPECT_EQ(f->tag_dir, "/ck/global_step9");
+  EXPECT_EQ(f->world_size, 11u);
+  EXPECT_EQ(f->optim_prefix, "bf16_");
+  // Numeric, not lexicographic, rank order.
+  EXPECT_EQ(f->optim_files[2], "/ck/global_step9/bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt");
+  EXPECT_EQ(f->optim_files[10], "/ck/global_step9/bf16_zero_pp_rank_10_mp_rank_00_optim_states.pt");
+}
+
+TEST_F(DiscoverTest, FromTagDirectoryAndExplicitTag) {
+  env_.WriteFile("/ck/latest", "global_step9");
+  AddRanks("/ck/global_step9", 2);
+  AddRanks("/ck/global_step5", 3);
+  auto f = DiscoverCheckpoint(env_, "/ck/global_step5");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->root, "/ck");
+  EXPECT_EQ(f->tag, "global_step5");
+  EXPECT_EQ(f->world_size, 3u);
+  f = DiscoverCheckpoint(env_, "/ck", std::string("global_step5"));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->world_size, 3u);
+  EXPECT_FALSE(DiscoverCheckpoint(env_, "/ck", std::string("../etc")).ok());
+}
+
+TEST_F(DiscoverTest, MissingRankIsNamed) {
+  env_.WriteFile("/ck/latest", "t");
+  AddRanks("/ck/t", 4);
+  env_.RemoveFile("/ck/t/zero_pp_rank_2_mp_rank_00_optim_states.pt");
+  auto f = DiscoverCheckpoint(env_, "/ck");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message(),
+            "/ck/t/zero_pp_rank_2_mp_rank_00_optim_states.pt: missing: the other files imply a "
+            "world size of 4");
+}
+
+TEST_F(DiscoverTest, OnlyRankZerosModelStatesIsTolerated) {
+  env_.WriteFile("/ck/latest", "t");
+  AddRanks("/ck/t", 3);
+  env_.RemoveFile("/ck/t/zero_pp_rank_1_mp_rank_00_model_states.pt");
+  env_.RemoveFile("/ck/t/zero_pp_rank_2_mp_rank_00_model_states.pt");
+  auto f = DiscoverCheckpoint(env_, "/ck");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->model_files[1], "");
+  env_.RemoveFile("/ck/t/zero_pp_rank_0_mp_rank_00_model_states.pt");
+  f = DiscoverCheckpoint(env_, "/ck");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("zero_pp_rank_0_mp_rank_00_model_states.pt: missing"),
+            std::string::npos);
+}
+
+TEST_F(DiscoverTest, BadInputsAreExplained) {
+  env_.WriteFile("/a/readme", "x");
+  auto f = DiscoverCheckpoint(env_, "/a");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("no `latest` file"), std::string::npos);
+
+  env_.WriteFile("/b/latest", "../../etc");
+  f = DiscoverCheckpoint(env_, "/b");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("/b/latest: does not name a tag directory"), std::string::npos);
+
+  env_.WriteFile("/c/latest", "gone");
+  env_.WriteFile("/c/other/x", "x");
+  f = DiscoverCheckpoint(env_, "/c");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("/c/gone: tag directory does not exist"), std::string::npos);
+
+  env_.WriteFile("/d/latest", "t");
+  AddRanks("/d/t", 2);
+  AddRanks("/d/t", 2, "bf16_");
+  f = DiscoverCheckpoint(env_, "/d");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("both bf16_ and plain"), std::string::npos);
+
+  env_.WriteFile("/e/latest", "t");
+  env_.WriteFile("/e/t/mp_rank_00_model_states.pt", "x");
+  f = DiscoverCheckpoint(env_, "/e");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("ZeRO stage 0-2"), std::string::npos);
+
+  EXPECT_FALSE(DiscoverCheckpoint(env_, "/nowhere").ok());
+}
+
+}  // namespace
+}  // namespace ucfs

@@ -1,0 +1,82 @@
+#include "test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace ucfs::testing {
+
+namespace fs = std::filesystem;
+
+std::string TestDataDir() { return UCFS_TEST_DATA; }
+
+std::string FixtureDir(const std::string& name) { return TestDataDir() + "/fixtures/" + name; }
+
+std::vector<std::string> FixtureNames() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(TestDataDir() + "/fixtures")) {
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> TorchFilesBelow(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    auto ext = e.path().extension();
+    if (e.is_regular_file() && (ext == ".pt" || ext == ".bin")) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+nlohmann::json Oracle(const std::string& fixture) {
+  return nlohmann::json::parse(ReadFile(FixtureDir(fixture) + "/ORACLE.json"));
+}
+
+const nlohmann::json& ReferenceManifest() {
+  static const nlohmann::json manifest = [] {
+    std::string path = std::string(UCFS_REFERENCE_DIR) + "/manifest.json";
+    if (!fs::exists(path)) {
+      ADD_FAILURE() << path << " is missing: run the reference_tensors ctest first "
+                    << "(ctest runs it before these tests)";
+      return nlohmann::json::object();
+    }
+    return nlohmann::json::parse(ReadFile(path));
+  }();
+  return manifest;
+}
+
+ReferenceTensor LoadReference(const nlohmann::json& entry) {
+  ReferenceTensor t;
+  t.dtype = entry.at("dtype").get<std::string>();
+  t.shape = entry.at("shape").get<std::vector<int64_t>>();
+  t.requires_grad = entry.at("requires_grad").get<bool>();
+  t.bytes = ReadFile(std::string(UCFS_REFERENCE_DIR) + "/" + entry.at("file").get<std::string>());
+  return t;
+}
+
+std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {
+  std::string out;
+  for (const Extent& e : extents) {
+    auto file = Env::Posix()->Open(ckpt.sources()[e.file].path);
+    EXPECT_TRUE(file.ok()) << file.status().ToString();
+    if (!file.ok()) return out;
+    auto bytes = (*file)->ReadString(e.offset, e.length);
+    EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+    if (bytes.ok()) out += *bytes;
+  }
+  return out;
+}
+
+}  // namespace ucfs::testing

@@ -1,0 +1,43 @@
+// Shared helpers for the tests: where the fixtures are, and the reference
+// tensors that torch.load read from them (tests/tools/dump_reference.py).
+#ifndef UCFS_TESTS_TEST_SUPPORT_H_
+#define UCFS_TESTS_TEST_SUPPORT_H_
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ucfs/checkpoint.h"
+
+namespace ucfs::testing {
+
+// tests/data
+std::string TestDataDir();
+// tests/data/fixtures/<name>
+std::string FixtureDir(const std::string& name);
+// The fixtures' names (z3_fp32_ws2, ...).
+std::vector<std::string> FixtureNames();
+// Every *.pt / *.bin file below `dir`, sorted.
+std::vector<std::string> TorchFilesBelow(const std::string& dir);
+std::string ReadFile(const std::string& path);
+// The fixture's ORACLE.json.
+nlohmann::json Oracle(const std::string& fixture);
+
+// A tensor as torch.load saw it.
+struct ReferenceTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  bool requires_grad = false;
+  std::string bytes;
+};
+// The reference manifest (reference/manifest.json), parsed once.
+const nlohmann::json& ReferenceManifest();
+ReferenceTensor LoadReference(const nlohmann::json& entry);
+
+// The bytes of `extents` of `ckpt`'s source files, concatenated.
+std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
+
+}  // namespace ucfs::testing
+
+#endif  // UCFS_TESTS_TEST_SUPPORT_H_
