@@ -11,7 +11,9 @@
 #include <iostream>
 
 #include "ucfs/checkpoint.h"
+#include "ucfs/describe.h"
 #include "ucfs/inspect.h"
+#include "ucfs/zip.h"
 
 #ifndef UCFS_VERSION
 #define UCFS_VERSION "unknown"
@@ -48,6 +50,26 @@ int RunInspect(const std::string& path, const std::optional<std::string>& tag, b
   return 0;
 }
 
+// Prints a torch.save file's pickle without executing it.
+int RunShow(const std::string& path) {
+  auto fail = [&](const ucfs::Status& s) {
+    std::fprintf(stderr, "ucfs show: %s\n", s.message().c_str());
+    return kExitCheckpointError;
+  };
+  auto file = ucfs::Env::Posix()->Open(path);
+  if (!file.ok()) return fail(file.status());
+  auto archive = ucfs::ZipArchive::Open(**file);
+  if (!archive.ok()) return fail(archive.status());
+  const ucfs::ZipRecord* pkl = archive->Find("data.pkl");
+  if (pkl == nullptr) return fail(ucfs::Status::Corruption(path + ": no data.pkl record"));
+  auto bytes = ucfs::ZipArchive::ReadRecord(**file, *pkl);
+  if (!bytes.ok()) return fail(bytes.status());
+  auto doc = ucfs::pickle::Parse(*bytes);
+  if (!doc.ok()) return fail(doc.status().Annotate(path + ": data.pkl"));
+  std::cout << ucfs::Describe(*doc, doc->root());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +89,11 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "Print JSON for scripts");
   inspect->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
+  auto* show = app.add_subcommand("show", "Print the pickled structure of a torch.save file "
+                                          "(tensors summarised; nothing is executed)");
+  std::string show_path;
+  show->add_option("FILE", show_path, "A .pt file")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,5 +102,6 @@ int main(int argc, char** argv) {
   }
   SetUpLogging(verbosity);
   if (*inspect) return RunInspect(path, tag, json);
+  if (*show) return RunShow(show_path);
   return kExitUsage;
 }

@@ -1,0 +1,27 @@
+// A readable, indented rendering of a torch.save pickle, for people poking
+// at files by hand (`ucfs show FILE.pt`) and for comparing the structure of
+// two checkpoints. Tensors are shown as one line (dtype, shape, storage),
+// never expanded into the calls that rebuild them.
+#ifndef UCFS_DESCRIBE_H_
+#define UCFS_DESCRIBE_H_
+
+#include <string>
+
+#include "ucfs/pickle.h"
+
+namespace ucfs {
+
+struct DescribeOptions {
+  // Show storage keys and locations of tensors; off when comparing the
+  // structure of files whose storages are numbered differently.
+  bool storage_details = true;
+  // Containers longer than this are cut, with a count of what was left out.
+  size_t max_items = 64;
+};
+
+std::string Describe(const pickle::Document& doc, pickle::NodeId id,
+                     const DescribeOptions& options = {});
+
+}  // namespace ucfs
+
+#endif  // UCFS_DESCRIBE_H_
