@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   const double open_med = Median(open_s), read_med = Median(read_s);
   std::printf("checkpoint      %s\n", path.c_str());
   std::printf("shards          %zu files (world size %u), %zu params, %.1f KiB of data.pkl\n",
-              shards, first->world_size(), first->params().size(), static_cast<double>(pickle_bytes) / 1024.0);
+              shards, first->world_size(), first->params().size(),
+              static_cast<double>(pickle_bytes) / 1024.0);
   std::printf("read only       %.3f ms total, %.3f ms per shard (median of %d)\n", read_med * 1e3,
               read_med * 1e3 / static_cast<double>(shards), reps);
   std::printf("Checkpoint::Open %.3f ms total, %.3f ms per shard\n", open_med * 1e3,

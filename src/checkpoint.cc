@@ -56,10 +56,10 @@ Result<TorchFile> LoadTorchFile(Env& env, const std::string& path) {
   auto doc = pickle::Parse(bytes);
   if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
   tf.doc = std::make_shared<Document>(std::move(doc).value());
-  spdlog::debug("parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
-                tf.archive.records().size(), bytes.size(), tf.doc->size(),
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+  spdlog::debug(
+      "parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
+      tf.archive.records().size(), bytes.size(), tf.doc->size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return tf;
 }
 
@@ -76,9 +76,11 @@ std::optional<int> DecodeZeroStage(const Document& doc, NodeId id) {
     if (args->size() != 2) return std::nullopt;
     auto name = doc.AsStr((*args)[1]);
     if (!name) return std::nullopt;
-    static constexpr std::pair<std::string_view, int> kNames[] = {
-        {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3},
-        {"max_stage", 3}};
+    static constexpr std::pair<std::string_view, int> kNames[] = {{"disabled", 0},
+                                                                  {"optimizer_states", 1},
+                                                                  {"gradients", 2},
+                                                                  {"weights", 3},
+                                                                  {"max_stage", 3}};
     for (const auto& [k, v] : kNames) {
       if (*name == k) return v;
     }
@@ -108,7 +110,8 @@ uint64_t Product(const std::vector<int64_t>& shape) {
 Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, DType dtype) {
   char buf[8] = {};
   const uint32_t size = Info(dtype).element_size;
-  if (size > sizeof buf) return Status::NotSupported("scalar of dtype " + std::string(Info(dtype).torch_name));
+  if (size > sizeof buf)
+    return Status::NotSupported("scalar of dtype " + std::string(Info(dtype).torch_name));
   UCFS_RETURN_IF_ERROR(file.ReadExact(offset, size, buf));
   switch (dtype) {
     case DType::kFloat32: {
@@ -122,7 +125,9 @@ Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, D
       return d;
     }
     case DType::kBFloat16: {
-      uint32_t bits = static_cast<uint32_t>(static_cast<uint8_t>(buf[0]) | (static_cast<uint8_t>(buf[1]) << 8)) << 16;
+      uint32_t bits =
+          static_cast<uint32_t>(static_cast<uint8_t>(buf[0]) | (static_cast<uint8_t>(buf[1]) << 8))
+          << 16;
       return static_cast<double>(std::bit_cast<float>(bits));
     }
     case DType::kInt64: {
@@ -186,8 +191,9 @@ class CheckpointBuilder {
     const NodeId shapes = doc.Get(root, "param_shapes");
     auto groups = doc.SequenceItems(shapes);
     if (!groups) {
-      return tf.Error("no 'param_shapes' list: not a ZeRO-3 model-states file (ZeRO stage 0-2 "
-                      "checkpoints are not supported)");
+      return tf.Error(
+          "no 'param_shapes' list: not a ZeRO-3 model-states file (ZeRO stage 0-2 "
+          "checkpoints are not supported)");
     }
     for (NodeId group : *groups) {
       auto items = doc.MappingItems(group);
@@ -320,8 +326,8 @@ class CheckpointBuilder {
     auto state_items = doc.MappingItems(state);
 
     if (rank == 0) {
-      UCFS_RETURN_IF_ERROR(DefineStates(tf, (*flats)[0], state_items.value_or(
-                                                             std::vector<std::pair<NodeId, NodeId>>{})));
+      UCFS_RETURN_IF_ERROR(DefineStates(
+          tf, (*flats)[0], state_items.value_or(std::vector<std::pair<NodeId, NodeId>>{})));
       UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
       c_.flat_slots_.resize(static_cast<size_t>(c_.world_size()) * groups * c_.states_.size());
       c_.scalars_.resize(groups);
@@ -337,7 +343,8 @@ class CheckpointBuilder {
         }
       }
       for (size_t s = 1; s < c_.states_.size(); ++s) {
-        const std::string what = "optimizer state[" + std::to_string(k) + "]['" + c_.states_[s].name + "']";
+        const std::string what =
+            "optimizer state[" + std::to_string(k) + "]['" + c_.states_[s].name + "']";
         const NodeId v = doc.Get(per_group, c_.states_[s].name);
         if (v == pickle::kNoNode) return tf.Error("no " + what);
         UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(tf, v, what));
@@ -400,7 +407,8 @@ class CheckpointBuilder {
         owner[k] = 0;
       }
       c_.sub_groups_[k].param_group = static_cast<uint32_t>(owner[k]);
-      for (uint32_t p : c_.sub_groups_[k].params) c_.params_[p].param_group = static_cast<uint32_t>(owner[k]);
+      for (uint32_t p : c_.sub_groups_[k].params)
+        c_.params_[p].param_group = static_cast<uint32_t>(owner[k]);
     }
     return Status::OK();
   }
@@ -419,7 +427,8 @@ class CheckpointBuilder {
                       std::string(Info(c_.states_[s].dtype).torch_name));
     }
     UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(t));
-    Checkpoint::Slot& slot = c_.flat_slots_[(rank * c_.sub_groups_.size() + k) * c_.states_.size() + s];
+    Checkpoint::Slot& slot =
+        c_.flat_slots_[(rank * c_.sub_groups_.size() + k) * c_.states_.size() + s];
     slot.file = rank;
     slot.offset = offset;
     slot.present = true;
@@ -460,8 +469,9 @@ class CheckpointBuilder {
     for (uint32_t r = 0; r < w; ++r) {
       const std::string& path = c_.files_.model_files[r];
       if (path.empty()) {
-        spdlog::warn("{}: missing, so frozen parameters cannot be read",
-                     JoinPath(c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", r)));
+        spdlog::warn(
+            "{}: missing, so frozen parameters cannot be read",
+            JoinPath(c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", r)));
         continue;
       }
       TorchFile loaded;
@@ -478,9 +488,10 @@ class CheckpointBuilder {
         if (v == pickle::kNoNode) return tf->Error("no " + what);
         UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(*tf, v, what));
         if (t.numel() < info.partition_numel || !t.contiguous()) {
-          return tf->Error(what + " has " + std::to_string(t.numel()) + " elements, the partition of " +
-                           std::to_string(info.numel) + " over " + std::to_string(w) +
-                           " ranks needs " + std::to_string(info.partition_numel));
+          return tf->Error(what + " has " + std::to_string(t.numel()) +
+                           " elements, the partition of " + std::to_string(info.numel) + " over " +
+                           std::to_string(w) + " ranks needs " +
+                           std::to_string(info.partition_numel));
         }
         if (r == 0) {
           info.dtype = t.dtype;
@@ -509,8 +520,8 @@ class CheckpointBuilder {
       UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(model0, v, what));
       if (!t.contiguous()) return model0.Error("buffer " + what + " is not contiguous");
       UCFS_ASSIGN_OR_RETURN(uint64_t offset, model0.DataOffset(t));
-      c_.buffers_.push_back({std::string(*name), t.shape, t.dtype,
-                             Extent{c_.world_size(), offset, t.byte_size()}});
+      c_.buffers_.push_back(
+          {std::string(*name), t.shape, t.dtype, Extent{c_.world_size(), offset, t.byte_size()}});
     }
     return Status::OK();
   }

@@ -85,8 +85,9 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                            const std::optional<std::string>& tag) {
   CheckpointFiles files;
   if (!env.IsDirectory(path)) {
-    return Status::NotFound(path + ": not a directory (expected a DeepSpeed checkpoint root "
-                                   "with a `latest` file, or a tag directory)");
+    return Status::NotFound(path +
+                            ": not a directory (expected a DeepSpeed checkpoint root "
+                            "with a `latest` file, or a tag directory)");
   }
   const std::string latest = JoinPath(path, "latest");
   if (tag) {
@@ -110,8 +111,9 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
     std::string parent = Parent(path);
     if (env.Stat(JoinPath(parent, "latest")).ok()) files.root = parent;
   } else {
-    return Status::NotFound(path + ": no `latest` file and no *_optim_states.pt files; not a "
-                                   "DeepSpeed checkpoint root or tag directory");
+    return Status::NotFound(path +
+                            ": no `latest` file and no *_optim_states.pt files; not a "
+                            "DeepSpeed checkpoint root or tag directory");
   }
   if (files.tag_dir.empty()) files.tag_dir = JoinPath(files.root, files.tag);
   if (!env.IsDirectory(files.tag_dir)) {
@@ -145,11 +147,13 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                  : ""));
   }
   if (mp_ranks.size() > 1 || *mp_ranks.begin() != 0) {
-    return Status::NotSupported(files.tag_dir + ": model-parallel ranks other than mp_rank_00; "
+    return Status::NotSupported(files.tag_dir +
+                                ": model-parallel ranks other than mp_rank_00; "
                                 "ucfs handles data-parallel ZeRO-3 checkpoints only");
   }
   if (prefixes.size() > 1) {
-    return Status::Corruption(files.tag_dir + ": both bf16_ and plain optimizer files; which "
+    return Status::Corruption(files.tag_dir +
+                              ": both bf16_ and plain optimizer files; which "
                               "run do they belong to?");
   }
   files.optim_prefix = *prefixes.begin();
@@ -157,9 +161,10 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
   for (uint32_t r = 0; r < files.world_size; ++r) {
     auto it = optim.find(r);
     if (it == optim.end()) {
-      return Status::NotFound(
-          JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, r)) +
-          ": missing: the other files imply a world size of " + std::to_string(files.world_size));
+      return Status::NotFound(JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
+                                                                      files.optim_prefix, r)) +
+                              ": missing: the other files imply a world size of " +
+                              std::to_string(files.world_size));
     }
     files.optim_files.push_back(it->second);
     auto m = model.find(r);

@@ -105,7 +105,8 @@ TEST_F(DiscoverTest, BadInputsAreExplained) {
   env_.WriteFile("/b/latest", "../../etc");
   f = DiscoverCheckpoint(env_, "/b");
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("/b/latest: does not name a tag directory"), std::string::npos);
+  EXPECT_NE(f.status().message().find("/b/latest: does not name a tag directory"),
+            std::string::npos);
 
   env_.WriteFile("/c/latest", "gone");
   env_.WriteFile("/c/other/x", "x");

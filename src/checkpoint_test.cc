@@ -60,14 +60,16 @@ TEST_P(FixtureTest, StatesEqualTheUniversalReference) {
       // The abs() bug: rank r exports min(P, |n - r*P|) elements.
       uint64_t exported = 0;
       for (uint32_t r = 0; r < w; ++r) {
-        const int64_t rest = static_cast<int64_t>(param.numel) -
-                             static_cast<int64_t>(r * param.partition_numel);
-        exported += std::min<uint64_t>(param.partition_numel, static_cast<uint64_t>(std::llabs(rest)));
+        const int64_t rest =
+            static_cast<int64_t>(param.numel) - static_cast<int64_t>(r * param.partition_numel);
+        exported +=
+            std::min<uint64_t>(param.partition_numel, static_cast<uint64_t>(std::llabs(rest)));
       }
       const bool abs_bug = fixture.contains("ds_to_universal") && exported != param.numel;
       if (abs_bug) {
         EXPECT_EQ(ref.bytes.size(), exported * 4) << param.name;
-        EXPECT_EQ(ref.bytes.substr(0, ours.size()), ours) << param.name << " " << c.states()[s].name;
+        EXPECT_EQ(ref.bytes.substr(0, ours.size()), ours)
+            << param.name << " " << c.states()[s].name;
       } else {
         EXPECT_EQ(ref.bytes, ours) << param.name << " " << c.states()[s].name;
       }
@@ -160,7 +162,8 @@ TEST_P(FixtureTest, StructureMatchesTheOracle) {
     }
   } else {
     ASSERT_EQ(c.sub_groups().size(), 1u);
-    EXPECT_EQ(c.sub_groups()[0].partition_numel, part["flat_partition_numel_per_rank"].get<uint64_t>());
+    EXPECT_EQ(c.sub_groups()[0].partition_numel,
+              part["flat_partition_numel_per_rank"].get<uint64_t>());
     ASSERT_EQ(c.params().size(), oracle["model"]["params"].size());
     for (size_t p = 0; p < c.params().size(); ++p) {
       const auto& expected = oracle["model"]["params"][p];
@@ -235,7 +238,8 @@ TEST_F(BrokenCheckpointTest, MissingRank) {
   env_.RemoveFile(Tag("zero_pp_rank_2_mp_rank_00_optim_states.pt"));
   Status s = OpenStatus();
   EXPECT_EQ(s.code(), Status::Code::kNotFound);
-  EXPECT_NE(s.message().find("zero_pp_rank_2_mp_rank_00_optim_states.pt: missing"), std::string::npos)
+  EXPECT_NE(s.message().find("zero_pp_rank_2_mp_rank_00_optim_states.pt: missing"),
+            std::string::npos)
       << s.ToString();
 }
 
@@ -268,10 +272,10 @@ TEST_F(BrokenCheckpointTest, ForeignPickleIsNotExecuted) {
   std::filesystem::remove(marker);
   const std::string name = Tag("zero_pp_rank_1_mp_rank_00_optim_states.pt");
   env_.WriteFile(name, Repack(*env_.Contents(name), [&](pickle::Document* doc) {
-    NodeId call = doc->AddReduce(doc->Global("os", "system"),
-                                 doc->AddTuple({doc->AddStr("touch " + marker)}));
-    doc->set_root(call);
-  }));
+                   NodeId call = doc->AddReduce(doc->Global("os", "system"),
+                                                doc->AddTuple({doc->AddStr("touch " + marker)}));
+                   doc->set_root(call);
+                 }));
   Status s = OpenStatus();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find(name + ": no 'optimizer_state_dict' dict"), std::string::npos)
@@ -292,10 +296,11 @@ TEST_F(BrokenCheckpointTest, OtherZeroStage) {
   Load("z3_fp32_ws2");
   const std::string name = Tag("zero_pp_rank_0_mp_rank_00_optim_states.pt");
   env_.WriteFile(name, Repack(*env_.Contents(name), [](pickle::Document* doc) {
-    NodeId stage = doc->Get(doc->Get(doc->root(), "optimizer_state_dict"), "zero_stage");
-    NodeId args = doc->node(stage).b;
-    doc->mutable_node(doc->node(args).items[1]).text = "gradients";
-  }));
+                   NodeId stage =
+                       doc->Get(doc->Get(doc->root(), "optimizer_state_dict"), "zero_stage");
+                   NodeId args = doc->node(stage).b;
+                   doc->mutable_node(doc->node(args).items[1]).text = "gradients";
+                 }));
   Status s = OpenStatus();
   EXPECT_EQ(s.code(), Status::Code::kNotSupported);
   EXPECT_NE(s.message().find("zero_stage is 2"), std::string::npos) << s.ToString();
@@ -306,12 +311,12 @@ TEST_F(BrokenCheckpointTest, FlatBufferOfTheWrongLength) {
   // Rank 0's param_shapes claim a bigger embedding than the shards hold.
   const std::string model0 = Tag("zero_pp_rank_0_mp_rank_00_model_states.pt");
   env_.WriteFile(model0, Repack(*env_.Contents(model0), [](pickle::Document* doc) {
-    NodeId groups = doc->Get(doc->root(), "param_shapes");
-    NodeId first = doc->node(groups).items[0];
-    NodeId size = doc->MappingItems(first)->front().second;  // torch.Size((11, 7))
-    NodeId dims = doc->node(doc->node(size).b).items[0];
-    doc->mutable_node(doc->node(dims).items[0]).scalar = 12;
-  }));
+                   NodeId groups = doc->Get(doc->root(), "param_shapes");
+                   NodeId first = doc->node(groups).items[0];
+                   NodeId size = doc->MappingItems(first)->front().second;  // torch.Size((11, 7))
+                   NodeId dims = doc->node(doc->node(size).b).items[0];
+                   doc->mutable_node(doc->node(dims).items[0]).scalar = 12;
+                 }));
   Status s = OpenStatus();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("zero_pp_rank_0_mp_rank_00_optim_states.pt: fp32_flat_groups[0] has "

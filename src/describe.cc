@@ -120,7 +120,8 @@ class Describer {
   }
   void EmitTensor(const TensorRef& t) {
     out_ += "tensor(" + std::string(Info(t.dtype).torch_name) + "[";
-    for (size_t i = 0; i < t.shape.size(); ++i) out_ += (i ? ", " : "") + std::to_string(t.shape[i]);
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      out_ += (i ? ", " : "") + std::to_string(t.shape[i]);
     out_ += "]";
     if (t.requires_grad) out_ += ", requires_grad";
     if (options_.storage_details) {

@@ -135,7 +135,8 @@ class PosixEnv final : public Env {
       std::string_view name(e->d_name);
       if (name == "." || name == "..") continue;
       bool is_dir = e->d_type == DT_DIR;
-      if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) is_dir = IsDirectory(JoinPath(path, name));
+      if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK)
+        is_dir = IsDirectory(JoinPath(path, name));
       out.push_back({std::string(name), is_dir});
     }
     ::closedir(dir);

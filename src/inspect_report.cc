@@ -34,7 +34,8 @@ std::string RunLength(const std::vector<uint64_t>& v) {
 }
 
 std::string FormatStep(const Checkpoint& c) {
-  for (const auto& s : c.scalar_states().empty() ? std::vector<ScalarState>{} : c.scalar_states()[0]) {
+  for (const auto& s :
+       c.scalar_states().empty() ? std::vector<ScalarState>{} : c.scalar_states()[0]) {
     if (s.name == "step") {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%g", s.value);
@@ -89,10 +90,12 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
     }
   }
   j["step"] = step;
-  j["sub_group_size"] = c.configured_sub_group_size() ? json(*c.configured_sub_group_size()) : json(nullptr);
+  j["sub_group_size"] =
+      c.configured_sub_group_size() ? json(*c.configured_sub_group_size()) : json(nullptr);
   j["param_groups"] = c.param_group_count();
   json states = json::array();
-  for (const auto& s : c.states()) states.push_back({{"name", s.name}, {"dtype", Info(s.dtype).torch_name}});
+  for (const auto& s : c.states())
+    states.push_back({{"name", s.name}, {"dtype", Info(s.dtype).torch_name}});
   j["states"] = states;
   json sub_groups = json::array();
   for (const auto& sg : c.sub_groups()) {
@@ -127,7 +130,8 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   }
   j["frozen"] = frozen;
   json tied = json::array();
-  for (const auto& t : c.tied_params()) tied.push_back({{"alias", t.alias}, {"canonical", t.canonical}});
+  for (const auto& t : c.tied_params())
+    tied.push_back({{"alias", t.alias}, {"canonical", t.canonical}});
   j["tied"] = tied;
   json buffers = json::array();
   for (const auto& b : c.buffers()) {
@@ -149,10 +153,14 @@ std::string InspectText(const Checkpoint& c) {
       {"world size", std::to_string(c.world_size())},
       {"dtype", std::string(c.lp_dtype() ? Info(*c.lp_dtype()).torch_name : "?") + " (master " +
                     std::string(Info(c.states()[0].dtype).torch_name) + ")"},
-      {"step", FormatStep(c) + (c.global_steps() ? "  (global_steps " + std::to_string(*c.global_steps()) + ")" : "")},
+      {"step",
+       FormatStep(c) +
+           (c.global_steps() ? "  (global_steps " + std::to_string(*c.global_steps()) + ")" : "")},
       {"groups", std::to_string(c.param_group_count()) + " param group(s), " +
                      std::to_string(c.sub_groups().size()) + " sub-group(s)" +
-                     (c.configured_sub_group_size() ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size()) : "")},
+                     (c.configured_sub_group_size()
+                          ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
+                          : "")},
   };
   std::string states;
   for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + s.name;
@@ -165,13 +173,14 @@ std::string InspectText(const Checkpoint& c) {
       {"name", "shape", "dtype", "numel", "group", "sub-group", "valid elements per rank"}};
   for (const auto& p : c.params()) {
     rows.push_back({p.name, ShapeText(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
-                    std::to_string(p.numel), std::to_string(p.param_group), std::to_string(p.sub_group),
-                    RunLength(ValidPerRank(p.numel, c.world_size()))});
+                    std::to_string(p.numel), std::to_string(p.param_group),
+                    std::to_string(p.sub_group), RunLength(ValidPerRank(p.numel, c.world_size()))});
   }
   out += Table(rows, "  ");
   if (!c.frozen_params().empty()) {
     out += "\nfrozen: " + std::to_string(c.frozen_params().size()) + "\n";
-    std::vector<std::vector<std::string>> fr = {{"name", "shape", "dtype", "numel", "valid elements per rank"}};
+    std::vector<std::vector<std::string>> fr = {
+        {"name", "shape", "dtype", "numel", "valid elements per rank"}};
     for (const auto& f : c.frozen_params()) {
       fr.push_back({f.name, ShapeText(f.shape), std::string(Info(f.dtype).torch_name),
                     std::to_string(f.numel), RunLength(ValidPerRank(f.numel, c.world_size()))});

@@ -1,8 +1,7 @@
-#include "ucfs/inspect.h"
-
 #include <gtest/gtest.h>
 
 #include "test_support.h"
+#include "ucfs/inspect.h"
 
 namespace ucfs {
 namespace {
@@ -24,7 +23,8 @@ TEST_P(InspectTest, JsonAgreesWithTheOracle) {
   EXPECT_EQ(j["tag"], oracle["checkpoint_tag"]);
   EXPECT_EQ(j["step"], 4.0);
   const auto& model = oracle["model"];
-  const auto& params = model.contains("trainable_params") ? model["trainable_params"] : model["params"];
+  const auto& params =
+      model.contains("trainable_params") ? model["trainable_params"] : model["params"];
   ASSERT_EQ(j["params"].size(), params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(j["params"][i]["name"], params[i]["name"]);
@@ -37,7 +37,8 @@ TEST_P(InspectTest, JsonAgreesWithTheOracle) {
   }
   if (model.contains("frozen_params")) {
     ASSERT_EQ(j["frozen"].size(), model["frozen_params"].size());
-    for (const auto& f : j["frozen"]) EXPECT_EQ(f["shape"], model["frozen_params"][f["name"].get<std::string>()]);
+    for (const auto& f : j["frozen"])
+      EXPECT_EQ(f["shape"], model["frozen_params"][f["name"].get<std::string>()]);
     ASSERT_EQ(j["tied"].size(), 1u);
     EXPECT_EQ(j["tied"][0]["alias"], "head.weight");
     EXPECT_EQ(j["tied"][0]["canonical"], model["shared_params"]["head.weight"]);
@@ -53,7 +54,8 @@ TEST_P(InspectTest, JsonAgreesWithTheOracle) {
   }
   const std::string text = InspectText(*c);
   EXPECT_NE(text.find("world size  " + std::to_string(w)), std::string::npos) << text;
-  for (const auto& p : params) EXPECT_NE(text.find(p["name"].get<std::string>()), std::string::npos);
+  for (const auto& p : params)
+    EXPECT_NE(text.find(p["name"].get<std::string>()), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, InspectTest, ::testing::ValuesIn(testing::FixtureNames()));

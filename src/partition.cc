@@ -34,8 +34,8 @@ std::vector<uint32_t> SplitSubGroups(std::span<const uint64_t> partition_numels,
                                      uint64_t sub_group_size) {
   std::vector<uint32_t> sizes;
   if (partition_numels.empty()) return sizes;
-  const uint64_t total = std::accumulate(partition_numels.begin(), partition_numels.end(),
-                                         uint64_t{0});
+  const uint64_t total =
+      std::accumulate(partition_numels.begin(), partition_numels.end(), uint64_t{0});
   if (sub_group_size >= total) {
     sizes.push_back(static_cast<uint32_t>(partition_numels.size()));
     return sizes;

@@ -9,22 +9,38 @@ namespace ucfs::pickle {
 
 std::string_view KindName(Kind kind) {
   switch (kind) {
-    case Kind::kNone: return "None";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kLong: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kStr: return "str";
-    case Kind::kBytes: return "bytes";
-    case Kind::kTuple: return "tuple";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kSet: return "set";
-    case Kind::kFrozenSet: return "frozenset";
-    case Kind::kGlobal: return "global";
-    case Kind::kReduce: return "reduce";
-    case Kind::kNewObj: return "object";
-    case Kind::kPersistentId: return "persistent id";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kLong:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kStr:
+      return "str";
+    case Kind::kBytes:
+      return "bytes";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kSet:
+      return "set";
+    case Kind::kFrozenSet:
+      return "frozenset";
+    case Kind::kGlobal:
+      return "global";
+    case Kind::kReduce:
+      return "reduce";
+    case Kind::kNewObj:
+      return "object";
+    case Kind::kPersistentId:
+      return "persistent id";
   }
   return "?";
 }
@@ -152,7 +168,8 @@ std::optional<std::vector<std::pair<NodeId, NodeId>>> Document::MappingItems(Nod
   }
   std::vector<std::pair<NodeId, NodeId>> out;
   out.reserve((n.items.size() - begin) / 2);
-  for (size_t i = begin; i + 1 < n.items.size(); i += 2) out.emplace_back(n.items[i], n.items[i + 1]);
+  for (size_t i = begin; i + 1 < n.items.size(); i += 2)
+    out.emplace_back(n.items[i], n.items[i + 1]);
   return out;
 }
 
@@ -264,14 +281,24 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
       out += close;
     };
     switch (n.kind) {
-      case Kind::kNone: out += "None"; break;
-      case Kind::kBool: out += n.scalar ? "True" : "False"; break;
-      case Kind::kInt: out += std::to_string(n.scalar); break;
-      case Kind::kLong: out += "<int of " + std::to_string(n.text.size()) + " bytes>"; break;
+      case Kind::kNone:
+        out += "None";
+        break;
+      case Kind::kBool:
+        out += n.scalar ? "True" : "False";
+        break;
+      case Kind::kInt:
+        out += std::to_string(n.scalar);
+        break;
+      case Kind::kLong:
+        out += "<int of " + std::to_string(n.text.size()) + " bytes>";
+        break;
       case Kind::kFloat:
         out += FloatRepr(n.float_value());
         break;
-      case Kind::kStr: QuoteInto(&out, n.text); break;
+      case Kind::kStr:
+        QuoteInto(&out, n.text);
+        break;
       case Kind::kBytes:
         out += "b";
         QuoteInto(&out, n.text);
@@ -279,9 +306,15 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
       case Kind::kTuple:
         seq("(", n.items.size() == 1 ? ",)" : ")", 0, n.items.size());
         break;
-      case Kind::kList: seq("[", "]", 0, n.items.size()); break;
-      case Kind::kSet: seq("{", "}", 0, n.items.size()); break;
-      case Kind::kFrozenSet: seq("frozenset({", "})", 0, n.items.size()); break;
+      case Kind::kList:
+        seq("[", "]", 0, n.items.size());
+        break;
+      case Kind::kSet:
+        seq("{", "}", 0, n.items.size());
+        break;
+      case Kind::kFrozenSet:
+        seq("frozenset({", "})", 0, n.items.size());
+        break;
       case Kind::kDict:
         out += "{";
         for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
@@ -293,7 +326,9 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
         }
         out += "}";
         break;
-      case Kind::kGlobal: out += n.text + "." + n.name; break;
+      case Kind::kGlobal:
+        out += n.text + "." + n.name;
+        break;
       case Kind::kReduce:
       case Kind::kNewObj:
         self(self, n.a);

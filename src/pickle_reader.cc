@@ -25,7 +25,8 @@ class Reader {
                               ")");
   }
   Status Need(size_t n) const {
-    if (data_.size() - pos_ < n) return Fail("truncated: needs " + std::to_string(n) + " more bytes");
+    if (data_.size() - pos_ < n)
+      return Fail("truncated: needs " + std::to_string(n) + " more bytes");
     return Status::OK();
   }
   Result<NodeId> Pop() {
@@ -48,7 +49,8 @@ class Reader {
     return items;
   }
   Status Push(Node node) {
-    if (doc_.size() >= limits_.max_nodes) return Fail("more than " + std::to_string(limits_.max_nodes) + " values");
+    if (doc_.size() >= limits_.max_nodes)
+      return Fail("more than " + std::to_string(limits_.max_nodes) + " values");
     stack_.push_back(doc_.Add(std::move(node)));
     return Status::OK();
   }
@@ -57,14 +59,19 @@ class Reader {
     const char* p = data_.data() + pos_;
     pos_ += width;
     switch (width) {
-      case 1: return static_cast<uint8_t>(*p);
-      case 2: return LoadLE16(p);
-      case 4: return LoadLE32(p);
-      default: return LoadLE64(p);
+      case 1:
+        return static_cast<uint8_t>(*p);
+      case 2:
+        return LoadLE16(p);
+      case 4:
+        return LoadLE32(p);
+      default:
+        return LoadLE64(p);
     }
   }
   Result<std::string_view> ReadBytes(uint64_t n) {
-    if (n > data_.size() - pos_) return Fail("truncated: a " + std::to_string(n) + "-byte string runs past the end");
+    if (n > data_.size() - pos_)
+      return Fail("truncated: a " + std::to_string(n) + "-byte string runs past the end");
     std::string_view s = data_.substr(pos_, n);
     pos_ += n;
     return s;
@@ -180,7 +187,8 @@ Status Reader::Step(uint8_t op) {
       UCFS_ASSIGN_OR_RETURN(uint64_t v, ReadUInt(width));
       Node n;
       n.kind = Kind::kInt;
-      n.scalar = op == 'J' ? static_cast<int64_t>(static_cast<int32_t>(v)) : static_cast<int64_t>(v);
+      n.scalar =
+          op == 'J' ? static_cast<int64_t>(static_cast<int32_t>(v)) : static_cast<int64_t>(v);
       return Push(std::move(n));
     }
     case 0x8a:
@@ -190,8 +198,10 @@ Status Reader::Step(uint8_t op) {
       Node n;
       if (len <= 8) {
         uint64_t v = 0;
-        for (size_t i = 0; i < len; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
-        if (len > 0 && len < 8 && (static_cast<uint8_t>(bytes[len - 1]) & 0x80)) v |= ~uint64_t{0} << (8 * len);
+        for (size_t i = 0; i < len; ++i)
+          v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+        if (len > 0 && len < 8 && (static_cast<uint8_t>(bytes[len - 1]) & 0x80))
+          v |= ~uint64_t{0} << (8 * len);
         n.kind = Kind::kInt;
         n.scalar = static_cast<int64_t>(v);
       } else {

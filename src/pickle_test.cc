@@ -92,8 +92,10 @@ TEST(PickleValues, IntegersOfEveryEncoding) {
   auto items = doc->SequenceItems(doc->root());
   ASSERT_TRUE(items);
   const std::vector<std::optional<int64_t>> expected = {
-      0, 1, 255, 256, 65535, 65536, -1, -256, 2147483647, -2147483648LL, 2147483648LL,
-      -2147483649LL, INT64_MAX, INT64_MIN, std::nullopt, std::nullopt, std::nullopt, 1, 0};
+      0,         1,         255,          256,           65535,        65536,
+      -1,        -256,      2147483647,   -2147483648LL, 2147483648LL, -2147483649LL,
+      INT64_MAX, INT64_MIN, std::nullopt, std::nullopt,  std::nullopt, 1,
+      0};
   ASSERT_EQ(items->size(), expected.size() + 1);
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(doc->AsInt((*items)[i]), expected[i]) << i;
@@ -132,8 +134,9 @@ TEST(PickleValues, OrderedDictKeepsItsItemsInOrder) {
 TEST(PickleValues, EditedDocumentIsWrittenAsPythonWould) {
   // Change partition_count in a real optimizer pickle: the output differs
   // from the input only in that integer.
-  std::string original = DataPkl(testing::FixtureDir("z3_fp32_ws4") +
-                                 "/checkpoint/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt");
+  std::string original =
+      DataPkl(testing::FixtureDir("z3_fp32_ws4") +
+              "/checkpoint/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt");
   auto doc = Parse(original);
   ASSERT_TRUE(doc.ok());
   NodeId osd = doc->Get(doc->root(), "optimizer_state_dict");
@@ -175,7 +178,10 @@ TEST(PickleSafety, ForeignGlobalIsANameNotACall) {
   const std::string marker = ::testing::TempDir() + "/ucfs_pickle_pwned";
   std::filesystem::remove(marker);
   std::string cmd = "touch " + marker;
-  std::string evil("\x80\x02" "cos\nsystem\nq\x00X", 16);
+  std::string evil(
+      "\x80\x02"
+      "cos\nsystem\nq\x00X",
+      16);
   evil += std::string(1, static_cast<char>(cmd.size())) + std::string(3, '\0') + cmd;
   evil += "q\x01\x85q\x02Rq\x03.";
   auto doc = Parse(evil);
@@ -190,8 +196,9 @@ TEST(PickleSafety, ForeignGlobalIsANameNotACall) {
 }
 
 TEST(PickleSafety, EveryTruncationIsAnErrorWithAnOffset) {
-  std::string original = DataPkl(testing::FixtureDir("z3_tricky_fp32_ws4") +
-                                 "/checkpoint/global_step4/zero_pp_rank_0_mp_rank_00_model_states.pt");
+  std::string original =
+      DataPkl(testing::FixtureDir("z3_tricky_fp32_ws4") +
+              "/checkpoint/global_step4/zero_pp_rank_0_mp_rank_00_model_states.pt");
   for (size_t cut = 0; cut < original.size(); ++cut) {
     auto doc = Parse(std::string_view(original).substr(0, cut));
     ASSERT_FALSE(doc.ok()) << "cut at " << cut;
@@ -200,8 +207,9 @@ TEST(PickleSafety, EveryTruncationIsAnErrorWithAnOffset) {
 }
 
 TEST(PickleSafety, RandomCorruptionNeverCrashes) {
-  std::string original = DataPkl(testing::FixtureDir("z3_bf16_ws3") +
-                                 "/checkpoint/global_step4/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  std::string original =
+      DataPkl(testing::FixtureDir("z3_bf16_ws3") +
+              "/checkpoint/global_step4/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
   std::mt19937 rng(1234);
   int failures = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -231,7 +239,10 @@ TEST(PickleSafety, DeepNestingIsRefused) {
 }
 
 TEST(PickleSafety, CyclesAreRefused) {
-  auto doc = Parse(std::string("\x80\x02]q\x00h\x00" "a.", 9));
+  auto doc =
+      Parse(std::string("\x80\x02]q\x00h\x00"
+                        "a.",
+                        9));
   ASSERT_FALSE(doc.ok());
   EXPECT_NE(doc.status().message().find("cycle"), std::string::npos) << doc.status().ToString();
 }
@@ -243,14 +254,23 @@ TEST(PickleSafety, MalformedOpcodesNameTheirOffset) {
   };
   const std::vector<Case> cases = {
       {std::string("\x80\x02h\x05.", 5), "memo key 5 was never stored (opcode at byte 2)"},
-      {"\x80\x02" "a.", "stack underflow (opcode at byte 2)"},
+      {"\x80\x02"
+       "a.",
+       "stack underflow (opcode at byte 2)"},
       {std::string("\x80\x02K\x01K\x02.", 7), "STOP with 2 values"},
-      {"\x80\x02" "cos\nsys", "unterminated line"},
-      {std::string("\x80\x02X\xff\xff\xff\x7f" "abc.", 11), "runs past the end"},
+      {"\x80\x02"
+       "cos\nsys",
+       "unterminated line"},
+      {std::string("\x80\x02X\xff\xff\xff\x7f"
+                   "abc.",
+                   11),
+       "runs past the end"},
       {std::string("\x80\x02K\x01)b.", 7), "BUILD on a int"},
       {"\x80\x02\xff.", "unsupported opcode 0xff at byte 2"},
       {"\x80\x09.", "unsupported pickle protocol 9"},
-      {"\x80\x02" "1.", "no MARK"},
+      {"\x80\x02"
+       "1.",
+       "no MARK"},
   };
   for (const auto& c : cases) {
     auto doc = Parse(c.bytes);

@@ -134,7 +134,8 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
   // (storage_pid, storage_offset, size, stride, requires_grad, hooks[, dtype][, metadata])
   if (args->size() < 5) return Malformed(doc, id, "fewer than 5 rebuild arguments");
   const auto& pid_node = doc.node((*args)[0]);
-  if (pid_node.kind != Kind::kPersistentId) return Malformed(doc, id, "storage is not a persistent id");
+  if (pid_node.kind != Kind::kPersistentId)
+    return Malformed(doc, id, "storage is not a persistent id");
   auto pid = doc.SequenceItems(pid_node.a);
   if (!pid || pid->size() < 5) return Malformed(doc, id, "persistent id is not a 5-tuple");
   auto tag = doc.AsStr((*pid)[0]);
@@ -179,13 +180,14 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
   if (v3) {
     if (args->size() < 7) return Malformed(doc, id, "_rebuild_tensor_v3 without a dtype");
     const auto& dt = doc.node((*args)[6]);
-    auto real = dt.kind == Kind::kGlobal && dt.text == "torch" ? DTypeFromTorchName(dt.name)
-                                                                : std::nullopt;
+    auto real =
+        dt.kind == Kind::kGlobal && dt.text == "torch" ? DTypeFromTorchName(dt.name) : std::nullopt;
     if (!real) return Malformed(doc, id, "_rebuild_tensor_v3 dtype is not a torch dtype");
     // An untyped storage counts bytes; express the storage in elements.
     const uint32_t es = Info(*real).element_size;
     if (t.dtype == DType::kUntyped) {
-      if (t.storage_numel % es != 0) return Malformed(doc, id, "untyped storage not a whole number of elements");
+      if (t.storage_numel % es != 0)
+        return Malformed(doc, id, "untyped storage not a whole number of elements");
       t.storage_numel /= es;
     }
     t.dtype = *real;
@@ -203,8 +205,9 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
       }
     }
     if (last >= t.storage_numel) {
-      return Malformed(doc, id, "reaches element " + std::to_string(last) + " of a storage of " +
-                                    std::to_string(t.storage_numel));
+      return Malformed(doc, id,
+                       "reaches element " + std::to_string(last) + " of a storage of " +
+                           std::to_string(t.storage_numel));
     }
   }
   return std::optional<TensorRef>(std::move(t));

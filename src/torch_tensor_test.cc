@@ -40,7 +40,8 @@ TEST(MatchTensor, UniversalFileIsABareTensor) {
 }
 
 TEST(MatchTensor, ZeroToFp32ViewsOfPaddedStorage) {
-  Document doc = ParseDataPkl(testing::FixtureDir("z3_fp32_ws4") + "/zero_to_fp32/pytorch_model.bin");
+  Document doc =
+      ParseDataPkl(testing::FixtureDir("z3_fp32_ws4") + "/zero_to_fp32/pytorch_model.bin");
   NodeId embed = doc.Get(doc.root(), "embed.weight");
   auto t = MatchTensor(doc, embed);
   ASSERT_TRUE(t.ok() && t->has_value());
@@ -89,7 +90,8 @@ TEST(MatchTensor, TensorOutsideItsStorageIsMalformed) {
   NodeId bad = BuildTensor(&doc, "HalfStorage", 11, 2, {2, 5}, {5, 1});
   auto r = MatchTensor(doc, bad);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("reaches element 11"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("reaches element 11"), std::string::npos)
+      << r.status().ToString();
   NodeId unknown = BuildTensor(&doc, "NoSuchStorage", 4, 0, {4}, {1});
   EXPECT_FALSE(MatchTensor(doc, unknown).ok());
 }

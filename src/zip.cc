@@ -74,7 +74,8 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
                           file.ReadString(end_pos - kZip64LocatorSize, kZip64LocatorSize));
     if (LoadLE32(loc.data()) == kZip64LocatorSig) {
       uint64_t z64_pos = LoadLE64(loc.data() + 8);
-      if (z64_pos > end_pos - kZip64LocatorSize || end_pos - kZip64LocatorSize - z64_pos < kZip64EndSize) {
+      if (z64_pos > end_pos - kZip64LocatorSize ||
+          end_pos - kZip64LocatorSize - z64_pos < kZip64EndSize) {
         return Bad(file, "zip64 end record offset " + std::to_string(z64_pos) + " out of range");
       }
       UCFS_ASSIGN_OR_RETURN(std::string z64, file.ReadString(z64_pos, kZip64EndSize));
@@ -192,8 +193,8 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
   archive.prefix_ = first.substr(0, slash);
   for (const auto& rec : archive.records_) {
     if (rec.name.compare(0, slash + 1, first, 0, slash + 1) != 0) {
-      return Bad(file, "record '" + rec.name + "' is outside the top folder '" +
-                           archive.prefix_ + "'");
+      return Bad(file,
+                 "record '" + rec.name + "' is outside the top folder '" + archive.prefix_ + "'");
     }
   }
   return archive;

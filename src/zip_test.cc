@@ -163,8 +163,8 @@ TEST(ZipArchive, AcceptsPythonZipfileArchives) {
   ASSERT_NE(pkl, nullptr);
   EXPECT_EQ(pkl->method, 8);
 
-  const std::string orig_path = FixtureDir("z3_fp32_ws2") +
-                                "/checkpoint/global_step4_universal/zero/fc1.bias/fp32.pt";
+  const std::string orig_path =
+      FixtureDir("z3_fp32_ws2") + "/checkpoint/global_step4_universal/zero/fc1.bias/fp32.pt";
   auto orig_file = Env::Posix()->Open(orig_path);
   auto orig = ZipArchive::Open(**orig_file);
   ASSERT_TRUE(orig.ok());

@@ -29,7 +29,8 @@ TEST(LibTorchCrossCheck, UniversalFilesAgreeWithTheCheckpointModel) {
     ASSERT_FALSE(zero.empty()) << fixture;
     for (size_t p = 0; p < c->params().size(); ++p) {
       for (size_t s = 0; s < c->states().size(); ++s) {
-        const std::string path = zero + "/" + c->params()[p].name + "/" + c->states()[s].name + ".pt";
+        const std::string path =
+            zero + "/" + c->params()[p].name + "/" + c->states()[s].name + ".pt";
         testing::LibTorchTensor t;
         std::string error;
         ASSERT_TRUE(testing::LoadWithLibTorch(path, &t, &error)) << path << ": " << error;

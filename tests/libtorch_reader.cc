@@ -13,8 +13,9 @@ bool LoadWithLibTorch(const std::string& path, LibTorchTensor* out, std::string*
   std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
     at::Tensor t = torch::jit::pickle_load(data).toTensor().contiguous();
-    out->dtype = std::string(c10::toString(t.scalar_type())) == "Float" ? "float32"
-                                                                       : c10::toString(t.scalar_type());
+    out->dtype = std::string(c10::toString(t.scalar_type())) == "Float"
+                     ? "float32"
+                     : c10::toString(t.scalar_type());
     out->shape.assign(t.sizes().begin(), t.sizes().end());
     out->requires_grad = t.requires_grad();
     out->bytes.assign(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());

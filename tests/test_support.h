@@ -3,10 +3,9 @@
 #ifndef UCFS_TESTS_TEST_SUPPORT_H_
 #define UCFS_TESTS_TEST_SUPPORT_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ucfs/checkpoint.h"
 

@@ -19,11 +19,11 @@
 namespace ucfs {
 
 struct CheckpointFiles {
-  std::string root;     // the directory with `latest`; empty if there is none
-  std::string tag;      // "global_step100"
-  std::string tag_dir;  // root/tag, or the directory the user named
-  std::string optim_prefix;  // "bf16_" when the run trained in bf16, else ""
-  uint32_t world_size = 0;   // from the file names
+  std::string root;                      // the directory with `latest`; empty if there is none
+  std::string tag;                       // "global_step100"
+  std::string tag_dir;                   // root/tag, or the directory the user named
+  std::string optim_prefix;              // "bf16_" when the run trained in bf16, else ""
+  uint32_t world_size = 0;               // from the file names
   std::vector<std::string> optim_files;  // by DP rank, full paths
   // By DP rank; "" where a rank's model-states file is absent (DeepSpeed
   // 0.14.5 to 0.17 with load_universal set at save time writes only rank

@@ -2,9 +2,8 @@
 #ifndef UCFS_INSPECT_H_
 #define UCFS_INSPECT_H_
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ucfs/checkpoint.h"
 

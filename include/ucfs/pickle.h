@@ -27,19 +27,19 @@ namespace ucfs::pickle {
 enum class Kind : uint8_t {
   kNone,
   kBool,
-  kInt,       // fits int64
-  kLong,      // larger: `text` holds its little-endian two's-complement bytes
+  kInt,   // fits int64
+  kLong,  // larger: `text` holds its little-endian two's-complement bytes
   kFloat,
-  kStr,       // UTF-8 in `text`
-  kBytes,     // raw bytes in `text`
-  kTuple,     // items
-  kList,      // items
-  kDict,      // items = key0, value0, key1, value1, ... (insertion order)
-  kSet,       // items
-  kFrozenSet, // items
-  kGlobal,    // `text` = module, `name` = qualified name
-  kReduce,    // callable(*args): a = callable, b = args (a tuple)
-  kNewObj,    // cls.__new__(cls, *args): a = cls, b = args
+  kStr,           // UTF-8 in `text`
+  kBytes,         // raw bytes in `text`
+  kTuple,         // items
+  kList,          // items
+  kDict,          // items = key0, value0, key1, value1, ... (insertion order)
+  kSet,           // items
+  kFrozenSet,     // items
+  kGlobal,        // `text` = module, `name` = qualified name
+  kReduce,        // callable(*args): a = callable, b = args (a tuple)
+  kNewObj,        // cls.__new__(cls, *args): a = cls, b = args
   kPersistentId,  // a = the persistent id object (torch: a 5-tuple)
 };
 
@@ -111,8 +111,8 @@ class Document {
   NodeId Get(NodeId mapping, std::string_view key) const;
   // Elements of a tuple or list (or the APPENDS items of a REDUCE result).
   std::optional<std::vector<NodeId>> SequenceItems(NodeId id) const;
-  std::optional<int64_t> AsInt(NodeId id) const;     // int or bool
-  std::optional<double> AsNumber(NodeId id) const;   // int, bool or float
+  std::optional<int64_t> AsInt(NodeId id) const;    // int or bool
+  std::optional<double> AsNumber(NodeId id) const;  // int, bool or float
   std::optional<std::string_view> AsStr(NodeId id) const;
   // A Python-like rendering for messages and debugging, cut at max_chars.
   std::string Repr(NodeId id, size_t max_chars = 200) const;

@@ -66,7 +66,7 @@ std::string_view CodeName(Status::Code code);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result constructed from an OK status");
   }
@@ -94,9 +94,9 @@ class [[nodiscard]] Result {
 #define UCFS_CONCAT_(a, b) UCFS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (a Status) is not OK.
-#define UCFS_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::ucfs::Status ucfs_status_ = (expr);       \
+#define UCFS_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::ucfs::Status ucfs_status_ = (expr);        \
     if (!ucfs_status_.ok()) return ucfs_status_; \
   } while (0)
 

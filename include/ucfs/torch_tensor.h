@@ -54,8 +54,8 @@ std::optional<DType> DTypeFromTorchName(std::string_view name);
 
 struct TensorRef {
   pickle::NodeId node = pickle::kNoNode;  // the rebuild call
-  std::string storage_key;               // the zip record is "<prefix>/data/<key>"
-  std::string location;                  // "cpu", "cuda:0", ...
+  std::string storage_key;                // the zip record is "<prefix>/data/<key>"
+  std::string location;                   // "cpu", "cuda:0", ...
   DType dtype = DType::kFloat32;
   uint64_t storage_numel = 0;   // elements of the storage (bytes if untyped)
   uint64_t storage_offset = 0;  // elements

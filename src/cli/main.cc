@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
-  auto* inspect = app.add_subcommand("inspect", "Describe a ZeRO-3 checkpoint: world size, dtype, "
-                                                "step, groups, and every parameter");
+  auto* inspect = app.add_subcommand("inspect",
+                                     "Describe a ZeRO-3 checkpoint: world size, dtype, "
+                                     "step, groups, and every parameter");
   std::string path;
   std::optional<std::string> tag;
   bool json = false;
@@ -89,8 +90,9 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "Print JSON for scripts");
   inspect->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
-  auto* show = app.add_subcommand("show", "Print the pickled structure of a torch.save file "
-                                          "(tensors summarised; nothing is executed)");
+  auto* show = app.add_subcommand("show",
+                                  "Print the pickled structure of a torch.save file "
+                                  "(tensors summarised; nothing is executed)");
   std::string show_path;
   show->add_option("FILE", show_path, "A .pt file")->required();
 
