@@ -102,20 +102,18 @@ NodeId Document::AddDict(std::vector<NodeId> kv) {
 }
 
 NodeId Document::Global(std::string_view module, std::string_view name) {
-  std::string key;
-  key.reserve(module.size() + name.size() + 1);
-  key.append(module).push_back('\n');
-  key.append(name);
-  for (const auto& [k, id] : globals_) {
-    if (k == key) return id;
+  for (const auto& g : globals_) {
+    if (g.module == module && g.name == name) return g.id;
   }
+  // Copy before Add: the views may point into nodes_, which Add can move.
+  GlobalKey key{std::string(module), std::string(name), kNoNode};
   Node n;
   n.kind = Kind::kGlobal;
-  n.text = std::string(module);
-  n.name = std::string(name);
-  NodeId id = Add(std::move(n));
-  globals_.emplace_back(std::move(key), id);
-  return id;
+  n.text = key.module;
+  n.name = key.name;
+  key.id = Add(std::move(n));
+  globals_.push_back(std::move(key));
+  return globals_.back().id;
 }
 
 NodeId Document::AddReduce(NodeId callable, NodeId args) {

@@ -319,6 +319,9 @@ Status Reader::Step(uint8_t op) {
       auto m = doc_.AsStr(module);
       auto n = doc_.AsStr(name);
       if (!m || !n) return Fail("STACK_GLOBAL needs two strings");
+      if (m->find('\n') != std::string_view::npos || n->find('\n') != std::string_view::npos) {
+        return Fail("STACK_GLOBAL names a module or class with a newline");
+      }
       return PushGlobal(*m, *n);
     }
     case 'R':

@@ -279,6 +279,18 @@ TEST(PickleSafety, MalformedOpcodesNameTheirOffset) {
   }
 }
 
+// Inputs the fuzzers found (tests/data/fuzz_regressions).
+TEST(PickleSafety, GlobalNamesWithNewlinesAreRefused) {
+  auto doc = Parse(ReadFile(TestDataDir() + "/fuzz_regressions/pickle-global-newline.pkl"));
+  ASSERT_FALSE(doc.ok());
+  EXPECT_NE(doc.status().message().find("newline"), std::string::npos);
+  Document built;
+  built.set_root(built.Global("a\nb", "c"));
+  EXPECT_FALSE(Write(built).ok());
+  // Interning keys on both parts: these are two different globals.
+  EXPECT_NE(built.Global("a", "b\nc"), built.Global("a\nb", "c"));
+}
+
 TEST(PickleSafety, LimitsAreEnforced) {
   std::string many = "\x80\x02]" + std::string(1000, 'N') + ".";
   ParseLimits limits;

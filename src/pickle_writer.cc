@@ -221,6 +221,10 @@ class Writer {
         }
         break;
       case Kind::kGlobal:
+        // GLOBAL is newline-terminated text: such a name cannot be written.
+        if (n.text.find('\n') != std::string::npos || n.name.find('\n') != std::string::npos) {
+          return Status::InvalidArgument("pickle: a global's name contains a newline");
+        }
         out_ += 'c';
         out_ += n.text;
         out_ += '\n';

@@ -66,10 +66,12 @@ uint64_t TensorRef::numel() const {
 }
 
 bool TensorRef::contiguous() const {
-  int64_t expected = 1;
+  if (numel() == 0) return true;  // nothing to lay out; torch agrees
+  uint64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && stride[i] != expected) return false;
-    expected *= shape[i];
+    if (shape[i] != 1 && static_cast<uint64_t>(stride[i]) != expected) return false;
+    // No overflow: numel() <= 2^62 is checked by MatchTensor.
+    expected *= static_cast<uint64_t>(shape[i]);
   }
   return true;
 }
@@ -118,6 +120,14 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
   } else if (doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter") ||
              doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter_with_state")) {
     if (args->size() < 2) return Malformed(doc, id, "_rebuild_parameter needs 2 arguments");
+    // The data is a plain tensor: refuse wrappers of wrappers, which
+    // would make this recursion as deep as the input wants.
+    const auto& data = doc.node((*args)[0]);
+    if (data.kind != Kind::kReduce ||
+        !(doc.IsGlobal(data.a, "torch._utils", "_rebuild_tensor_v2") ||
+          doc.IsGlobal(data.a, "torch._utils", "_rebuild_tensor_v3"))) {
+      return Malformed(doc, id, "_rebuild_parameter data is not a plain tensor");
+    }
     UCFS_ASSIGN_OR_RETURN(auto inner, MatchTensor(doc, (*args)[0]));
     if (!inner) return Malformed(doc, id, "_rebuild_parameter data is not a tensor");
     auto rg = doc.AsInt((*args)[1]);

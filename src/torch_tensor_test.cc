@@ -135,5 +135,27 @@ TEST(MatchTensor, RebuildTensorV3UsesItsDtype) {
   EXPECT_EQ((*t)->location, "cuda:1");
 }
 
+// Found by the fuzzer: an empty tensor with enormous strides.
+TEST(MatchTensor, EmptyTensorWithHugeStridesIsContiguousWithoutOverflow) {
+  Document doc;
+  NodeId t = BuildTensor(&doc, "FloatStorage", 0, 0, {0, int64_t{1} << 62, int64_t{1} << 62},
+                         {1, int64_t{1} << 62, 1});
+  auto r = MatchTensor(doc, t);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().ToString();
+  EXPECT_EQ((*r)->numel(), 0u);
+  EXPECT_TRUE((*r)->contiguous());
+}
+
+TEST(MatchTensor, ParameterOfAParameterIsRefused) {
+  Document doc;
+  NodeId inner = BuildTensor(&doc, "FloatStorage", 6, 0, {6}, {1});
+  NodeId p = inner;
+  for (int i = 0; i < 3; ++i) {
+    p = doc.AddReduce(doc.Global("torch._utils", "_rebuild_parameter"),
+                      doc.AddTuple({p, doc.AddBool(true), doc.AddNone()}));
+  }
+  EXPECT_FALSE(MatchTensor(doc, p).ok());
+}
+
 }  // namespace
 }  // namespace ucfs

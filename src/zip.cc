@@ -156,6 +156,9 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
       return Status::NotSupported(file.path() + ": record '" + rec.name +
                                   "' uses compression method " + std::to_string(rec.method));
     }
+    if (rec.size > (uint64_t{1} << 62)) {
+      return Bad(file, "record '" + rec.name + "' claims " + std::to_string(rec.size) + " bytes");
+    }
     if (rec.method == 0 && rec.compressed_size != rec.size) {
       return Bad(file, "stored record '" + rec.name + "' has different sizes in the directory");
     }
@@ -274,6 +277,13 @@ Result<ZipLayout> ZipLayout::Plan(std::vector<ZipEntrySpec> entries, uint64_t al
     const ZipEntrySpec& e = layout.entries_[i];
     if (e.inline_data && e.inline_data->size() != e.size) {
       return Status::InvalidArgument("zip entry '" + e.name + "': size differs from its data");
+    }
+    // Every offset must fit a signed 64-bit file offset; bound each size
+    // and the running total so the cursor cannot wrap.
+    constexpr uint64_t kMaxArchive = uint64_t{1} << 62;
+    if (e.size > kMaxArchive || cursor > kMaxArchive - e.size) {
+      return Status::InvalidArgument("zip entry '" + e.name + "' of " + std::to_string(e.size) +
+                                     " bytes makes the archive larger than 2^62 bytes");
     }
     if (e.name.empty() || e.name.size() > 0xffff) {
       return Status::InvalidArgument("zip entry name of " + std::to_string(e.name.size()) +

@@ -232,5 +232,24 @@ TEST(ZipArchive, CorruptDirectoryFieldsAreErrors) {
   EXPECT_NE(r.status().message().find("encrypted"), std::string::npos);
 }
 
+// Found by fuzzing: records claiming sizes no archive can hold.
+TEST(ZipArchive, AbsurdRecordSizesAreRefused) {
+  for (const char* name : {"zip-plan-size-overflow-1.pt", "zip-plan-size-overflow-2.pt"}) {
+    const std::string path = TestDataDir() + "/fuzz_regressions/" + name;
+    auto file = Env::Posix()->Open(path);
+    ASSERT_TRUE(file.ok());
+    auto archive = ZipArchive::Open(**file);
+    ASSERT_FALSE(archive.ok()) << name;
+    EXPECT_NE(archive.status().message().find("claims"), std::string::npos)
+        << archive.status().ToString();
+  }
+  std::vector<ZipEntrySpec> specs(2);
+  specs[0].name = "a/data/0";
+  specs[0].size = uint64_t{1} << 62;
+  specs[1].name = "a/data/1";
+  specs[1].size = uint64_t{1} << 62;
+  EXPECT_FALSE(ZipLayout::Plan(specs).ok());
+}
+
 }  // namespace
 }  // namespace ucfs

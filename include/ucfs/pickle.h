@@ -120,7 +120,11 @@ class Document {
  private:
   std::vector<Node> nodes_;
   NodeId root_ = kNoNode;
-  std::vector<std::pair<std::string, NodeId>> globals_;  // "module\nname" -> node
+  struct GlobalKey {
+    std::string module, name;
+    NodeId id;
+  };
+  std::vector<GlobalKey> globals_;
 };
 
 // Parses a pickle. Every malformed input is an error naming the byte offset;
