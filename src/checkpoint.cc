@@ -17,19 +17,23 @@ using pickle::NodeId;
 
 namespace {
 
-// One rank file, opened and with its data.pkl parsed.
+// One rank file: its summary (zip records, data.pkl) and the parsed pickle.
 struct TorchFile {
-  std::unique_ptr<RandomAccessFile> file;
-  ZipArchive archive;
+  TorchFileSummary summary;
   std::shared_ptr<Document> doc;
 
-  const std::string& path() const { return file->path(); }
+  const std::string& path() const { return summary.path; }
   Status Error(const std::string& what) const { return Status::Corruption(path() + ": " + what); }
 
   // Byte offset in the file of element 0 of `t`, after checking that the
   // tensor lies inside a stored record.
   Result<uint64_t> DataOffset(const TensorRef& t) const {
-    const ZipRecord* rec = archive.Find("data/" + t.storage_key);
+    UCFS_ASSIGN_OR_RETURN(const ZipRecord* rec, Record(t));
+    return rec->data_offset + t.byte_offset();
+  }
+
+  Result<const ZipRecord*> Record(const TensorRef& t) const {
+    const ZipRecord* rec = summary.Find("data/" + t.storage_key);
     if (rec == nullptr) return Error("no storage record 'data/" + t.storage_key + "'");
     if (rec->method != 0) {
       return Status::NotSupported(path() + ": storage record '" + rec->name +
@@ -41,25 +45,33 @@ struct TorchFile {
       return Error("storage record '" + rec->name + "' holds " + std::to_string(rec->size) +
                    " bytes, its tensor needs " + std::to_string(need));
     }
-    return rec->data_offset + t.byte_offset();
+    return rec;
+  }
+
+  // A 0-dim tensor's value, from the summary's small records.
+  Result<double> ScalarValue(const TensorRef& t) const {
+    UCFS_RETURN_IF_ERROR(Record(t).status());
+    const std::string* bytes = summary.SmallRecord("data/" + t.storage_key);
+    if (bytes == nullptr || bytes->size() < t.byte_offset() + t.element_size()) {
+      return Error("scalar record 'data/" + t.storage_key + "' is not small");
+    }
+    auto v = DecodeScalar(bytes->data() + t.byte_offset(), t.dtype);
+    if (!v.ok()) return v.status().Annotate(path());
+    return v;
   }
 };
 
-Result<TorchFile> LoadTorchFile(Env& env, const std::string& path) {
+Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path) {
   auto start = std::chrono::steady_clock::now();
   TorchFile tf;
-  UCFS_ASSIGN_OR_RETURN(tf.file, env.Open(path));
-  UCFS_ASSIGN_OR_RETURN(tf.archive, ZipArchive::Open(*tf.file));
-  const ZipRecord* pkl = tf.archive.Find("data.pkl");
-  if (pkl == nullptr) return tf.Error("no data.pkl record in the archive");
-  UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*tf.file, *pkl));
-  auto doc = pickle::Parse(bytes);
+  UCFS_ASSIGN_OR_RETURN(tf.summary, source.Summarize(path));
+  auto doc = pickle::Parse(tf.summary.pickle);
   if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
   tf.doc = std::make_shared<Document>(std::move(doc).value());
-  spdlog::debug(
-      "parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
-      tf.archive.records().size(), bytes.size(), tf.doc->size(),
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  spdlog::debug("parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
+                tf.summary.records.size(), tf.summary.pickle.size(), tf.doc->size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
   return tf;
 }
 
@@ -107,42 +119,36 @@ uint64_t Product(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, DType dtype) {
-  char buf[8] = {};
-  const uint32_t size = Info(dtype).element_size;
-  if (size > sizeof buf)
-    return Status::NotSupported("scalar of dtype " + std::string(Info(dtype).torch_name));
-  UCFS_RETURN_IF_ERROR(file.ReadExact(offset, size, buf));
+Result<double> DecodeScalar(const char* p, DType dtype) {
   switch (dtype) {
     case DType::kFloat32: {
       float f;
-      std::memcpy(&f, buf, 4);
+      std::memcpy(&f, p, 4);
       return static_cast<double>(f);
     }
     case DType::kFloat64: {
       double d;
-      std::memcpy(&d, buf, 8);
+      std::memcpy(&d, p, 8);
       return d;
     }
     case DType::kBFloat16: {
       uint32_t bits =
-          static_cast<uint32_t>(static_cast<uint8_t>(buf[0]) | (static_cast<uint8_t>(buf[1]) << 8))
+          static_cast<uint32_t>(static_cast<uint8_t>(p[0]) | (static_cast<uint8_t>(p[1]) << 8))
           << 16;
       return static_cast<double>(std::bit_cast<float>(bits));
     }
     case DType::kInt64: {
       int64_t v;
-      std::memcpy(&v, buf, 8);
+      std::memcpy(&v, p, 8);
       return static_cast<double>(v);
     }
     case DType::kInt32: {
       int32_t v;
-      std::memcpy(&v, buf, 4);
+      std::memcpy(&v, p, 4);
       return static_cast<double>(v);
     }
     default:
-      return Status::NotSupported(file.path() + ": scalar state of dtype " +
-                                  std::string(Info(dtype).torch_name));
+      return Status::NotSupported("scalar state of dtype " + std::string(Info(dtype).torch_name));
   }
 }
 
@@ -150,35 +156,43 @@ Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, D
 // the order they depend on each other.
 class CheckpointBuilder {
  public:
-  explicit CheckpointBuilder(Env& env) : env_(env) {}
+  CheckpointBuilder(Env& env, TorchFileSource& source) : env_(env), source_(source) {}
 
   Result<Checkpoint> Build(const std::string& path, const CheckpointOptions& options) {
     UCFS_ASSIGN_OR_RETURN(c_.files_, DiscoverCheckpoint(env_, path, options.tag));
     const uint32_t w = c_.world_size();
-    for (const auto& p : c_.files_.optim_files) UCFS_RETURN_IF_ERROR(AddSource(p));
-    for (const auto& p : c_.files_.model_files) UCFS_RETURN_IF_ERROR(AddSource(p));
+    c_.sources_.resize(2 * static_cast<size_t>(w));
 
-    UCFS_ASSIGN_OR_RETURN(TorchFile model0, LoadTorchFile(env_, c_.files_.model_files[0]));
+    UCFS_ASSIGN_OR_RETURN(TorchFile model0, Load(w, c_.files_.model_files[0]));
     UCFS_RETURN_IF_ERROR(ReadModelStates(model0));
     for (uint32_t r = 0; r < w; ++r) {
-      UCFS_ASSIGN_OR_RETURN(TorchFile optim, LoadTorchFile(env_, c_.files_.optim_files[r]));
+      UCFS_ASSIGN_OR_RETURN(TorchFile optim, Load(r, c_.files_.optim_files[r]));
       UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim));
-      if (r == 0) c_.rank0_optim_ = optim.doc;
+      if (r == 0) {
+        c_.rank0_optim_ = optim.doc;
+        c_.rank0_optim_summary_ = std::make_shared<TorchFileSummary>(std::move(optim.summary));
+      }
     }
     UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0));
     UCFS_RETURN_IF_ERROR(ReadBuffers(model0));
     c_.rank0_model_ = model0.doc;
+    // Model files read for nothing else are still sources (passed through).
+    for (uint32_t r = 1; r < w; ++r) {
+      SourceFile& src = c_.sources_[w + r];
+      if (src.path.empty() && !c_.files_.model_files[r].empty()) {
+        src.path = c_.files_.model_files[r];
+        UCFS_ASSIGN_OR_RETURN(src.identity, env_.Stat(src.path));
+      }
+    }
     return std::move(c_);
   }
 
  private:
-  Status AddSource(const std::string& path) {
-    SourceFile s{path, {}};
-    if (!path.empty()) {
-      UCFS_ASSIGN_OR_RETURN(s.identity, env_.Stat(path));
-    }
-    c_.sources_.push_back(std::move(s));
-    return Status::OK();
+  // Summarises source `index` and parses its pickle.
+  Result<TorchFile> Load(uint32_t index, const std::string& path) {
+    UCFS_ASSIGN_OR_RETURN(TorchFile tf, LoadTorchFile(source_, path));
+    c_.sources_[index] = SourceFile{path, tf.summary.identity};
+    return tf;
   }
 
   // Rank 0's model states: the parameter table's names and shapes, frozen
@@ -450,8 +464,7 @@ class CheckpointBuilder {
       } else {
         UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
         if (!t || t->numel() != 1 || !t->shape.empty()) continue;  // per-element, or not ours
-        UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(*t));
-        UCFS_ASSIGN_OR_RETURN(s.value, ReadScalarTensor(*tf.file, offset, t->dtype));
+        UCFS_ASSIGN_OR_RETURN(s.value, tf.ScalarValue(*t));
         s.is_tensor = true;
         s.dtype = t->dtype;
       }
@@ -477,7 +490,7 @@ class CheckpointBuilder {
       TorchFile loaded;
       const TorchFile* tf = &model0;
       if (r > 0) {
-        UCFS_ASSIGN_OR_RETURN(loaded, LoadTorchFile(env_, path));
+        UCFS_ASSIGN_OR_RETURN(loaded, Load(w + r, path));
         tf = &loaded;
       }
       const NodeId fragments = tf->doc->Get(tf->doc->root(), "frozen_param_fragments");
@@ -527,12 +540,15 @@ class CheckpointBuilder {
   }
 
   Env& env_;
+  TorchFileSource& source_;
   Checkpoint c_;
 };
 
 Result<Checkpoint> Checkpoint::Open(Env& env, const std::string& path,
                                     const CheckpointOptions& options) {
-  return CheckpointBuilder(env).Build(path, options);
+  DirectTorchFileSource direct(env);
+  TorchFileSource& source = options.source != nullptr ? *options.source : direct;
+  return CheckpointBuilder(env, source).Build(path, options);
 }
 
 std::optional<size_t> Checkpoint::FindParam(std::string_view name) const {

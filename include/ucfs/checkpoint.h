@@ -22,6 +22,7 @@
 #include "ucfs/env.h"
 #include "ucfs/pickle.h"
 #include "ucfs/status.h"
+#include "ucfs/torch_file.h"
 #include "ucfs/torch_tensor.h"
 
 namespace ucfs {
@@ -92,6 +93,8 @@ struct TiedParam {
 
 struct CheckpointOptions {
   std::optional<std::string> tag;
+  // Where rank files are summarised from; nullptr reads them directly.
+  TorchFileSource* source = nullptr;
 };
 
 class Checkpoint {
@@ -136,6 +139,8 @@ class Checkpoint {
   // Rank 0's parsed data.pkl of the optimizer and model-states files.
   const pickle::Document& rank0_optim() const { return *rank0_optim_; }
   const pickle::Document& rank0_model() const { return *rank0_model_; }
+  // Rank 0's optimizer file: where its storage records are.
+  const TorchFileSummary& rank0_optim_summary() const { return *rank0_optim_summary_; }
 
  private:
   // Where one rank's copy of one flat buffer begins.
@@ -171,10 +176,11 @@ class Checkpoint {
   std::vector<Slot> frozen_slots_;
   std::shared_ptr<const pickle::Document> rank0_optim_;
   std::shared_ptr<const pickle::Document> rank0_model_;
+  std::shared_ptr<const TorchFileSummary> rank0_optim_summary_;
 };
 
-// Reads a 0-dim tensor's value (the Adam step) as a double.
-Result<double> ReadScalarTensor(const RandomAccessFile& file, uint64_t offset, DType dtype);
+// A scalar's value from its little-endian bytes (the Adam step) as a double.
+Result<double> DecodeScalar(const char* bytes, DType dtype);
 
 }  // namespace ucfs
 

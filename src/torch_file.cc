@@ -1,0 +1,145 @@
+#include "ucfs/torch_file.h"
+
+#include "byte_order.h"
+
+namespace ucfs {
+
+const ZipRecord* TorchFileSummary::Find(std::string_view relative_name) const {
+  for (const auto& rec : records) {
+    std::string_view name(rec.name);
+    if (name.size() == prefix.size() + 1 + relative_name.size() &&
+        name.substr(prefix.size() + 1) == relative_name) {
+      return &rec;
+    }
+  }
+  return nullptr;
+}
+
+const std::string* TorchFileSummary::SmallRecord(std::string_view relative_name) const {
+  for (const auto& [name, bytes] : small_records) {
+    if (name == relative_name) return &bytes;
+  }
+  return nullptr;
+}
+
+Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
+  TorchFileSummary s;
+  s.path = path;
+  UCFS_ASSIGN_OR_RETURN(s.identity, env.Stat(path));
+  UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+  UCFS_ASSIGN_OR_RETURN(ZipArchive archive, ZipArchive::Open(*file));
+  const ZipRecord* pkl = archive.Find("data.pkl");
+  if (pkl == nullptr) {
+    return Status::Corruption(path + ": no data.pkl record in the archive");
+  }
+  UCFS_ASSIGN_OR_RETURN(s.pickle, ZipArchive::ReadRecord(*file, *pkl));
+  s.prefix = archive.prefix();
+  s.records = archive.records();
+  for (const auto& rec : s.records) {
+    if (rec.method != 0 || rec.size > TorchFileSummary::kSmallRecord || &rec == pkl) continue;
+    UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*file, rec));
+    s.small_records.emplace_back(rec.name.substr(s.prefix.size() + 1), std::move(bytes));
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Encoding: a version byte, then fields as little-endian integers and
+// length-prefixed strings.
+
+namespace {
+
+constexpr char kSummaryVersion = 1;
+
+void PutString(std::string* out, std::string_view s) {
+  AppendLE64(out, s.size());
+  out->append(s);
+}
+
+class Decoder {
+ public:
+  explicit Decoder(std::string_view in) : in_(in) {}
+  bool U64(uint64_t* v) {
+    if (in_.size() < 8) return false;
+    *v = LoadLE64(in_.data());
+    in_.remove_prefix(8);
+    return true;
+  }
+  bool I64(int64_t* v) {
+    uint64_t u;
+    if (!U64(&u)) return false;
+    *v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint64_t n;
+    if (!U64(&n) || n > in_.size()) return false;
+    s->assign(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool empty() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+}  // namespace
+
+std::string EncodeSummary(const TorchFileSummary& s) {
+  std::string out(1, kSummaryVersion);
+  PutString(&out, s.path);
+  AppendLE64(&out, s.identity.size);
+  AppendLE64(&out, static_cast<uint64_t>(s.identity.mtime_ns));
+  AppendLE64(&out, s.identity.inode);
+  AppendLE64(&out, s.identity.device);
+  PutString(&out, s.prefix);
+  AppendLE64(&out, s.records.size());
+  for (const auto& r : s.records) {
+    PutString(&out, r.name);
+    AppendLE64(&out, r.header_offset);
+    AppendLE64(&out, r.data_offset);
+    AppendLE64(&out, r.size);
+    AppendLE64(&out, r.compressed_size);
+    AppendLE64(&out, (static_cast<uint64_t>(r.method) << 32) | r.crc32);
+  }
+  PutString(&out, s.pickle);
+  AppendLE64(&out, s.small_records.size());
+  for (const auto& [name, bytes] : s.small_records) {
+    PutString(&out, name);
+    PutString(&out, bytes);
+  }
+  return out;
+}
+
+Result<TorchFileSummary> DecodeSummary(std::string_view bytes) {
+  auto bad = [] { return Status::Corruption("index: malformed file summary"); };
+  if (bytes.empty() || bytes[0] != kSummaryVersion) return bad();
+  Decoder d(bytes.substr(1));
+  TorchFileSummary s;
+  uint64_t n = 0;
+  if (!d.Str(&s.path) || !d.U64(&s.identity.size) || !d.I64(&s.identity.mtime_ns) ||
+      !d.U64(&s.identity.inode) || !d.U64(&s.identity.device) || !d.Str(&s.prefix) || !d.U64(&n)) {
+    return bad();
+  }
+  if (n > bytes.size()) return bad();
+  s.records.resize(n);
+  for (auto& r : s.records) {
+    uint64_t method_crc = 0;
+    if (!d.Str(&r.name) || !d.U64(&r.header_offset) || !d.U64(&r.data_offset) || !d.U64(&r.size) ||
+        !d.U64(&r.compressed_size) || !d.U64(&method_crc)) {
+      return bad();
+    }
+    r.method = static_cast<uint16_t>(method_crc >> 32);
+    r.crc32 = static_cast<uint32_t>(method_crc);
+  }
+  if (!d.Str(&s.pickle) || !d.U64(&n) || n > bytes.size()) return bad();
+  s.small_records.resize(n);
+  for (auto& [name, data] : s.small_records) {
+    if (!d.Str(&name) || !d.Str(&data)) return bad();
+  }
+  if (!d.empty()) return bad();
+  return s;
+}
+
+}  // namespace ucfs
