@@ -374,7 +374,7 @@ class CheckpointBuilder {
   Status DefineStates(const TorchFile& tf, NodeId flat0,
                       const std::vector<std::pair<NodeId, NodeId>>& state_items) {
     UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, flat0, "fp32_flat_groups[0]"));
-    c_.states_.push_back({"fp32", flat.dtype});
+    c_.states_.push_back({"fp32", flat.dtype, flat.requires_grad});
     const Document& doc = *tf.doc;
     for (const auto& [key, value] : state_items) {
       if (doc.AsInt(key) != 0) continue;
@@ -385,7 +385,7 @@ class CheckpointBuilder {
         if (!n) continue;
         UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
         if (t && t->shape.size() == 1 && t->numel() == flat.numel()) {
-          c_.states_.push_back({std::string(*n), t->dtype});
+          c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
         }
       }
     }

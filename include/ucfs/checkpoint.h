@@ -69,6 +69,7 @@ struct SubGroupInfo {
 struct StateInfo {
   std::string name;  // "fp32" for the master weights, else the optimizer's key
   DType dtype = DType::kFloat32;
+  bool requires_grad = false;  // as rank 0's tensor has it (the fp32 flats do)
 };
 
 // A scalar optimizer state such as Adam's `step`.

@@ -1,0 +1,92 @@
+// Synthesised torch.save files: a pickle ucfs wrote, and storages whose
+// bytes are runs of checkpoint state, source ranges or zeros — laid out
+// exactly as torch.save would lay them out, so sizes are known at stat
+// time and every read maps to source extents.
+#ifndef UCFS_TORCH_WRITER_H_
+#define UCFS_TORCH_WRITER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucfs/checkpoint.h"
+#include "ucfs/view.h"
+#include "ucfs/zip.h"
+
+namespace ucfs {
+
+// A contiguous part of a storage's bytes.
+struct StorageRun {
+  enum class Kind : uint8_t {
+    kState,   // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
+    kSource,  // bytes [source_offset, +length) of a source file
+    kZeros,   // padding
+  };
+  Kind kind = Kind::kZeros;
+  uint64_t length = 0;
+  uint32_t param = 0;
+  uint32_t state = 0;
+  uint64_t state_offset = 0;
+  uint32_t source = 0;
+  uint64_t source_offset = 0;
+};
+
+struct StorageSpec {
+  std::string key;                // the record is "<prefix>/data/<key>"
+  std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
+  uint32_t crc32 = 0;
+
+  uint64_t size() const;
+};
+
+// Reads source bytes for ucfs itself (CRCs, tests, export): a ReadPiece
+// list resolved through an Env, with files opened once.
+class PieceReader {
+ public:
+  PieceReader(Env& env, std::function<SourceFile(uint32_t)> source);
+  Status Read(const std::vector<ReadPiece>& pieces, std::string* out);
+
+ private:
+  Env& env_;
+  std::function<SourceFile(uint32_t)> source_;
+  std::vector<std::unique_ptr<RandomAccessFile>> files_;
+};
+
+class TorchFileContent final : public FileContent {
+ public:
+  // The file torch.save (1.13) writes for a pickle and its storages:
+  // "<prefix>/data.pkl", "<prefix>/data/<key>" in lexicographic key order,
+  // "<prefix>/version". With `crc_reader`, storages get real CRC-32s (every
+  // byte is read now); without, CRCs are zero, which torch.load accepts.
+  static Result<std::shared_ptr<TorchFileContent>> Make(
+      std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
+      std::vector<StorageSpec> storages, PieceReader* crc_reader = nullptr);
+
+  uint64_t size() const override { return layout_.size(); }
+  Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
+  const ZipLayout& layout() const { return layout_; }
+
+ private:
+  TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
+                   std::vector<StorageSpec> storages, std::vector<int> storage_of_entry);
+  // Pieces of bytes [begin, end) of a storage.
+  Status PlanStorage(const StorageSpec& storage, uint64_t begin, uint64_t end,
+                     std::vector<ReadPiece>* out) const;
+
+  std::shared_ptr<const Checkpoint> checkpoint_;
+  ZipLayout layout_;
+  std::vector<StorageSpec> storages_;
+  std::vector<int> storage_of_entry_;  // -1 for inline entries
+};
+
+// data.pkl of a torch.save'd bare tensor: _rebuild_tensor_v2 of storage "0"
+// with shape (numel,), as ds_to_universal writes its per-param files.
+Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad);
+
+// The archive prefix torch gives a file: its name without the extension.
+std::string ArchivePrefixFor(std::string_view file_name);
+
+}  // namespace ucfs
+
+#endif  // UCFS_TORCH_WRITER_H_

@@ -1,0 +1,152 @@
+// View: the file tree a mount shows, as pure data — no FUSE in here.
+//
+// Every file's bytes are described, not stored: FileContent::Plan maps a
+// byte range of the file to pieces that are either bytes ucfs generated
+// (zip headers, pickles), ranges of source files (tensor data, served by
+// pread or splice), or zeros. The FUSE adapter only turns pieces into
+// buffers, and the tests read the same pieces without a kernel.
+//
+// Directories are either built (the synthesised universal tree) or backed
+// by a source directory whose entries are listed on first access; built
+// entries shadow source entries of the same name.
+//
+// Thread safety: all queries may be called concurrently. Lock order: the
+// View's mutex is the only lock, and no callback runs under it.
+#ifndef UCFS_VIEW_H_
+#define UCFS_VIEW_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ucfs/checkpoint.h"
+#include "ucfs/env.h"
+#include "ucfs/status.h"
+
+namespace ucfs {
+
+struct ReadPiece {
+  enum class Kind : uint8_t { kBytes, kSource, kZeros };
+  Kind kind = Kind::kBytes;
+  std::string_view bytes;  // kBytes: lives as long as the FileContent
+  uint32_t source = 0;     // kSource: index into View::source()
+  uint64_t offset = 0;     // kSource: offset in the source file
+  uint64_t length = 0;
+};
+
+class FileContent {
+ public:
+  virtual ~FileContent() = default;
+  virtual uint64_t size() const = 0;
+  // Appends pieces covering [offset, offset + length) clipped to size(), in
+  // order and without gaps.
+  virtual Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const = 0;
+};
+
+// A small file ucfs made (`latest_universal`).
+class InlineContent final : public FileContent {
+ public:
+  explicit InlineContent(std::string data) : data_(std::move(data)) {}
+  uint64_t size() const override { return data_.size(); }
+  Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
+
+ private:
+  std::string data_;
+};
+
+// A whole source file, passed through.
+class SourceContent final : public FileContent {
+ public:
+  SourceContent(uint32_t source, uint64_t size) : source_(source), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
+
+ private:
+  uint32_t source_;
+  uint64_t size_;
+};
+
+using InodeId = uint64_t;
+inline constexpr InodeId kRootInode = 1;  // FUSE_ROOT_ID
+
+struct Attr {
+  InodeId inode = 0;
+  bool is_dir = false;
+  uint64_t size = 0;
+  uint32_t mode = 0;  // permission bits only
+  int64_t mtime_ns = 0;
+};
+
+struct Xattr {
+  std::string name;  // "user.ucfs.shape"
+  std::string value;
+};
+
+class View {
+ public:
+  // `env` lists and stats source directories; `mtime_ns` is the time shown
+  // for built entries.
+  View(Env& env, int64_t mtime_ns);
+
+  // --- building (before the view is shared) ---------------------------------
+  // Registers a source file; returns its index for ReadPiece::source.
+  uint32_t AddSource(SourceFile source);
+  // Makes the root show the entries of `dir` besides the built ones.
+  void BackRootBy(std::string dir);
+  Result<InodeId> AddDirectory(InodeId parent, std::string_view name);
+  Result<InodeId> AddFile(InodeId parent, std::string_view name,
+                          std::shared_ptr<const FileContent> content, std::vector<Xattr> xattrs = {});
+  // A directory showing a source directory's entries.
+  Result<InodeId> AddSourceDirectory(InodeId parent, std::string_view name, std::string dir);
+  // A source file, passed through.
+  Result<InodeId> AddSourceFile(InodeId parent, std::string_view name, const std::string& path);
+
+  // --- queries (thread-safe) -------------------------------------------------
+  Result<InodeId> Lookup(InodeId parent, std::string_view name);
+  Result<Attr> GetAttr(InodeId inode);
+  // Entries of a directory, sorted by name (no "." or "..").
+  Result<std::vector<std::pair<std::string, Attr>>> ReadDir(InodeId dir);
+  Status Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out);
+  Result<std::vector<Xattr>> Xattrs(InodeId inode);
+  SourceFile source(uint32_t index) const;
+  size_t source_count() const;
+
+ private:
+  struct Node {
+    std::string name;
+    InodeId parent = 0;
+    bool is_dir = false;
+    std::vector<std::pair<std::string, InodeId>> children;  // sorted by name
+    std::string source_dir;  // a directory backed by a source directory
+    bool listed = true;      // source_dir's entries have been added
+    std::shared_ptr<const FileContent> content;
+    int64_t mtime_ns = 0;
+    std::vector<Xattr> xattrs;
+  };
+
+  Node* Find(InodeId inode);
+  Result<InodeId> AddNodeLocked(InodeId parent, std::string_view name, Node node);
+  // Adds a source directory's entries that no built entry shadows.
+  Status ListSourceLocked(InodeId dir);
+  Status EnsureListed(InodeId dir);
+  Attr AttrOf(InodeId inode, const Node& n) const;
+
+  Env& env_;
+  const int64_t mtime_ns_;
+  mutable std::shared_mutex mu_;
+  std::deque<Node> nodes_;  // inode i is nodes_[i - 1]; deque keeps references stable
+  std::deque<SourceFile> sources_;
+};
+
+// A name that can be one path component: not empty, ".", "..", and without
+// '/' or NUL.
+bool IsSafePathComponent(std::string_view name);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_H_

@@ -1,0 +1,191 @@
+#include "ucfs/torch_writer.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+
+namespace ucfs {
+
+uint64_t StorageSpec::size() const {
+  uint64_t n = 0;
+  for (const auto& r : runs) n += r.length;
+  return n;
+}
+
+PieceReader::PieceReader(Env& env, std::function<SourceFile(uint32_t)> source)
+    : env_(env), source_(std::move(source)) {}
+
+Status PieceReader::Read(const std::vector<ReadPiece>& pieces, std::string* out) {
+  for (const ReadPiece& p : pieces) {
+    switch (p.kind) {
+      case ReadPiece::Kind::kBytes:
+        out->append(p.bytes);
+        break;
+      case ReadPiece::Kind::kZeros:
+        out->append(p.length, '\0');
+        break;
+      case ReadPiece::Kind::kSource: {
+        if (files_.size() <= p.source) files_.resize(p.source + 1);
+        if (!files_[p.source]) {
+          UCFS_ASSIGN_OR_RETURN(files_[p.source], env_.Open(source_(p.source).path));
+        }
+        const size_t at = out->size();
+        out->resize(at + p.length);
+        UCFS_RETURN_IF_ERROR(files_[p.source]->ReadExact(p.offset, p.length, out->data() + at));
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+TorchFileContent::TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
+                                   std::vector<StorageSpec> storages,
+                                   std::vector<int> storage_of_entry)
+    : checkpoint_(std::move(checkpoint)),
+      layout_(std::move(layout)),
+      storages_(std::move(storages)),
+      storage_of_entry_(std::move(storage_of_entry)) {}
+
+Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
+    std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
+    std::vector<StorageSpec> storages, PieceReader* crc_reader) {
+  // torch <= 2.6 writes storage records sorted by key as strings.
+  std::sort(storages.begin(), storages.end(),
+            [](const StorageSpec& a, const StorageSpec& b) { return a.key < b.key; });
+  auto plan = [&]() -> Result<TorchFileContent> {
+    std::vector<ZipEntrySpec> entries;
+    std::vector<int> storage_of_entry;
+    ZipEntrySpec pkl;
+    pkl.name = prefix + "/data.pkl";
+    pkl.size = pickle.size();
+    pkl.crc32 = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(pickle.data()), static_cast<uInt>(pickle.size())));
+    if (crc_reader == nullptr) pkl.crc32 = 0;
+    pkl.inline_data = pickle;
+    entries.push_back(std::move(pkl));
+    storage_of_entry.push_back(-1);
+    for (size_t i = 0; i < storages.size(); ++i) {
+      ZipEntrySpec e;
+      e.name = prefix + "/data/" + storages[i].key;
+      e.size = storages[i].size();
+      e.crc32 = storages[i].crc32;
+      entries.push_back(std::move(e));
+      storage_of_entry.push_back(static_cast<int>(i));
+    }
+    ZipEntrySpec version;
+    version.name = prefix + "/version";
+    version.size = 2;
+    version.inline_data = "3\n";
+    version.crc32 = crc_reader == nullptr ? 0 : 0x55679ed1u;  // crc32("3\n")
+    entries.push_back(std::move(version));
+    storage_of_entry.push_back(-1);
+    UCFS_ASSIGN_OR_RETURN(ZipLayout layout, ZipLayout::Plan(std::move(entries)));
+    return TorchFileContent(checkpoint, std::move(layout), storages, std::move(storage_of_entry));
+  };
+  UCFS_ASSIGN_OR_RETURN(TorchFileContent content, plan());
+  if (crc_reader != nullptr) {
+    for (auto& storage : storages) {
+      std::vector<ReadPiece> pieces;
+      UCFS_RETURN_IF_ERROR(content.PlanStorage(storage, 0, storage.size(), &pieces));
+      std::string bytes;
+      UCFS_RETURN_IF_ERROR(crc_reader->Read(pieces, &bytes));
+      storage.crc32 = static_cast<uint32_t>(
+          crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+    }
+    UCFS_ASSIGN_OR_RETURN(content, plan());
+  }
+  return std::make_shared<TorchFileContent>(std::move(content));
+}
+
+Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin, uint64_t end,
+                                     std::vector<ReadPiece>* out) const {
+  uint64_t run_start = 0;
+  std::vector<Extent> extents;
+  for (const StorageRun& run : storage.runs) {
+    const uint64_t run_end = run_start + run.length;
+    const uint64_t a = std::max(begin, run_start);
+    const uint64_t b = std::min(end, run_end);
+    if (a < b) {
+      ReadPiece p;
+      p.length = b - a;
+      switch (run.kind) {
+        case StorageRun::Kind::kZeros:
+          p.kind = ReadPiece::Kind::kZeros;
+          out->push_back(p);
+          break;
+        case StorageRun::Kind::kSource:
+          p.kind = ReadPiece::Kind::kSource;
+          p.source = run.source;
+          p.offset = run.source_offset + (a - run_start);
+          out->push_back(p);
+          break;
+        case StorageRun::Kind::kState: {
+          extents.clear();
+          const uint64_t from = run.state_offset + (a - run_start);
+          UCFS_RETURN_IF_ERROR(
+              checkpoint_->MapState(run.param, run.state, from, from + (b - a), &extents));
+          for (const Extent& e : extents) {
+            ReadPiece sp;
+            sp.kind = ReadPiece::Kind::kSource;
+            sp.source = e.file;
+            sp.offset = e.offset;
+            sp.length = e.length;
+            out->push_back(sp);
+          }
+          break;
+        }
+      }
+    }
+    if (run_end >= end) break;
+    run_start = run_end;
+  }
+  return Status::OK();
+}
+
+Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const {
+  if (offset >= layout_.size()) return Status::OK();
+  const uint64_t end = offset + std::min(length, layout_.size() - offset);
+  for (size_t i = layout_.SegmentAt(offset); i < layout_.segments().size(); ++i) {
+    const ZipSegment& seg = layout_.segments()[i];
+    if (seg.offset >= end) break;
+    const uint64_t a = std::max(offset, seg.offset);
+    const uint64_t b = std::min(end, seg.offset + seg.length);
+    if (seg.entry < 0) {
+      ReadPiece p;
+      p.kind = ReadPiece::Kind::kBytes;
+      p.bytes = std::string_view(layout_.generated()).substr(seg.generated_offset + (a - seg.offset), b - a);
+      p.length = b - a;
+      out->push_back(p);
+    } else {
+      const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
+      const uint64_t within = seg.entry_offset + (a - seg.offset);
+      UCFS_RETURN_IF_ERROR(PlanStorage(storages_[static_cast<size_t>(storage)], within,
+                                       within + (b - a), out));
+    }
+  }
+  return Status::OK();
+}
+
+Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad) {
+  using pickle::NodeId;
+  pickle::Document doc;
+  const NodeId rebuild = doc.Global("torch._utils", "_rebuild_tensor_v2");
+  const NodeId pid = doc.AddTuple({doc.AddStr("storage"),
+                                   doc.Global("torch", std::string(Info(dtype).storage_class)),
+                                   doc.AddStr("0"), doc.AddStr("cpu"),
+                                   doc.AddInt(static_cast<int64_t>(numel))});
+  const NodeId hooks = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
+  const NodeId args = doc.AddTuple(
+      {doc.AddPersistentId(pid), doc.AddInt(0), doc.AddTuple({doc.AddInt(static_cast<int64_t>(numel))}),
+       doc.AddTuple({doc.AddInt(1)}), doc.AddBool(requires_grad), hooks});
+  doc.set_root(doc.AddReduce(rebuild, args));
+  return pickle::Write(doc);
+}
+
+std::string ArchivePrefixFor(std::string_view file_name) {
+  auto dot = file_name.rfind('.');
+  return std::string(dot == std::string_view::npos || dot == 0 ? file_name : file_name.substr(0, dot));
+}
+
+}  // namespace ucfs

@@ -1,0 +1,202 @@
+#include "ucfs/universal_view.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ucfs/partition.h"
+#include "ucfs/torch_writer.h"
+
+namespace ucfs {
+
+using pickle::Document;
+using pickle::Kind;
+using pickle::NodeId;
+
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// "0-3", or "0-1" when the last ranks hold only padding.
+std::string RanksText(uint64_t numel, uint32_t world) {
+  uint32_t last = 0;
+  for (uint32_t r = 0; r < world; ++r) {
+    if (ValidNumel(numel, world, r) > 0) last = r;
+  }
+  return last == 0 ? "0" : "0-" + std::to_string(last);
+}
+
+// The persistent ids of a document in the order pickle::Write meets them —
+// callable, arguments, items, state; a node met again is a memo reference
+// and not entered — which is the order torch.save numbers storages in.
+std::vector<NodeId> PersistentIdsInWriteOrder(const Document& doc) {
+  std::vector<NodeId> order;
+  std::vector<bool> seen(doc.size(), false);
+  // Depth is bounded: documents are acyclic and at most ParseLimits deep.
+  auto walk = [&](auto&& self, NodeId id) -> void {
+    if (id == pickle::kNoNode || seen[id]) return;
+    seen[id] = true;
+    const auto& n = doc.node(id);
+    if (n.kind == Kind::kPersistentId) order.push_back(id);
+    self(self, n.a);
+    self(self, n.b);
+    for (NodeId item : n.items) self(self, item);
+    self(self, n.state);
+  };
+  walk(walk, doc.root());
+  return order;
+}
+
+// rank 0's optimizer_state_dict plus a 'param_groups' key (ds_to_universal's
+// optimizer_state.pt), storages renumbered and moved to 'cpu'.
+Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(
+    std::shared_ptr<const Checkpoint> ckpt, PieceReader* crc_reader) {
+  const Document& src = ckpt->rank0_optim();
+  const TorchFileSummary& summary = ckpt->rank0_optim_summary();
+  const NodeId osd = src.Get(src.root(), "optimizer_state_dict");
+  Document doc;
+  std::vector<NodeId> copied;
+  const NodeId root = doc.CopyFrom(src, osd, &copied);
+  doc.set_root(root);
+  const NodeId param_groups = doc.Get(doc.Get(root, "optimizer_state_dict"), "param_groups");
+  if (param_groups == pickle::kNoNode || doc.node(root).kind != Kind::kDict) {
+    return Status::Corruption(summary.path + ": optimizer_state_dict has no param_groups");
+  }
+  doc.mutable_node(root).items.push_back(doc.AddStr("param_groups"));
+  doc.mutable_node(root).items.push_back(param_groups);
+
+  const std::vector<NodeId> pids = PersistentIdsInWriteOrder(doc);
+  std::map<std::string, std::string> new_key;  // source key -> file key
+  std::vector<StorageSpec> storages;
+  for (NodeId pid : pids) {
+    auto fields = doc.SequenceItems(doc.node(pid).a);
+    if (!fields || fields->size() < 5) return Status::Corruption(summary.path + ": bad storage id");
+    const NodeId key_node = (*fields)[2];
+    auto key = doc.AsStr(key_node);
+    if (!key) return Status::Corruption(summary.path + ": storage key is not a string");
+    if (new_key.count(std::string(*key))) continue;  // the same storage again
+    const std::string renamed = std::to_string(new_key.size());
+    const ZipRecord* rec = summary.Find("data/" + std::string(*key));
+    if (rec == nullptr || rec->method != 0) {
+      return Status::Corruption(summary.path + ": storage record 'data/" + std::string(*key) +
+                                "' missing or compressed");
+    }
+    new_key.emplace(std::string(*key), renamed);
+    StorageSpec spec;
+    spec.key = renamed;
+    StorageRun run;
+    run.kind = StorageRun::Kind::kSource;
+    run.length = rec->size;
+    run.source = 0;  // rank 0's optimizer file is checkpoint source 0
+    run.source_offset = rec->data_offset;
+    spec.runs.push_back(run);
+    storages.push_back(std::move(spec));
+  }
+  // Rename keys and move every storage to the CPU, as ds_to_universal's
+  // torch.load(map_location='cpu') + torch.save does. Key strings may be
+  // shared between references, so decide every new name before renaming.
+  std::map<NodeId, std::string> renames;
+  for (NodeId pid : pids) {
+    auto fields = *doc.SequenceItems(doc.node(pid).a);
+    renames[fields[2]] = new_key.at(doc.node(fields[2]).text);
+    doc.mutable_node(fields[3]).text = "cpu";
+  }
+  for (const auto& [node, text] : renames) doc.mutable_node(node).text = text;
+  UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc));
+  return TorchFileContent::Make(ckpt, "optimizer_state", std::move(bytes), std::move(storages),
+                                crc_reader);
+}
+
+}  // namespace
+
+std::string UniversalTag(const std::string& tag) { return tag + "_universal"; }
+
+Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const Checkpoint> ckpt,
+                                                 const UniversalViewOptions& options) {
+  int64_t mtime = 0;
+  for (const auto& s : ckpt->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
+  auto view = std::make_unique<View>(env, mtime);
+  // Checkpoint sources keep their indices, so MapState's extents are view
+  // sources as they are.
+  for (const auto& s : ckpt->sources()) view->AddSource(s);
+
+  std::unique_ptr<PieceReader> crc_reader;
+  if (options.compute_crc) {
+    crc_reader = std::make_unique<PieceReader>(
+        env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
+  }
+
+  const CheckpointFiles& files = ckpt->files();
+  const std::string utag = UniversalTag(files.tag);
+  if (!files.root.empty()) {
+    view->BackRootBy(files.root);
+  } else {
+    // A tag directory without a root: show it as one, with its tag.
+    UCFS_RETURN_IF_ERROR(view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir).status());
+    UCFS_RETURN_IF_ERROR(
+        view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  }
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag)).status());
+  UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
+
+  for (size_t p = 0; p < ckpt->params().size(); ++p) {
+    const ParamInfo& param = ckpt->params()[p];
+    if (!IsSafePathComponent(param.name)) {
+      return Status::InvalidArgument(files.model_files[0] + ": parameter name '" + param.name +
+                                     "' cannot be a directory name (it contains '/' or NUL, or "
+                                     "is empty, '.' or '..')");
+    }
+    UCFS_ASSIGN_OR_RETURN(InodeId pdir, view->AddDirectory(zero, param.name));
+    for (size_t s = 0; s < ckpt->states().size(); ++s) {
+      const StateInfo& state = ckpt->states()[s];
+      const uint64_t bytes = param.numel * Info(state.dtype).element_size;
+      UCFS_ASSIGN_OR_RETURN(std::string pkl,
+                            BareTensorPickle(state.dtype, param.numel, state.requires_grad));
+      StorageSpec storage;
+      storage.key = "0";
+      StorageRun run;
+      run.kind = StorageRun::Kind::kState;
+      run.length = bytes;
+      run.param = static_cast<uint32_t>(p);
+      run.state = static_cast<uint32_t>(s);
+      storage.runs.push_back(run);
+      UCFS_ASSIGN_OR_RETURN(auto content,
+                            TorchFileContent::Make(ckpt, state.name, std::move(pkl), {storage},
+                                                   crc_reader.get()));
+      std::vector<Xattr> xattrs = {
+          {"user.ucfs.param", param.name},
+          {"user.ucfs.state", state.name},
+          {"user.ucfs.shape", ShapeText(param.shape)},
+          {"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)},
+          {"user.ucfs.numel", std::to_string(param.numel)},
+          {"user.ucfs.param_group", std::to_string(param.param_group)},
+          {"user.ucfs.sub_group", std::to_string(param.sub_group)},
+          {"user.ucfs.world_size", std::to_string(ckpt->world_size())},
+          {"user.ucfs.source_ranks", RanksText(param.numel, ckpt->world_size())},
+      };
+      UCFS_RETURN_IF_ERROR(
+          view->AddFile(pdir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
+    }
+  }
+
+  UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(zero, "optimizer_state.pt", std::move(optimizer_state)).status());
+
+  const uint32_t w = ckpt->world_size();
+  for (uint32_t r = 0; r < w; ++r) {
+    const SourceFile& model = ckpt->sources()[w + r];
+    if (model.path.empty()) continue;
+    UCFS_RETURN_IF_ERROR(view->AddFile(udir, std::string(BaseName(model.path)),
+                                       std::make_shared<SourceContent>(w + r, model.identity.size))
+                             .status());
+  }
+  return view;
+}
+
+}  // namespace ucfs
