@@ -14,45 +14,15 @@ Examples:
 """
 import argparse
 import collections
-import enum
 import json
 import math
 import os
 import sys
-import types
 
 import torch
 
-
-def install_deepspeed_stand_ins():
-    """Modules and classes with DeepSpeed's names, so pickles reference them."""
-    def module(name):
-        m = types.ModuleType(name)
-        sys.modules[name] = m
-        return m
-
-    for name in ("deepspeed", "deepspeed.runtime", "deepspeed.runtime.zero", "deepspeed.runtime.fp16"):
-        module(name)
-    config = module("deepspeed.runtime.zero.config")
-    scaler = module("deepspeed.runtime.fp16.loss_scaler")
-
-    class ZeroStageEnum(int, enum.Enum):
-        disabled = 0
-        optimizer_states = 1
-        gradients = 2
-        weights = 3
-        max_stage = 3
-
-    class LossScaler:
-        def __init__(self, scale=1):
-            self.cur_scale = scale
-            self.dynamic = False
-
-    ZeroStageEnum.__module__, ZeroStageEnum.__qualname__ = config.__name__, "ZeroStageEnum"
-    LossScaler.__module__, LossScaler.__qualname__ = scaler.__name__, "LossScaler"
-    config.ZeroStageEnum = ZeroStageEnum
-    scaler.LossScaler = LossScaler
-    return ZeroStageEnum, LossScaler
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "tools"))
+import deepspeed_stand_ins  # noqa: E402
 
 
 def split_sub_groups(params, ws, sub_group_size):
@@ -114,7 +84,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    ZeroStageEnum, LossScaler = install_deepspeed_stand_ins()
+    ZeroStageEnum, LossScaler = deepspeed_stand_ins.install()
     gen = torch.Generator().manual_seed(args.seed)
 
     if args.like:

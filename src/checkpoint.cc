@@ -68,10 +68,10 @@ Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path
   auto doc = pickle::Parse(tf.summary.pickle);
   if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
   tf.doc = std::make_shared<Document>(std::move(doc).value());
-  spdlog::debug("parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
-                tf.summary.records.size(), tf.summary.pickle.size(), tf.doc->size(),
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count());
+  spdlog::debug(
+      "parsed {} ({} records, {} pickle bytes, {} values) in {:.3f} ms", path,
+      tf.summary.records.size(), tf.summary.pickle.size(), tf.doc->size(),
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return tf;
 }
 

@@ -157,7 +157,10 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                               "run do they belong to?");
   }
   files.optim_prefix = *prefixes.begin();
+  // The highest rank of either kind: a missing last optimizer file is
+  // still a missing rank, not a smaller world.
   files.world_size = optim.rbegin()->first + 1;
+  if (!model.empty()) files.world_size = std::max(files.world_size, model.rbegin()->first + 1);
   for (uint32_t r = 0; r < files.world_size; ++r) {
     auto it = optim.find(r);
     if (it == optim.end()) {
@@ -169,11 +172,6 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
     files.optim_files.push_back(it->second);
     auto m = model.find(r);
     files.model_files.push_back(m == model.end() ? std::string() : m->second);
-  }
-  if (!model.empty() && model.rbegin()->first >= files.world_size) {
-    return Status::Corruption(files.tag_dir + ": a model-states file for DP rank " +
-                              std::to_string(model.rbegin()->first) + " but optimizer files for " +
-                              std::to_string(files.world_size) + " ranks only");
   }
   if (files.model_files[0].empty()) {
     return Status::NotFound(

@@ -85,7 +85,8 @@ Result<TorchFileSummary> SummaryIndex::Summarize(const std::string& path) {
     if (mdb_txn_begin(lmdb_->env, nullptr, MDB_RDONLY, &txn) == 0) {
       MDB_val v;
       if (mdb_get(txn, lmdb_->dbi, &k, &v) == 0) {
-        auto cached = DecodeSummary(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
+        auto cached =
+            DecodeSummary(std::string_view(static_cast<const char*>(v.mv_data), v.mv_size));
         mdb_txn_abort(txn);
         if (cached.ok() && cached->path == path && cached->identity == identity) {
           ++hits_;

@@ -56,7 +56,8 @@ TEST(TorchFileSummary, EncodingRoundTrips) {
 // file is read again.
 TEST(SummaryIndex, SecondOpenReadsNoShard) {
   MemEnv mem;
-  ASSERT_TRUE(mem.CopyTreeFrom(testing::FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint", "/ck").ok());
+  ASSERT_TRUE(
+      mem.CopyTreeFrom(testing::FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint", "/ck").ok());
   CountingEnv env(mem);
   const std::string dir = TempDir("second_open");
   {

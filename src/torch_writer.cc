@@ -154,14 +154,15 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
     if (seg.entry < 0) {
       ReadPiece p;
       p.kind = ReadPiece::Kind::kBytes;
-      p.bytes = std::string_view(layout_.generated()).substr(seg.generated_offset + (a - seg.offset), b - a);
+      p.bytes = std::string_view(layout_.generated())
+                    .substr(seg.generated_offset + (a - seg.offset), b - a);
       p.length = b - a;
       out->push_back(p);
     } else {
       const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
       const uint64_t within = seg.entry_offset + (a - seg.offset);
-      UCFS_RETURN_IF_ERROR(PlanStorage(storages_[static_cast<size_t>(storage)], within,
-                                       within + (b - a), out));
+      UCFS_RETURN_IF_ERROR(
+          PlanStorage(storages_[static_cast<size_t>(storage)], within, within + (b - a), out));
     }
   }
   return Status::OK();
@@ -171,21 +172,22 @@ Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_
   using pickle::NodeId;
   pickle::Document doc;
   const NodeId rebuild = doc.Global("torch._utils", "_rebuild_tensor_v2");
-  const NodeId pid = doc.AddTuple({doc.AddStr("storage"),
-                                   doc.Global("torch", std::string(Info(dtype).storage_class)),
-                                   doc.AddStr("0"), doc.AddStr("cpu"),
-                                   doc.AddInt(static_cast<int64_t>(numel))});
+  const NodeId pid = doc.AddTuple(
+      {doc.AddStr("storage"), doc.Global("torch", std::string(Info(dtype).storage_class)),
+       doc.AddStr("0"), doc.AddStr("cpu"), doc.AddInt(static_cast<int64_t>(numel))});
   const NodeId hooks = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
-  const NodeId args = doc.AddTuple(
-      {doc.AddPersistentId(pid), doc.AddInt(0), doc.AddTuple({doc.AddInt(static_cast<int64_t>(numel))}),
-       doc.AddTuple({doc.AddInt(1)}), doc.AddBool(requires_grad), hooks});
+  const NodeId args =
+      doc.AddTuple({doc.AddPersistentId(pid), doc.AddInt(0),
+                    doc.AddTuple({doc.AddInt(static_cast<int64_t>(numel))}),
+                    doc.AddTuple({doc.AddInt(1)}), doc.AddBool(requires_grad), hooks});
   doc.set_root(doc.AddReduce(rebuild, args));
   return pickle::Write(doc);
 }
 
 std::string ArchivePrefixFor(std::string_view file_name) {
   auto dot = file_name.rfind('.');
-  return std::string(dot == std::string_view::npos || dot == 0 ? file_name : file_name.substr(0, dot));
+  return std::string(dot == std::string_view::npos || dot == 0 ? file_name
+                                                               : file_name.substr(0, dot));
 }
 
 }  // namespace ucfs

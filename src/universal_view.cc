@@ -52,8 +52,8 @@ std::vector<NodeId> PersistentIdsInWriteOrder(const Document& doc) {
 
 // rank 0's optimizer_state_dict plus a 'param_groups' key (ds_to_universal's
 // optimizer_state.pt), storages renumbered and moved to 'cpu'.
-Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(
-    std::shared_ptr<const Checkpoint> ckpt, PieceReader* crc_reader) {
+Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                             PieceReader* crc_reader) {
   const Document& src = ckpt->rank0_optim();
   const TorchFileSummary& summary = ckpt->rank0_optim_summary();
   const NodeId osd = src.Get(src.root(), "optimizer_state_dict");
@@ -140,7 +140,8 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
         view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
   }
   UCFS_RETURN_IF_ERROR(
-      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag)).status());
+      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag))
+          .status());
   UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
   UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
 
@@ -165,9 +166,8 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
       run.param = static_cast<uint32_t>(p);
       run.state = static_cast<uint32_t>(s);
       storage.runs.push_back(run);
-      UCFS_ASSIGN_OR_RETURN(auto content,
-                            TorchFileContent::Make(ckpt, state.name, std::move(pkl), {storage},
-                                                   crc_reader.get()));
+      UCFS_ASSIGN_OR_RETURN(auto content, TorchFileContent::Make(ckpt, state.name, std::move(pkl),
+                                                                 {storage}, crc_reader.get()));
       std::vector<Xattr> xattrs = {
           {"user.ucfs.param", param.name},
           {"user.ucfs.state", state.name},

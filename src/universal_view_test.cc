@@ -139,7 +139,7 @@ TEST_P(UniversalViewTest, DefaultFilesDifferOnlyInCrcFields) {
   Mounted without = Build(env, FixtureDir(GetParam()) + "/checkpoint", false);
   const ParamInfo& p = with.checkpoint->params()[0];
   for (const std::string& rel : {"global_step4_universal/zero/" + p.name + "/exp_avg.pt",
-                                std::string("global_step4_universal/zero/optimizer_state.pt")}) {
+                                 std::string("global_step4_universal/zero/optimizer_state.pt")}) {
     const std::string a = ReadAll(env, *with.view, rel);
     const std::string b = ReadAll(env, *without.view, rel);
     ASSERT_EQ(a.size(), b.size());
@@ -195,7 +195,8 @@ TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   EXPECT_EQ(ReadAll(env, *m.view, "latest"), "global_step4");
   // The source's own tag directory, passed through.
   const std::string rank1 = "global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt";
-  EXPECT_EQ(ReadAll(env, *m.view, rank1), ReadFile(FixtureDir("z3_fp32_ws2") + "/checkpoint/" + rank1));
+  EXPECT_EQ(ReadAll(env, *m.view, rank1),
+            ReadFile(FixtureDir("z3_fp32_ws2") + "/checkpoint/" + rank1));
   auto zero = m.view->ReadDir(Resolve(*m.view, "global_step4_universal/zero"));
   ASSERT_TRUE(zero.ok());
   EXPECT_EQ(zero->size(), 5u);  // 4 params + optimizer_state.pt
@@ -223,7 +224,8 @@ TEST(UniversalView, TagDirectoryWithoutRootGetsOne) {
 
 TEST(UniversalView, UnsafeParamNamesAreRefused) {
   MemEnv env;
-  ASSERT_TRUE(env.CopyTreeFrom(FixtureDir("z3_fp32_ws2") + "/checkpoint/global_step4", "/ck/t").ok());
+  ASSERT_TRUE(
+      env.CopyTreeFrom(FixtureDir("z3_fp32_ws2") + "/checkpoint/global_step4", "/ck/t").ok());
   env.WriteFile("/ck/latest", "t");
   const std::string model0 = "/ck/t/zero_pp_rank_0_mp_rank_00_model_states.pt";
   // Rename embed.weight to "../evil" in rank 0's param_shapes.

@@ -28,8 +28,8 @@ Status SourceContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPie
 }
 
 bool IsSafePathComponent(std::string_view name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string_view::npos && name.find('\0') == std::string_view::npos;
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
 }
 
 View::View(Env& env, int64_t mtime_ns) : env_(env), mtime_ns_(mtime_ns) {
@@ -86,7 +86,8 @@ Result<InodeId> View::AddDirectory(InodeId parent, std::string_view name) {
 }
 
 Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
-                              std::shared_ptr<const FileContent> content, std::vector<Xattr> xattrs) {
+                              std::shared_ptr<const FileContent> content,
+                              std::vector<Xattr> xattrs) {
   std::unique_lock lock(mu_);
   Node n;
   n.content = std::move(content);
@@ -106,7 +107,8 @@ Result<InodeId> View::AddSourceDirectory(InodeId parent, std::string_view name, 
   return AddNodeLocked(parent, name, std::move(n));
 }
 
-Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name, const std::string& path) {
+Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name,
+                                    const std::string& path) {
   UCFS_ASSIGN_OR_RETURN(FileIdentity id, env_.Stat(path));
   std::unique_lock lock(mu_);
   sources_.push_back({path, id});

@@ -27,7 +27,7 @@ struct TorchFileSummary {
   FileIdentity identity;
   std::string prefix;
   std::vector<ZipRecord> records;
-  std::string pickle;  // data.pkl
+  std::string pickle;                                              // data.pkl
   std::vector<std::pair<std::string, std::string>> small_records;  // relative name -> bytes
 
   // The record "<prefix>/<relative_name>", or nullptr.

@@ -33,7 +33,7 @@ struct StorageRun {
 };
 
 struct StorageSpec {
-  std::string key;                // the record is "<prefix>/data/<key>"
+  std::string key;               // the record is "<prefix>/data/<key>"
   std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
   uint32_t crc32 = 0;
 

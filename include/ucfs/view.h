@@ -100,7 +100,8 @@ class View {
   void BackRootBy(std::string dir);
   Result<InodeId> AddDirectory(InodeId parent, std::string_view name);
   Result<InodeId> AddFile(InodeId parent, std::string_view name,
-                          std::shared_ptr<const FileContent> content, std::vector<Xattr> xattrs = {});
+                          std::shared_ptr<const FileContent> content,
+                          std::vector<Xattr> xattrs = {});
   // A directory showing a source directory's entries.
   Result<InodeId> AddSourceDirectory(InodeId parent, std::string_view name, std::string dir);
   // A source file, passed through.

@@ -1,0 +1,46 @@
+// The FUSE adapter: serves a View through libfuse's low-level API.
+//
+// Thin by design: every decision about what a file contains lives in the
+// View; this file only translates inode numbers, attributes and read
+// pieces into libfuse calls. Source pieces become fd-backed buffers, so the
+// kernel can splice tensor bytes from the shards without a copy through
+// user space.
+#ifndef UCFS_SRC_FUSE_FUSE_SERVER_H_
+#define UCFS_SRC_FUSE_FUSE_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucfs/env.h"
+#include "ucfs/view.h"
+
+namespace ucfs::fuse {
+
+struct ServeOptions {
+  std::string mountpoint;
+  bool foreground = false;
+  // Options for libfuse and the kernel ("allow_other", "max_threads=..."):
+  // the mount's own ("ro", "fsname", "default_permissions") come first.
+  std::vector<std::string> fuse_options;
+  bool fuse_debug = false;
+  // Files never change while mounted: the kernel may cache names,
+  // attributes and pages for this long.
+  double cache_timeout_s = 3600;
+  std::string fsname = "ucfs";
+  // Where statfs answers come from (the source checkpoint's file system).
+  std::string statfs_path;
+  // Called once the file system is mounted (and, without `foreground`, the
+  // process has become a daemon).
+  std::function<void()> on_mounted;
+};
+
+// Mounts `view` and serves it until unmounted or signalled (SIGINT,
+// SIGTERM, SIGHUP). Returns a process exit status; errors before the mount
+// exists are printed to stderr.
+int Serve(std::shared_ptr<View> view, const ServeOptions& options);
+
+}  // namespace ucfs::fuse
+
+#endif  // UCFS_SRC_FUSE_FUSE_SERVER_H_
