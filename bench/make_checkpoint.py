@@ -82,6 +82,9 @@ def main():
     ap.add_argument("--tag", default="global_step100")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--one-group", action="store_true",
+                    help="a single param group (DeepSpeed 0.14.5's ds_to_universal crashes on more "
+                         "than one sub-group, so its benchmarks need this)")
     args = ap.parse_args()
 
     ZeroStageEnum, LossScaler = deepspeed_stand_ins.install()
@@ -109,6 +112,8 @@ def main():
         decay = [n for n, s in shapes if len(s) > 1]
         no_decay = [n for n, s in shapes if len(s) == 1]
         groups = [(adamw_group(3e-4, 0.1), decay), (adamw_group(3e-4, 0.0), no_decay)]
+        if args.one_group:
+            groups = [(adamw_group(3e-4, 0.1), [n for n, _ in shapes])]
         step, global_steps = args.step, args.step
         global_samples = global_steps * ds_config["train_batch_size"]
 

@@ -105,14 +105,33 @@ fi
 if [ -d "$oracle/deepspeed-src" ]; then
   drop_caches
   t0=$(now)
-  PYTHONPATH="$oracle/deepspeed-src:$oracle/pydeps" DS_ACCELERATOR=cpu /usr/bin/time -f '%M' -o "$work/ds.rss" \
-    /usr/bin/python3 "$oracle/deepspeed-src/deepspeed/checkpoint/ds_to_universal.py" \
-    --input_folder "$ckpt/$tag" --output_folder "$work/out/${tag}_universal" --keep_temp_folder \
-    > "$work/ds.log" 2>&1 || { echo "ds_to_universal failed:"; tail -5 "$work/ds.log"; }
-  t1=$(now)
-  ds_s=$(elapsed "$t0" "$t1")
-  ds_rss_mb=$(( $(cat "$work/ds.rss") / 1024 ))
-  ds_disk=$(du -sb "$work/out" | cut -f1)
+  if PYTHONPATH="$oracle/deepspeed-src:$oracle/pydeps" DS_ACCELERATOR=cpu \
+      /usr/bin/time -f '%M' -o "$work/ds.rss" \
+      /usr/bin/python3 "$oracle/deepspeed-src/deepspeed/checkpoint/ds_to_universal.py" \
+      --input_folder "$ckpt/$tag" --output_folder "$work/out/${tag}_universal" --keep_temp_folder \
+      > "$work/ds.log" 2>&1; then
+    t1=$(now)
+    ds_s=$(elapsed "$t0" "$t1")
+    ds_rss_mb=$(( $(tail -1 "$work/ds.rss") / 1024 ))
+    ds_disk=$(du -sb "$work/out" | cut -f1)
+    # The same files, materialised by ds_to_universal, read in the same
+    # order through passthrough_ll: FUSE against FUSE over the same bytes.
+    if [ -n "$ptll" ]; then
+      "$ptll" -f -o source="$work/out/${tag}_universal" "$mnt" &
+      pid=$!
+      until mountpoint -q "$mnt"; do sleep 0.01; done
+      mat_files=()
+      for f in "${uni_files[@]}"; do mat_files+=("$mnt/zero/${f#*/zero/}"); done
+      drop_caches
+      mat_cold=$(read_all "${mat_files[@]}")
+      fusermount3 -u "$mnt"
+      wait "$pid"
+      pid=""
+    fi
+  else
+    echo "ds_to_universal.py failed on this checkpoint:"
+    tail -3 "$work/ds.log"
+  fi
 fi
 
 mbps() { echo "scale=0; $1 / $2 / 1000000" | bc -l; }
@@ -124,7 +143,8 @@ checkpoint: $ckpt ($(ls "${shards[@]}" | wc -l) optimizer shards, $((shard_bytes
 | mount, cold (empty index, cold cache) | ${cold_mount} s | | |
 | mount, warm index | ${warm_mount} s | cold mount ${cold_mount} s | $(ratio "$cold_mount" "$warm_mount")x faster |
 | first tensor (cold mount + torch.load of $first_param/fp32.pt) | ${first_tensor_s} s | ds_to_universal ${ds_s:-n/a} s | $( [ -n "${ds_s:-}" ] && ratio "$ds_s" "$first_tensor_s" || echo n/a )x sooner |
-| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | passthrough_ll $( [ -n "$ptll" ] && mbps "$shard_bytes" "$pt_cold" || echo n/a ) MB/s | $( [ -n "$ptll" ] && ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$shard_bytes" "$pt_cold")" || echo n/a )x |
+| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | passthrough_ll over ds_to_universal's files, same order $( [ -n "${mat_cold:-}" ] && mbps "$uni_bytes" "$mat_cold" || echo n/a ) MB/s | $( [ -n "${mat_cold:-}" ] && ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$uni_bytes" "$mat_cold")" || echo n/a )x |
+| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | passthrough_ll over the shards $( [ -n "$ptll" ] && mbps "$shard_bytes" "$pt_cold" || echo n/a ) MB/s | $( [ -n "$ptll" ] && ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$shard_bytes" "$pt_cold")" || echo n/a )x |
 | sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | shards read directly $(mbps "$shard_bytes" "$src_cold") MB/s | $(ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$shard_bytes" "$src_cold")")x |
 | re-read (page cache) | $(mbps "$uni_bytes" "$uni_warm") MB/s | shards from page cache $(mbps "$shard_bytes" "$src_warm") MB/s | $(ratio "$(mbps "$uni_bytes" "$uni_warm")" "$(mbps "$shard_bytes" "$src_warm")")x |
 | daemon peak RSS | $((rss_kb / 1024)) MB | ds_to_universal ${ds_rss_mb:-n/a} MB | |

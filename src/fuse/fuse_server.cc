@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -89,8 +90,55 @@ class SourceFds {
   std::deque<std::once_flag> changed_;
 };
 
+// The kernel gives a FUSE mount 128 KiB of readahead, so reads arrive in
+// 128 KiB requests. Root may raise it (the kernel caps requests at
+// max_pages, 1 MiB): fewer, larger requests for the big sequential reads
+// of tensor files. Best effort. The device comes from mountinfo: a stat of
+// the mountpoint would wait for this very process to answer it.
+void RaiseReadahead(const std::string& mountpoint) {
+  FILE* info = std::fopen("/proc/self/mountinfo", "r");
+  if (info == nullptr) return;
+  char line[4096];
+  std::string device;
+  while (std::fgets(line, sizeof line, info) != nullptr) {
+    char dev[64], point[4000];
+    // "36 25 0:52 / /mnt/run7 rw,... - fuse.ucfs ucfs rw,..."
+    if (std::sscanf(line, "%*s %*s %63s %*s %3999s", dev, point) == 2 && mountpoint == point) {
+      device = dev;
+    }
+  }
+  std::fclose(info);
+  if (device.empty()) return;
+  FILE* f = std::fopen(("/sys/class/bdi/" + device + "/read_ahead_kb").c_str(), "w");
+  if (f == nullptr) return;
+  std::fputs("16384", f);
+  std::fclose(f);
+}
+
+// Cold reads of a synthesised file jump between the rank shards, which
+// defeats the kernel's readahead on them; ucfs knows which source ranges a
+// file needs, so it asks for them ahead (POSIX_FADV_WILLNEED, asynchronous).
+constexpr uint64_t kPrefetchWindow = uint64_t{32} << 20;
+
+// libfuse splices a read reply only if it fits a pipe (pipe-max-size, 1 MiB
+// by default) with room for the header and a page per buffer; a larger
+// reply falls back to a malloc'd copy of the whole reply. Reads are capped
+// to fit, with room for 14 buffers.
+uint32_t MaxReadForSplice() {
+  uint64_t pipe_max = 1 << 20;
+  if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
+    unsigned long v = 0;
+    if (std::fscanf(f, "%lu", &v) == 1 && v >= (256u << 10)) pipe_max = v;
+    std::fclose(f);
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(pipe_max, 1 << 20) - (64u << 10));
+}
+
 struct Server {
   std::shared_ptr<View> view;
+  uint32_t max_read = MaxReadForSplice();
+  std::string mountpoint;
+  std::once_flag readahead_raised;
   SourceFds fds;
   double timeout;
   uid_t uid = ::getuid();
@@ -99,6 +147,22 @@ struct Server {
 
   Server(std::shared_ptr<View> v, double t) : view(std::move(v)), fds(*view), timeout(t) {}
 };
+
+void Prefetch(Server& s, fuse_ino_t ino, uint64_t offset, uint64_t length) {
+  // UCFS_NO_PREFETCH=1 turns it off, to measure what it buys.
+  static const bool disabled = std::getenv("UCFS_NO_PREFETCH") != nullptr;
+  if (disabled) return;
+  std::vector<ReadPiece> pieces;
+  if (!s.view->Plan(ino, offset, length, &pieces).ok()) return;
+  for (const ReadPiece& p : pieces) {
+    if (p.kind != ReadPiece::Kind::kSource) continue;
+    const int fd = s.fds.Get(p.source);
+    if (fd >= 0) {
+      ::posix_fadvise(fd, static_cast<off_t>(p.offset), static_cast<off_t>(p.length),
+                      POSIX_FADV_WILLNEED);
+    }
+  }
+}
 
 Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req)); }
 
@@ -131,16 +195,21 @@ struct stat StatOf(const Server& server, const Attr& a) {
 }
 
 void Init(void* userdata, struct fuse_conn_info* conn) {
-  (void)userdata;
+  conn->max_read = static_cast<Server*>(userdata)->max_read;
   // Tensor bytes go from the shards to the kernel by splice.
-  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
-  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  if (std::getenv("UCFS_NO_SPLICE") == nullptr) {
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  } else {
+    conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  }
   // Files are immutable while mounted: keep their pages across opens.
   conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
+  std::call_once(s.readahead_raised, [&] { RaiseReadahead(s.mountpoint); });
   auto ino = s.view->Lookup(parent, name);
   if (!ino.ok()) {
     // A negative entry is cacheable too: the tree does not change.
@@ -169,6 +238,8 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
   Server& s = Of(req);
+  // The first request comes after INIT, which resets the readahead.
+  std::call_once(s.readahead_raised, [&] { RaiseReadahead(s.mountpoint); });
   auto attr = s.view->GetAttr(ino);
   if (!attr.ok()) {
     fuse_reply_err(req, ErrnoOf(attr.status()));
@@ -248,12 +319,19 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   // Not direct_io: mmap must work (torch.load(mmap=True), zero_to_fp32).
   fi->keep_cache = 1;
   fuse_reply_open(req, fi);
+  Prefetch(s, ino, 0, 2 * kPrefetchWindow);
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info*) {
   Server& s = Of(req);
+  // Keep the source ranges of the next window on their way: each time a
+  // read crosses into a new window, ask for the one after it.
+  const uint64_t begin = static_cast<uint64_t>(offset);
+  if (begin / kPrefetchWindow != (begin + size) / kPrefetchWindow) {
+    Prefetch(s, ino, ((begin + size) / kPrefetchWindow + 1) * kPrefetchWindow, kPrefetchWindow);
+  }
   std::vector<ReadPiece> pieces;
-  Status st = s.view->Plan(ino, static_cast<uint64_t>(offset), size, &pieces);
+  Status st = s.view->Plan(ino, begin, size, &pieces);
   if (!st.ok()) {
     spdlog::error("read of inode {} at {}: {}", ino, offset, st.ToString());
     fuse_reply_err(req, EIO);
@@ -388,8 +466,10 @@ fuse_lowlevel_ops Operations() {
 int Serve(std::shared_ptr<View> view, const ServeOptions& options) {
   Server server(std::move(view), options.cache_timeout_s);
   server.statfs_path = options.statfs_path;
+  server.mountpoint = options.mountpoint;
   std::vector<std::string> args = {"ucfs"};
-  std::string opts = "ro,default_permissions,subtype=ucfs,fsname=" + options.fsname;
+  std::string opts = "ro,default_permissions,subtype=ucfs,fsname=" + options.fsname +
+                     ",max_read=" + std::to_string(server.max_read);
   for (const auto& o : options.fuse_options) opts += "," + o;
   args.push_back("-o");
   args.push_back(opts);
