@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The universal view's benchmark: every figure next to a baseline measured in
-# the same run on the same checkpoint (these machines are noisy).
+# the same run on the same checkpoint, alternating, median of ROUNDS rounds
+# (these machines are noisy).
 #
 #   bench/run_bench.sh UCFS_BIN CKPT [PASSTHROUGH_LL]
 #
-# CKPT: a checkpoint root (bench/make_checkpoint.py makes one). PASSTHROUGH_LL:
-# libfuse's example/passthrough_ll built against the installed libfuse, for
-# the FUSE baseline. With DeepSpeed set up as tests/deepspeed/README.md says
-# ($ORACLE_WORK/deepspeed-src), ds_to_universal.py is timed too. Needs root
-# (to drop the page cache between cold runs) and /dev/fuse.
+# CKPT: a checkpoint root (bench/make_checkpoint.py makes one; use --one-group,
+# DeepSpeed 0.14.5's converter cannot handle several sub-groups).
+# PASSTHROUGH_LL: libfuse's example/passthrough_ll built against the
+# installed libfuse, for the FUSE baselines. With DeepSpeed set up as
+# tests/deepspeed/README.md says ($ORACLE_WORK/deepspeed-src),
+# ds_to_universal.py is timed too. Needs root (to drop the page cache
+# between cold runs) and /dev/fuse.
 set -euo pipefail
 ucfs=$(readlink -f "$1")
 ckpt=$(readlink -f "$2")
 ptll=${3:+$(readlink -f "$3")}
+rounds=${ROUNDS:-3}
 oracle=${ORACLE_WORK:-$HOME/ucfs-oracle}
 work=$(mktemp -d /tmp/ucfs_bench.XXXXXX)
 mnt=$work/mnt
@@ -20,8 +24,8 @@ mkdir -p "$mnt"
 tag=$(cat "$ckpt/latest")
 pid=""
 cleanup() {
-  mountpoint -q "$mnt" && fusermount3 -u "$mnt" || true
-  [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+  if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
+  if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -30,6 +34,8 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
 elapsed() { echo "$2 - $1" | bc -l; }
 ratio() { echo "scale=2; $1 / $2" | bc -l; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+mbps() { echo "scale=0; $1 / $2 / 1000000" | bc -l; }
 
 mount_ucfs() {  # mount_ucfs EXTRA...; sets pid and mount_s
   local t0 t1
@@ -40,8 +46,12 @@ mount_ucfs() {  # mount_ucfs EXTRA...; sets pid and mount_s
   t1=$(now)
   mount_s=$(elapsed "$t0" "$t1")
 }
-umount_ucfs() { fusermount3 -u "$mnt"; wait "$pid"; pid=""; }
-
+mount_ptll() {  # mount_ptll SOURCE_DIR
+  "$ptll" -f -o source="$1" "$mnt" 2>/dev/null &
+  pid=$!
+  until mountpoint -q "$mnt"; do sleep 0.01; done
+}
+unmount() { fusermount3 -u "$mnt"; wait "$pid"; pid=""; }
 read_all() {  # read_all FILE...; prints seconds to cat them
   local t0 t1
   t0=$(now)
@@ -53,55 +63,7 @@ read_all() {  # read_all FILE...; prints seconds to cat them
 shards=("$ckpt/$tag"/*_optim_states.pt)
 shard_bytes=$(du -cb "${shards[@]}" | tail -1 | cut -f1)
 
-# --- mount: cold (empty index, cold cache), then warm (index) -------------
-drop_caches
-mount_ucfs
-cold_mount=$mount_s
-umount_ucfs
-drop_caches
-mount_ucfs
-warm_mount=$mount_s
-
-# --- time to first tensor: a cold mount, then torch.load of one fp32.pt ----
-first_param=$(ls "$mnt/${tag}_universal/zero" | grep -v optimizer_state | head -1)
-umount_ucfs
-rm -rf "$work/index"
-drop_caches
-mount_ucfs
-first_tensor=$(/usr/bin/python3 -c "
-import time, torch
-t = time.time()
-x = torch.load('$mnt/${tag}_universal/zero/$first_param/fp32.pt')
-print(time.time() - t)")
-first_tensor_s=$(echo "$mount_s + $first_tensor" | bc -l)
-
-# --- sequential read of the whole universal tree, cold then re-read --------
-mapfile -t uni_files < <(find "$mnt/${tag}_universal/zero" -name '*.pt' ! -name optimizer_state.pt | sort)
-uni_bytes=$(du -cb "${uni_files[@]}" | tail -1 | cut -f1)
-drop_caches
-uni_cold=$(read_all "${uni_files[@]}")
-uni_warm=$(read_all "${uni_files[@]}")
-rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-umount_ucfs
-
-# --- baselines: the shards read directly, and through passthrough_ll -------
-drop_caches
-src_cold=$(read_all "${shards[@]}")
-src_warm=$(read_all "${shards[@]}")
-if [ -n "$ptll" ]; then
-  "$ptll" -f -o source="$ckpt/$tag" "$mnt" &
-  pid=$!
-  until mountpoint -q "$mnt"; do sleep 0.01; done
-  pt_shards=()
-  for s in "${shards[@]}"; do pt_shards+=("$mnt/$(basename "$s")"); done
-  drop_caches
-  pt_cold=$(read_all "${pt_shards[@]}")
-  fusermount3 -u "$mnt"
-  wait "$pid"
-  pid=""
-fi
-
-# --- ds_to_universal.py on the same checkpoint -----------------------------
+# --- ds_to_universal.py: the conversion ucfs replaces ------------------------
 if [ -d "$oracle/deepspeed-src" ]; then
   drop_caches
   t0=$(now)
@@ -114,39 +76,86 @@ if [ -d "$oracle/deepspeed-src" ]; then
     ds_s=$(elapsed "$t0" "$t1")
     ds_rss_mb=$(( $(tail -1 "$work/ds.rss") / 1024 ))
     ds_disk=$(du -sb "$work/out" | cut -f1)
-    # The same files, materialised by ds_to_universal, read in the same
-    # order through passthrough_ll: FUSE against FUSE over the same bytes.
-    if [ -n "$ptll" ]; then
-      "$ptll" -f -o source="$work/out/${tag}_universal" "$mnt" &
-      pid=$!
-      until mountpoint -q "$mnt"; do sleep 0.01; done
-      mat_files=()
-      for f in "${uni_files[@]}"; do mat_files+=("$mnt/zero/${f#*/zero/}"); done
-      drop_caches
-      mat_cold=$(read_all "${mat_files[@]}")
-      fusermount3 -u "$mnt"
-      wait "$pid"
-      pid=""
-    fi
+    rm -rf "$work/out/${tag}_universal/tmp"*  # keep the result only
   else
     echo "ds_to_universal.py failed on this checkpoint:"
     tail -3 "$work/ds.log"
   fi
 fi
 
-mbps() { echo "scale=0; $1 / $2 / 1000000" | bc -l; }
+# The universal tree's files, in the order `cat` reads them.
+mount_ucfs
+mapfile -t rel < <(cd "$mnt/${tag}_universal" && find zero -name '*.pt' ! -name optimizer_state.pt | sort)
+uni_files=("${rel[@]/#/$mnt/${tag}_universal/}")
+uni_bytes=$(du -cb "${uni_files[@]}" | tail -1 | cut -f1)
+first="zero/$(ls "$mnt/${tag}_universal/zero" | grep -v optimizer_state | head -1)/fp32.pt"
+typical=$(cd "$mnt/${tag}_universal" && find zero -name fp32.pt | sort | sed -n "$(( ${#rel[@]} / 6 ))p")
+unmount
+
+load_s() {  # load_s REL: seconds for torch.load of a file of the mount
+  /usr/bin/python3 -c "
+import time, torch
+t = time.time(); torch.load('$mnt/${tag}_universal/$1'); print(time.time() - t)"
+}
+
+declare -a cold_mount warm_mount first_s typical_s uni_cold uni_warm rss src_cold src_warm pt_cold mat_cold
+for ((r = 0; r < rounds; r++)); do
+  # ucfs: cold mount (no index, cold cache), first tensor, whole tree cold, re-read
+  rm -rf "$work/index"
+  drop_caches
+  mount_ucfs
+  cold_mount+=("$mount_s")
+  first_s+=("$(echo "$mount_s + $(load_s "$first")" | bc -l)")
+  unmount
+  drop_caches
+  mount_ucfs
+  warm_mount+=("$mount_s")
+  typical_s+=("$(echo "$mount_s + $(load_s "$typical")" | bc -l)")
+  drop_caches
+  uni_cold+=("$(read_all "${uni_files[@]}")")
+  uni_warm+=("$(read_all "${uni_files[@]}")")
+  rss+=("$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")")
+  unmount
+  # the shards themselves
+  drop_caches
+  src_cold+=("$(read_all "${shards[@]}")")
+  src_warm+=("$(read_all "${shards[@]}")")
+  if [ -n "$ptll" ]; then
+    mount_ptll "$ckpt/$tag"
+    drop_caches
+    pt_shards=()
+    for s in "${shards[@]}"; do pt_shards+=("$mnt/${s##*/}"); done
+    pt_cold+=("$(read_all "${pt_shards[@]}")")
+    unmount
+    if [ -n "${ds_s:-}" ]; then
+      mount_ptll "$work/out/${tag}_universal"
+      drop_caches
+      mat_cold+=("$(read_all "${rel[@]/#/$mnt/}")")
+      unmount
+    fi
+  fi
+done
+
+m_first=$(median "${first_s[@]}")
+m_typical=$(median "${typical_s[@]}")
+m_uni_cold=$(mbps "$uni_bytes" "$(median "${uni_cold[@]}")")
+m_uni_warm=$(mbps "$uni_bytes" "$(median "${uni_warm[@]}")")
+m_src_cold=$(mbps "$shard_bytes" "$(median "${src_cold[@]}")")
+m_src_warm=$(mbps "$shard_bytes" "$(median "${src_warm[@]}")")
 cat <<EOF2
-checkpoint: $ckpt ($(ls "${shards[@]}" | wc -l) optimizer shards, $((shard_bytes / 1000000)) MB; universal tree $((uni_bytes / 1000000)) MB)
+checkpoint: $ckpt (${#shards[@]} optimizer shards, $((shard_bytes / 1000000)) MB; universal tree $((uni_bytes / 1000000)) MB in ${#rel[@]} files)
+median of $rounds rounds, each measurement next to its baseline
 
 | what | ucfs | baseline | ratio |
 |---|---|---|---|
-| mount, cold (empty index, cold cache) | ${cold_mount} s | | |
-| mount, warm index | ${warm_mount} s | cold mount ${cold_mount} s | $(ratio "$cold_mount" "$warm_mount")x faster |
-| first tensor (cold mount + torch.load of $first_param/fp32.pt) | ${first_tensor_s} s | ds_to_universal ${ds_s:-n/a} s | $( [ -n "${ds_s:-}" ] && ratio "$ds_s" "$first_tensor_s" || echo n/a )x sooner |
-| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | passthrough_ll over ds_to_universal's files, same order $( [ -n "${mat_cold:-}" ] && mbps "$uni_bytes" "$mat_cold" || echo n/a ) MB/s | $( [ -n "${mat_cold:-}" ] && ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$uni_bytes" "$mat_cold")" || echo n/a )x |
-| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | passthrough_ll over the shards $( [ -n "$ptll" ] && mbps "$shard_bytes" "$pt_cold" || echo n/a ) MB/s | $( [ -n "$ptll" ] && ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$shard_bytes" "$pt_cold")" || echo n/a )x |
-| sequential read, cold cache | $(mbps "$uni_bytes" "$uni_cold") MB/s | shards read directly $(mbps "$shard_bytes" "$src_cold") MB/s | $(ratio "$(mbps "$uni_bytes" "$uni_cold")" "$(mbps "$shard_bytes" "$src_cold")")x |
-| re-read (page cache) | $(mbps "$uni_bytes" "$uni_warm") MB/s | shards from page cache $(mbps "$shard_bytes" "$src_warm") MB/s | $(ratio "$(mbps "$uni_bytes" "$uni_warm")" "$(mbps "$shard_bytes" "$src_warm")")x |
-| daemon peak RSS | $((rss_kb / 1024)) MB | ds_to_universal ${ds_rss_mb:-n/a} MB | |
-| extra disk | 0 | ds_to_universal $( [ -n "${ds_disk:-}" ] && echo $((ds_disk / 1000000)) MB || echo n/a ) | |
+| mount, empty index, cold cache | $(median "${cold_mount[@]}") s | | |
+| mount, warm index, cold cache | $(median "${warm_mount[@]}") s | | |
+| first tensor: mount + torch.load of $first | $m_first s | ds_to_universal.py ${ds_s:-n/a} s | $( [ -n "${ds_s:-}" ] && ratio "$ds_s" "$m_first" || echo n/a )x sooner |
+| first tensor: mount + torch.load of $typical | $m_typical s | ds_to_universal.py ${ds_s:-n/a} s | $( [ -n "${ds_s:-}" ] && ratio "$ds_s" "$m_typical" || echo n/a )x sooner |
+| read the whole tree, cold cache | $m_uni_cold MB/s | passthrough_ll over ds_to_universal's files, same order: $( [ ${#mat_cold[@]} -gt 0 ] && mbps "$uni_bytes" "$(median "${mat_cold[@]}")" || echo n/a ) MB/s | $( [ ${#mat_cold[@]} -gt 0 ] && ratio "$m_uni_cold" "$(mbps "$uni_bytes" "$(median "${mat_cold[@]}")")" || echo n/a )x |
+| read the whole tree, cold cache | $m_uni_cold MB/s | passthrough_ll over the shards: $( [ ${#pt_cold[@]} -gt 0 ] && mbps "$shard_bytes" "$(median "${pt_cold[@]}")" || echo n/a ) MB/s | $( [ ${#pt_cold[@]} -gt 0 ] && ratio "$m_uni_cold" "$(mbps "$shard_bytes" "$(median "${pt_cold[@]}")")" || echo n/a )x |
+| read the whole tree, cold cache | $m_uni_cold MB/s | the shards, no FUSE: $m_src_cold MB/s | $(ratio "$m_uni_cold" "$m_src_cold")x |
+| re-read (page cache) | $m_uni_warm MB/s | the shards from the page cache: $m_src_warm MB/s | $(ratio "$m_uni_warm" "$m_src_warm")x |
+| daemon peak RSS | $(( $(median "${rss[@]}") / 1024 )) MB | ds_to_universal.py ${ds_rss_mb:-n/a} MB | |
+| extra disk | 0 | ds_to_universal.py $( [ -n "${ds_disk:-}" ] && echo "$((ds_disk / 1000000)) MB" || echo n/a ) (output + its tmp) | |
 EOF2

@@ -14,6 +14,7 @@
 #include <deque>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_set>
 
 namespace ucfs::fuse {
 namespace {
@@ -139,6 +140,9 @@ struct Server {
   uint32_t max_read = MaxReadForSplice();
   std::string mountpoint;
   std::once_flag readahead_raised;
+  bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
+  std::mutex read_mu;
+  std::unordered_set<fuse_ino_t> read_before;  // files read at least once
   SourceFds fds;
   double timeout;
   uid_t uid = ::getuid();
@@ -195,7 +199,9 @@ struct stat StatOf(const Server& server, const Attr& a) {
 }
 
 void Init(void* userdata, struct fuse_conn_info* conn) {
-  conn->max_read = static_cast<Server*>(userdata)->max_read;
+  Server& server = *static_cast<Server*>(userdata);
+  conn->max_read = server.max_read;
+  server.no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
   // Tensor bytes go from the shards to the kernel by splice.
   if (std::getenv("UCFS_NO_SPLICE") == nullptr) {
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
@@ -303,6 +309,13 @@ void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
+  // Zero-message opens: with ENOSYS the kernel stops sending OPEN and
+  // RELEASE for files and keeps their page cache (FOPEN_KEEP_CACHE), which
+  // is what every file here wants; the `ro` mount already refuses writes.
+  if (s.no_open) {
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
   auto attr = s.view->GetAttr(ino);
   if (!attr.ok()) {
     fuse_reply_err(req, ErrnoOf(attr.status()));
@@ -319,7 +332,6 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   // Not direct_io: mmap must work (torch.load(mmap=True), zero_to_fp32).
   fi->keep_cache = 1;
   fuse_reply_open(req, fi);
-  Prefetch(s, ino, 0, 2 * kPrefetchWindow);
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info*) {
@@ -327,7 +339,15 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse
   // Keep the source ranges of the next window on their way: each time a
   // read crosses into a new window, ask for the one after it.
   const uint64_t begin = static_cast<uint64_t>(offset);
-  if (begin / kPrefetchWindow != (begin + size) / kPrefetchWindow) {
+  bool first_read;
+  {
+    std::lock_guard lock(s.read_mu);
+    first_read = s.read_before.insert(ino).second;
+  }
+  if (first_read) {
+    // The first read of a file: its first windows, from all shards at once.
+    Prefetch(s, ino, begin, 2 * kPrefetchWindow);
+  } else if (begin / kPrefetchWindow != (begin + size) / kPrefetchWindow) {
     Prefetch(s, ino, ((begin + size) / kPrefetchWindow + 1) * kPrefetchWindow, kPrefetchWindow);
   }
   std::vector<ReadPiece> pieces;
