@@ -208,26 +208,8 @@ class BrokenCheckpointTest : public ::testing::Test {
   std::string Tag(const std::string& name) { return "/ck/global_step4/" + name; }
   Status OpenStatus() { return Checkpoint::Open(env_, "/ck").status(); }
 
-  // Re-packs a torch file with its data.pkl edited by `edit`.
   std::string Repack(const std::string& bytes, const std::function<void(pickle::Document*)>& edit) {
-    env_.WriteFile("/scratch.pt", bytes);
-    auto file = env_.Open("/scratch.pt");
-    auto archive = ZipArchive::Open(**file);
-    EXPECT_TRUE(archive.ok());
-    std::vector<ZipEntrySpec> specs;
-    for (const auto& rec : archive->records()) {
-      std::string data = *ZipArchive::ReadRecord(**file, rec);
-      if (rec.name.ends_with("/data.pkl")) {
-        auto doc = pickle::Parse(data);
-        EXPECT_TRUE(doc.ok());
-        edit(&*doc);
-        data = *pickle::Write(*doc);
-      }
-      specs.push_back({rec.name, data.size(), data, 0});
-    }
-    auto layout = ZipLayout::Plan(specs);
-    EXPECT_TRUE(layout.ok());
-    return layout->generated();  // every entry is inline, so this is the file
+    return testing::RepackTorchFile(bytes, edit);
   }
 
   MemEnv env_;

@@ -5,14 +5,7 @@
 namespace ucfs {
 
 const ZipRecord* TorchFileSummary::Find(std::string_view relative_name) const {
-  for (const auto& rec : records) {
-    std::string_view name(rec.name);
-    if (name.size() == prefix.size() + 1 + relative_name.size() &&
-        name.substr(prefix.size() + 1) == relative_name) {
-      return &rec;
-    }
-  }
-  return nullptr;
+  return FindRecord(records, prefix, relative_name);
 }
 
 const std::string* TorchFileSummary::SmallRecord(std::string_view relative_name) const {

@@ -229,23 +229,11 @@ TEST(UniversalView, UnsafeParamNamesAreRefused) {
   env.WriteFile("/ck/latest", "t");
   const std::string model0 = "/ck/t/zero_pp_rank_0_mp_rank_00_model_states.pt";
   // Rename embed.weight to "../evil" in rank 0's param_shapes.
-  auto file = env.Open(model0);
-  auto archive = ZipArchive::Open(**file);
-  ASSERT_TRUE(archive.ok());
-  std::vector<ZipEntrySpec> specs;
-  for (const auto& rec : archive->records()) {
-    std::string data = *ZipArchive::ReadRecord(**file, rec);
-    if (rec.name.ends_with("data.pkl")) {
-      auto doc = pickle::Parse(data);
-      ASSERT_TRUE(doc.ok());
-      auto groups = doc->SequenceItems(doc->Get(doc->root(), "param_shapes"));
-      auto items = doc->MappingItems((*groups)[0]);
-      doc->mutable_node((*items)[0].first).text = "../evil";
-      data = *pickle::Write(*doc);
-    }
-    specs.push_back({rec.name, data.size(), data, 0});
-  }
-  env.WriteFile(model0, ZipLayout::Plan(specs)->generated());
+  env.WriteFile(model0, testing::RepackTorchFile(*env.Contents(model0), [](pickle::Document* doc) {
+                  auto groups = doc->SequenceItems(doc->Get(doc->root(), "param_shapes"));
+                  auto items = doc->MappingItems((*groups)[0]);
+                  doc->mutable_node((*items)[0].first).text = "../evil";
+                }));
   auto c = Checkpoint::Open(env, "/ck");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto v = BuildUniversalView(env, std::make_shared<const Checkpoint>(std::move(c).value()));

@@ -203,11 +203,13 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
   return archive;
 }
 
-const ZipRecord* ZipArchive::Find(std::string_view relative_name) const {
-  for (const auto& rec : records_) {
+const ZipRecord* FindRecord(const std::vector<ZipRecord>& records, std::string_view prefix,
+                            std::string_view relative_name) {
+  for (const auto& rec : records) {
     std::string_view name(rec.name);
-    if (name.size() == prefix_.size() + 1 + relative_name.size() &&
-        name.substr(prefix_.size() + 1) == relative_name) {
+    if (name.size() == prefix.size() + 1 + relative_name.size() &&
+        name.substr(0, prefix.size()) == prefix && name[prefix.size()] == '/' &&
+        name.substr(prefix.size() + 1) == relative_name) {
       return &rec;
     }
   }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "ucfs/zip.h"
+
 namespace ucfs::testing {
 
 namespace fs = std::filesystem;
@@ -64,6 +66,30 @@ ReferenceTensor LoadReference(const nlohmann::json& entry) {
   t.requires_grad = entry.at("requires_grad").get<bool>();
   t.bytes = ReadFile(std::string(UCFS_REFERENCE_DIR) + "/" + entry.at("file").get<std::string>());
   return t;
+}
+
+std::string RepackTorchFile(const std::string& bytes,
+                            const std::function<void(pickle::Document*)>& edit) {
+  MemEnv env;
+  env.WriteFile("/f.pt", bytes);
+  auto file = env.Open("/f.pt");
+  auto archive = ZipArchive::Open(**file);
+  EXPECT_TRUE(archive.ok()) << archive.status().ToString();
+  if (!archive.ok()) return "";
+  std::vector<ZipEntrySpec> specs;
+  for (const auto& rec : archive->records()) {
+    std::string data = *ZipArchive::ReadRecord(**file, rec);
+    if (rec.name.ends_with("/data.pkl")) {
+      auto doc = pickle::Parse(data);
+      EXPECT_TRUE(doc.ok());
+      edit(&*doc);
+      data = *pickle::Write(*doc);
+    }
+    specs.push_back({rec.name, data.size(), data, 0});
+  }
+  auto layout = ZipLayout::Plan(specs);
+  EXPECT_TRUE(layout.ok());
+  return layout->generated();  // every entry is inline, so this is the file
 }
 
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {

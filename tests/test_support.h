@@ -3,6 +3,7 @@
 #ifndef UCFS_TESTS_TEST_SUPPORT_H_
 #define UCFS_TESTS_TEST_SUPPORT_H_
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ struct ReferenceTensor {
 // The reference manifest (reference/manifest.json), parsed once.
 const nlohmann::json& ReferenceManifest();
 ReferenceTensor LoadReference(const nlohmann::json& entry);
+
+// A torch.save file's bytes with its data.pkl edited by `edit` (for making
+// hostile or inconsistent inputs from real ones).
+std::string RepackTorchFile(const std::string& bytes,
+                            const std::function<void(pickle::Document*)>& edit);
 
 // The bytes of `extents` of `ckpt`'s source files, concatenated.
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);

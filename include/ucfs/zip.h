@@ -31,6 +31,10 @@ struct ZipRecord {
   uint16_t method = 0;  // 0 = stored, 8 = deflate
 };
 
+// The record named "<prefix>/<relative_name>" in `records`, or nullptr.
+const ZipRecord* FindRecord(const std::vector<ZipRecord>& records, std::string_view prefix,
+                            std::string_view relative_name);
+
 // The records of a torch.save zip file. Holds no file data.
 class ZipArchive {
  public:
@@ -43,7 +47,9 @@ class ZipArchive {
   const std::string& prefix() const { return prefix_; }
   const std::vector<ZipRecord>& records() const { return records_; }
   // The record "<prefix>/<relative_name>", or nullptr.
-  const ZipRecord* Find(std::string_view relative_name) const;
+  const ZipRecord* Find(std::string_view relative_name) const {
+    return FindRecord(records_, prefix_, relative_name);
+  }
   // Where the central directory starts: every record's data ends before it.
   uint64_t central_directory_offset() const { return cd_offset_; }
 
