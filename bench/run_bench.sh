@@ -113,12 +113,16 @@ for ((r = 0; r < rounds; r++)); do
   typical_s+=("$(echo "$mount_s + $(load_s "$typical")" | bc -l)")
   drop_caches
   uni_cold+=("$(read_all "${uni_files[@]}")")
+  # Re-reads: the second of two (the first may still find pages the VM
+  # reclaimed meanwhile); the baseline below is treated the same.
+  read_all "${uni_files[@]}" > /dev/null
   uni_warm+=("$(read_all "${uni_files[@]}")")
   rss+=("$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")")
   unmount
   # the shards themselves
   drop_caches
   src_cold+=("$(read_all "${shards[@]}")")
+  read_all "${shards[@]}" > /dev/null
   src_warm+=("$(read_all "${shards[@]}")")
   if [ -n "$ptll" ]; then
     mount_ptll "$ckpt/$tag"

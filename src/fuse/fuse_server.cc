@@ -345,8 +345,9 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse
     first_read = s.read_before.insert(ino).second;
   }
   if (first_read) {
-    // The first read of a file: its first windows, from all shards at once.
-    Prefetch(s, ino, begin, 2 * kPrefetchWindow);
+    // The first read of a file: the file (up to 8 windows) from all its
+    // shards at once, so the disk reads them in parallel.
+    Prefetch(s, ino, begin, 8 * kPrefetchWindow);
   } else if (begin / kPrefetchWindow != (begin + size) / kPrefetchWindow) {
     Prefetch(s, ino, ((begin + size) / kPrefetchWindow + 1) * kPrefetchWindow, kPrefetchWindow);
   }
