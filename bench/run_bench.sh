@@ -88,8 +88,10 @@ mount_ucfs
 mapfile -t rel < <(cd "$mnt/${tag}_universal" && find zero -name '*.pt' ! -name optimizer_state.pt | sort)
 uni_files=("${rel[@]/#/$mnt/${tag}_universal/}")
 uni_bytes=$(du -cb "${uni_files[@]}" | tail -1 | cut -f1)
-first="zero/$(ls "$mnt/${tag}_universal/zero" | grep -v optimizer_state | head -1)/fp32.pt"
-typical=$(cd "$mnt/${tag}_universal" && find zero -name fp32.pt | sort | sed -n "$(( ${#rel[@]} / 6 ))p")
+# The first fp32.pt in name order, and one a sixth of the way down the list.
+mapfile -t fp32s < <(printf '%s\n' "${rel[@]}" | grep '/fp32\.pt$')
+first=${fp32s[0]}
+typical=${fp32s[$(( ${#fp32s[@]} / 6 ))]}
 unmount
 
 load_s() {  # load_s REL: seconds for torch.load of a file of the mount

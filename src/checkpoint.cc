@@ -176,6 +176,7 @@ class CheckpointBuilder {
     UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0));
     UCFS_RETURN_IF_ERROR(ReadBuffers(model0));
     c_.rank0_model_ = model0.doc;
+    c_.rank0_model_summary_ = std::make_shared<TorchFileSummary>(std::move(model0.summary));
     // Model files read for nothing else are still sources (passed through).
     for (uint32_t r = 1; r < w; ++r) {
       SourceFile& src = c_.sources_[w + r];
@@ -465,6 +466,8 @@ class CheckpointBuilder {
         UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
         if (!t || t->numel() != 1 || !t->shape.empty()) continue;  // per-element, or not ours
         UCFS_ASSIGN_OR_RETURN(s.value, tf.ScalarValue(*t));
+        UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(*t));
+        s.extent = Extent{0, offset, t->element_size()};  // rank 0's optimizer file is source 0
         s.is_tensor = true;
         s.dtype = t->dtype;
       }

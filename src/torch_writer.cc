@@ -120,11 +120,14 @@ Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin,
           p.offset = run.source_offset + (a - run_start);
           out->push_back(p);
           break;
-        case StorageRun::Kind::kState: {
+        case StorageRun::Kind::kState:
+        case StorageRun::Kind::kFrozen: {
           extents.clear();
           const uint64_t from = run.state_offset + (a - run_start);
           UCFS_RETURN_IF_ERROR(
-              checkpoint_->MapState(run.param, run.state, from, from + (b - a), &extents));
+              run.kind == StorageRun::Kind::kState
+                  ? checkpoint_->MapState(run.param, run.state, from, from + (b - a), &extents)
+                  : checkpoint_->MapFrozen(run.param, from, from + (b - a), &extents));
           for (const Extent& e : extents) {
             ReadPiece sp;
             sp.kind = ReadPiece::Kind::kSource;
@@ -166,6 +169,118 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
     }
   }
   return Status::OK();
+}
+
+namespace {
+
+// The persistent ids of a document in the order pickle::Write meets them —
+// callable, arguments, items, state; a node met again is a memo reference
+// and not entered — which is the order torch.save numbers storages in.
+std::vector<pickle::NodeId> PersistentIdsInWriteOrder(const pickle::Document& doc) {
+  std::vector<pickle::NodeId> order;
+  std::vector<bool> seen(doc.size(), false);
+  // Depth is bounded: documents are acyclic and at most ParseLimits deep.
+  auto walk = [&](auto&& self, pickle::NodeId id) -> void {
+    if (id == pickle::kNoNode || seen[id]) return;
+    seen[id] = true;
+    const auto& n = doc.node(id);
+    if (n.kind == pickle::Kind::kPersistentId) order.push_back(id);
+    self(self, n.a);
+    self(self, n.b);
+    for (pickle::NodeId item : n.items) self(self, item);
+    self(self, n.state);
+  };
+  walk(walk, doc.root());
+  return order;
+}
+
+}  // namespace
+
+Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_doc,
+                                                pickle::NodeId id, const TorchFileSummary& summary,
+                                                uint32_t source_index,
+                                                std::vector<pickle::NodeId>* copied) {
+  const size_t before = doc_.size();
+  const pickle::NodeId root = doc_.CopyFrom(source_doc, id, copied);
+  // Every persistent id copied now names a storage record of `summary`.
+  for (size_t i = before; i < doc_.size(); ++i) {
+    const pickle::Node& n = doc_.node(static_cast<pickle::NodeId>(i));
+    if (n.kind != pickle::Kind::kPersistentId) continue;
+    auto fields = doc_.SequenceItems(n.a);
+    auto key = fields && fields->size() >= 5 ? doc_.AsStr((*fields)[2]) : std::nullopt;
+    if (!key) return Status::Corruption(summary.path + ": a storage id is not ('storage', ...)");
+    const pickle::NodeId key_node = (*fields)[2];
+    bool known = false;
+    for (const auto& [k, runs] : storages_) known = known || k == key_node;
+    if (known) continue;
+    const ZipRecord* rec = summary.Find("data/" + std::string(*key));
+    if (rec == nullptr || rec->method != 0) {
+      return Status::Corruption(summary.path + ": storage record 'data/" + std::string(*key) +
+                                "' is missing or compressed");
+    }
+    StorageRun run;
+    run.kind = StorageRun::Kind::kSource;
+    run.length = rec->size;
+    run.source = source_index;
+    run.source_offset = rec->data_offset;
+    storages_.push_back({key_node, {run}});
+  }
+  return root;
+}
+
+pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int64_t>& shape,
+                                             bool requires_grad, std::vector<StorageRun> runs) {
+  using pickle::NodeId;
+  // torch.save shares one 'storage' and one location string between ids.
+  if (storage_str_ == pickle::kNoNode) storage_str_ = doc_.AddStr("storage");
+  if (cpu_str_ == pickle::kNoNode) cpu_str_ = doc_.AddStr("cpu");
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+  const NodeId key = doc_.AddStr("new" + std::to_string(new_key_count_++));
+  const NodeId pid =
+      doc_.AddTuple({storage_str_, doc_.Global("torch", std::string(Info(dtype).storage_class)),
+                     key, cpu_str_, doc_.AddInt(static_cast<int64_t>(numel))});
+  std::vector<NodeId> dims, strides;
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides.insert(strides.begin(), doc_.AddInt(stride));
+    stride *= shape[i];
+  }
+  for (int64_t d : shape) dims.push_back(doc_.AddInt(d));
+  const NodeId hooks = doc_.AddReduce(doc_.Global("collections", "OrderedDict"), doc_.AddTuple({}));
+  const NodeId args = doc_.AddTuple({doc_.AddPersistentId(pid), doc_.AddInt(0), doc_.AddTuple(dims),
+                                     doc_.AddTuple(strides), doc_.AddBool(requires_grad), hooks});
+  storages_.push_back({key, std::move(runs)});
+  return doc_.AddReduce(doc_.Global("torch._utils", "_rebuild_tensor_v2"), args);
+}
+
+Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
+    std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix,
+    PieceReader* crc_reader) {
+  // Number storages as torch.save would: by first appearance in the pickle.
+  // Key strings may be shared between ids, so decide every name first.
+  std::vector<std::pair<pickle::NodeId, std::string>> renames;
+  std::vector<StorageSpec> specs;
+  for (pickle::NodeId pid : PersistentIdsInWriteOrder(doc_)) {
+    auto fields = *doc_.SequenceItems(doc_.node(pid).a);
+    doc_.mutable_node(fields[3]).text = "cpu";
+    const pickle::NodeId key = fields[2];
+    bool named = false;
+    for (const auto& [k, name] : renames) named = named || k == key;
+    if (named) continue;
+    const std::vector<StorageRun>* runs = nullptr;
+    for (const auto& [k, r] : storages_) {
+      if (k == key) runs = &r;
+    }
+    if (runs == nullptr) return Status::InvalidArgument("a storage with no known bytes");
+    const std::string name = std::to_string(renames.size());
+    renames.emplace_back(key, name);
+    specs.push_back(StorageSpec{name, *runs, 0});
+  }
+  for (const auto& [key, name] : renames) doc_.mutable_node(key).text = name;
+  UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc_));
+  return TorchFileContent::Make(std::move(checkpoint), prefix, std::move(bytes), std::move(specs),
+                                crc_reader);
 }
 
 Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad) {

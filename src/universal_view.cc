@@ -29,37 +29,18 @@ std::string RanksText(uint64_t numel, uint32_t world) {
   return last == 0 ? "0" : "0-" + std::to_string(last);
 }
 
-// The persistent ids of a document in the order pickle::Write meets them —
-// callable, arguments, items, state; a node met again is a memo reference
-// and not entered — which is the order torch.save numbers storages in.
-std::vector<NodeId> PersistentIdsInWriteOrder(const Document& doc) {
-  std::vector<NodeId> order;
-  std::vector<bool> seen(doc.size(), false);
-  // Depth is bounded: documents are acyclic and at most ParseLimits deep.
-  auto walk = [&](auto&& self, NodeId id) -> void {
-    if (id == pickle::kNoNode || seen[id]) return;
-    seen[id] = true;
-    const auto& n = doc.node(id);
-    if (n.kind == Kind::kPersistentId) order.push_back(id);
-    self(self, n.a);
-    self(self, n.b);
-    for (NodeId item : n.items) self(self, item);
-    self(self, n.state);
-  };
-  walk(walk, doc.root());
-  return order;
-}
-
 // rank 0's optimizer_state_dict plus a 'param_groups' key (ds_to_universal's
-// optimizer_state.pt), storages renumbered and moved to 'cpu'.
+// optimizer_state.pt).
 Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<const Checkpoint> ckpt,
                                                              PieceReader* crc_reader) {
   const Document& src = ckpt->rank0_optim();
   const TorchFileSummary& summary = ckpt->rank0_optim_summary();
-  const NodeId osd = src.Get(src.root(), "optimizer_state_dict");
-  Document doc;
+  TorchPickleBuilder builder;
   std::vector<NodeId> copied;
-  const NodeId root = doc.CopyFrom(src, osd, &copied);
+  // Rank 0's optimizer file is checkpoint source 0.
+  UCFS_ASSIGN_OR_RETURN(NodeId root, builder.Copy(src, src.Get(src.root(), "optimizer_state_dict"),
+                                                  summary, 0, &copied));
+  Document& doc = builder.doc();
   doc.set_root(root);
   const NodeId param_groups = doc.Get(doc.Get(root, "optimizer_state_dict"), "param_groups");
   if (param_groups == pickle::kNoNode || doc.node(root).kind != Kind::kDict) {
@@ -67,47 +48,7 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<con
   }
   doc.mutable_node(root).items.push_back(doc.AddStr("param_groups"));
   doc.mutable_node(root).items.push_back(param_groups);
-
-  const std::vector<NodeId> pids = PersistentIdsInWriteOrder(doc);
-  std::map<std::string, std::string> new_key;  // source key -> file key
-  std::vector<StorageSpec> storages;
-  for (NodeId pid : pids) {
-    auto fields = doc.SequenceItems(doc.node(pid).a);
-    if (!fields || fields->size() < 5) return Status::Corruption(summary.path + ": bad storage id");
-    const NodeId key_node = (*fields)[2];
-    auto key = doc.AsStr(key_node);
-    if (!key) return Status::Corruption(summary.path + ": storage key is not a string");
-    if (new_key.count(std::string(*key))) continue;  // the same storage again
-    const std::string renamed = std::to_string(new_key.size());
-    const ZipRecord* rec = summary.Find("data/" + std::string(*key));
-    if (rec == nullptr || rec->method != 0) {
-      return Status::Corruption(summary.path + ": storage record 'data/" + std::string(*key) +
-                                "' missing or compressed");
-    }
-    new_key.emplace(std::string(*key), renamed);
-    StorageSpec spec;
-    spec.key = renamed;
-    StorageRun run;
-    run.kind = StorageRun::Kind::kSource;
-    run.length = rec->size;
-    run.source = 0;  // rank 0's optimizer file is checkpoint source 0
-    run.source_offset = rec->data_offset;
-    spec.runs.push_back(run);
-    storages.push_back(std::move(spec));
-  }
-  // Rename keys and move every storage to the CPU, as ds_to_universal's
-  // torch.load(map_location='cpu') + torch.save does. Key strings may be
-  // shared between references, so decide every new name before renaming.
-  std::map<NodeId, std::string> renames;
-  for (NodeId pid : pids) {
-    auto fields = *doc.SequenceItems(doc.node(pid).a);
-    renames[fields[2]] = new_key.at(doc.node(fields[2]).text);
-    doc.mutable_node(fields[3]).text = "cpu";
-  }
-  for (const auto& [node, text] : renames) doc.mutable_node(node).text = text;
-  UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc));
-  return TorchFileContent::Make(ckpt, "optimizer_state", std::move(bytes), std::move(storages),
-                                crc_reader);
+  return builder.Finish(ckpt, "optimizer_state", crc_reader);
 }
 
 }  // namespace

@@ -243,5 +243,45 @@ TEST(UniversalView, UnsafeParamNamesAreRefused) {
       << v.status().ToString();
 }
 
+// Any other per-element optimizer state gets its own file: here amsgrad's
+// max_exp_avg_sq, added to every rank's state as another reference to the
+// exp_avg_sq tensor.
+TEST(UniversalView, EveryPerElementStateGetsAFile) {
+  MemEnv env;
+  ASSERT_TRUE(
+      env.CopyTreeFrom(FixtureDir("z3_fp32_ws2") + "/checkpoint/global_step4", "/ck/t").ok());
+  env.WriteFile("/ck/latest", "t");
+  for (int r = 0; r < 2; ++r) {
+    const std::string path =
+        "/ck/t/zero_pp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt";
+    env.WriteFile(
+        path, testing::RepackTorchFile(*env.Contents(path), [](pickle::Document* doc) {
+          const pickle::NodeId state = doc->Get(
+              doc->Get(doc->Get(doc->root(), "optimizer_state_dict"), "optimizer_state_dict"),
+              "state");
+          const pickle::NodeId group0 = doc->MappingItems(state)->front().second;
+          const pickle::NodeId sq = doc->Get(group0, "exp_avg_sq");
+          doc->mutable_node(group0).items.push_back(doc->AddStr("max_exp_avg_sq"));
+          doc->mutable_node(group0).items.push_back(sq);
+        }));
+  }
+  Mounted m = Build(env, "/ck", false);
+  ASSERT_EQ(m.checkpoint->states().size(), 4u);
+  EXPECT_EQ(m.checkpoint->states()[3].name, "max_exp_avg_sq");
+  auto record = [&](const std::string& rel) {
+    MemEnv mem;
+    mem.WriteFile("/f.pt", ReadAll(env, *m.view, rel));
+    auto file = mem.Open("/f.pt");
+    auto archive = ZipArchive::Open(**file);
+    EXPECT_TRUE(archive.ok());
+    EXPECT_EQ(archive->prefix(), std::string(BaseName(rel)).substr(0, BaseName(rel).size() - 3));
+    return *ZipArchive::ReadRecord(**file, *archive->Find("data/0"));
+  };
+  for (const ParamInfo& p : m.checkpoint->params()) {
+    const std::string dir = "t_universal/zero/" + p.name + "/";
+    EXPECT_EQ(record(dir + "max_exp_avg_sq.pt"), record(dir + "exp_avg_sq.pt")) << p.name;
+  }
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -78,6 +78,7 @@ struct ScalarState {
   double value = 0;
   bool is_tensor = false;  // torch.optim keeps step as a 0-dim float tensor
   DType dtype = DType::kFloat32;
+  Extent extent;  // is_tensor: its bytes, in rank 0's optimizer file
 };
 
 struct BufferInfo {
@@ -140,8 +141,9 @@ class Checkpoint {
   // Rank 0's parsed data.pkl of the optimizer and model-states files.
   const pickle::Document& rank0_optim() const { return *rank0_optim_; }
   const pickle::Document& rank0_model() const { return *rank0_model_; }
-  // Rank 0's optimizer file: where its storage records are.
+  // Rank 0's files: where their storage records are.
   const TorchFileSummary& rank0_optim_summary() const { return *rank0_optim_summary_; }
+  const TorchFileSummary& rank0_model_summary() const { return *rank0_model_summary_; }
 
  private:
   // Where one rank's copy of one flat buffer begins.
@@ -178,6 +180,7 @@ class Checkpoint {
   std::shared_ptr<const pickle::Document> rank0_optim_;
   std::shared_ptr<const pickle::Document> rank0_model_;
   std::shared_ptr<const TorchFileSummary> rank0_optim_summary_;
+  std::shared_ptr<const TorchFileSummary> rank0_model_summary_;
 };
 
 // A scalar's value from its little-endian bytes (the Adam step) as a double.

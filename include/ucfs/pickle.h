@@ -113,6 +113,8 @@ class Document {
   std::optional<std::vector<NodeId>> SequenceItems(NodeId id) const;
   std::optional<int64_t> AsInt(NodeId id) const;    // int or bool
   std::optional<double> AsNumber(NodeId id) const;  // int, bool or float
+  // The view points into the document: adding nodes may move it. Copy it
+  // before building.
   std::optional<std::string_view> AsStr(NodeId id) const;
   // A Python-like rendering for messages and debugging, cut at max_chars.
   std::string Repr(NodeId id, size_t max_chars = 200) const;

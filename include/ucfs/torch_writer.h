@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ucfs/checkpoint.h"
+#include "ucfs/torch_file.h"
 #include "ucfs/view.h"
 #include "ucfs/zip.h"
 
@@ -22,6 +23,7 @@ struct StorageRun {
     kState,   // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
     kSource,  // bytes [source_offset, +length) of a source file
     kZeros,   // padding
+    kFrozen,  // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
@@ -78,6 +80,40 @@ class TorchFileContent final : public FileContent {
   ZipLayout layout_;
   std::vector<StorageSpec> storages_;
   std::vector<int> storage_of_entry_;  // -1 for inline entries
+};
+
+// Assembles the pickle of a synthesised torch.save file from pieces of
+// source pickles and new tensors, then lays the file out. Storages are
+// renumbered in the order the pickle meets them and moved to 'cpu', as
+// torch.load(map_location='cpu') + torch.save would.
+class TorchPickleBuilder {
+ public:
+  TorchPickleBuilder() = default;
+  pickle::Document& doc() { return doc_; }
+
+  // Copies the subgraph at `id` of a source file's pickle. Its tensors keep
+  // their bytes: the storage records of `summary`, source `source_index`.
+  // Pass the same `copied` map to share nodes between several copies.
+  Result<pickle::NodeId> Copy(const pickle::Document& source_doc, pickle::NodeId id,
+                              const TorchFileSummary& summary, uint32_t source_index,
+                              std::vector<pickle::NodeId>* copied);
+  // A new 1-D or 0-dim tensor (torch's _rebuild_tensor_v2) whose storage
+  // holds `runs`; shape {} for a scalar.
+  pickle::NodeId NewTensor(DType dtype, const std::vector<int64_t>& shape, bool requires_grad,
+                           std::vector<StorageRun> runs);
+
+  // Writes the pickle rooted at doc().root() and plans the file.
+  Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const Checkpoint> checkpoint,
+                                                   const std::string& prefix,
+                                                   PieceReader* crc_reader = nullptr);
+
+ private:
+  pickle::Document doc_;
+  // What each storage key node of doc_ holds.
+  std::vector<std::pair<pickle::NodeId, std::vector<StorageRun>>> storages_;
+  pickle::NodeId storage_str_ = pickle::kNoNode;
+  pickle::NodeId cpu_str_ = pickle::kNoNode;
+  pickle::NodeId new_key_count_ = 0;
 };
 
 // data.pkl of a torch.save'd bare tensor: _rebuild_tensor_v2 of storage "0"

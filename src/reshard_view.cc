@@ -1,0 +1,304 @@
+#include "ucfs/reshard_view.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ucfs/partition.h"
+#include "ucfs/torch_writer.h"
+
+namespace ucfs {
+
+using pickle::Document;
+using pickle::Kind;
+using pickle::NodeId;
+
+Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& options) {
+  if (options.world_size == 0) return Status::InvalidArgument("world size must be at least 1");
+  ReshardLayout layout;
+  layout.world_size = options.world_size;
+  layout.sub_group_size =
+      c.configured_sub_group_size().value_or(options.sub_group_size.value_or(kDefaultSubGroupSize));
+  layout.sub_group_of.resize(c.params().size());
+  layout.offset_of.resize(c.params().size());
+  // Each param group's params, in order: its old sub-groups concatenated.
+  for (uint32_t g = 0; g < c.param_group_count(); ++g) {
+    std::vector<uint32_t> params;
+    std::vector<uint32_t> old_of;  // the old sub-group of each
+    for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
+      if (c.sub_groups()[k].param_group != g) continue;
+      for (uint32_t p : c.sub_groups()[k].params) {
+        params.push_back(p);
+        old_of.push_back(k);
+      }
+    }
+    std::vector<uint64_t> parts;
+    for (uint32_t p : params)
+      parts.push_back(PartitionNumel(c.params()[p].numel, options.world_size));
+    size_t next = 0;
+    for (uint32_t count : SplitSubGroups(parts, layout.sub_group_size)) {
+      SubGroupInfo sg;
+      sg.param_group = g;
+      const auto index = static_cast<uint32_t>(layout.sub_groups.size());
+      layout.old_sub_group.push_back(old_of[next]);
+      for (uint32_t i = 0; i < count; ++i, ++next) {
+        const uint32_t p = params[next];
+        layout.sub_group_of[p] = index;
+        layout.offset_of[p] = sg.partition_numel;
+        sg.partition_numel += parts[next];
+        sg.params.push_back(p);
+      }
+      layout.sub_groups.push_back(std::move(sg));
+    }
+  }
+  return layout;
+}
+
+namespace {
+
+// Rank s's slot of every param of a new sub-group, for one state: the valid
+// elements from the checkpoint, then zero padding.
+std::vector<StorageRun> FlatRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
+                                 uint32_t rank, uint32_t state) {
+  std::vector<StorageRun> runs;
+  const uint64_t es = Info(c.states()[state].dtype).element_size;
+  auto add_zeros = [&](uint64_t bytes) {
+    if (bytes == 0) return;
+    if (!runs.empty() && runs.back().kind == StorageRun::Kind::kZeros) {
+      runs.back().length += bytes;
+    } else {
+      StorageRun z;
+      z.kind = StorageRun::Kind::kZeros;
+      z.length = bytes;
+      runs.push_back(z);
+    }
+  };
+  for (uint32_t p : layout.sub_groups[k].params) {
+    const uint64_t n = c.params()[p].numel;
+    const uint64_t part = PartitionNumel(n, layout.world_size);
+    const uint64_t valid = ValidNumel(n, layout.world_size, rank);
+    if (valid > 0) {
+      StorageRun run;
+      run.kind = StorageRun::Kind::kState;
+      run.param = p;
+      run.state = state;
+      run.state_offset = rank * part * es;
+      run.length = valid * es;
+      runs.push_back(run);
+    }
+    add_zeros((part - valid) * es);
+  }
+  return runs;
+}
+
+std::vector<StorageRun> FrozenRuns(const Checkpoint& c, uint32_t f, uint32_t world, uint32_t rank) {
+  const FrozenParamInfo& info = c.frozen_params()[f];
+  const uint64_t es = Info(info.dtype).element_size;
+  const uint64_t part = PartitionNumel(info.numel, world);
+  const uint64_t valid = ValidNumel(info.numel, world, rank);
+  std::vector<StorageRun> runs;
+  if (valid > 0) {
+    StorageRun run;
+    run.kind = StorageRun::Kind::kFrozen;
+    run.param = f;
+    run.state_offset = rank * part * es;
+    run.length = valid * es;
+    runs.push_back(run);
+  }
+  if (part > valid) {
+    StorageRun z;
+    z.kind = StorageRun::Kind::kZeros;
+    z.length = (part - valid) * es;
+    runs.push_back(z);
+  }
+  return runs;
+}
+
+// The value node under `key` of a dict or OrderedDict, for replacing.
+NodeId* ValueSlot(Document& doc, NodeId mapping, std::string_view key) {
+  if (mapping == pickle::kNoNode) return nullptr;
+  pickle::Node& n = doc.mutable_node(mapping);
+  const size_t begin = n.kind == Kind::kDict ? 0 : n.list_items;
+  for (size_t i = begin; i + 1 < n.items.size(); i += 2) {
+    auto k = doc.AsStr(n.items[i]);
+    if (k && *k == key) return &n.items[i + 1];
+  }
+  return nullptr;
+}
+
+Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                        const ReshardLayout& layout,
+                                                        uint32_t rank) {
+  const Checkpoint& c = *ckpt;
+  const Document& src = c.rank0_optim();
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), c.rank0_optim_summary(), 0, &copied));
+  Document& doc = b.doc();
+  doc.set_root(root);
+  const std::string& path = c.rank0_optim_summary().path;
+  const NodeId osd = doc.Get(root, "optimizer_state_dict");
+  NodeId* partition_count = ValueSlot(doc, osd, "partition_count");
+  NodeId* flats = ValueSlot(doc, osd, "fp32_flat_groups");
+  const NodeId inner = doc.Get(osd, "optimizer_state_dict");
+  const NodeId state = doc.Get(inner, "state");
+  auto groups = doc.SequenceItems(doc.Get(inner, "param_groups"));
+  if (partition_count == nullptr || flats == nullptr || !groups) {
+    return Status::Corruption(path +
+                              ": optimizer_state_dict lacks partition_count, "
+                              "fp32_flat_groups or param_groups");
+  }
+  *partition_count = doc.AddInt(layout.world_size);
+
+  const StateInfo& fp32 = c.states()[0];
+  std::vector<NodeId> new_flats;
+  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+    new_flats.push_back(b.NewTensor(fp32.dtype,
+                                    {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
+                                    fp32.requires_grad, FlatRuns(c, layout, k, rank, 0)));
+  }
+  *flats = doc.AddList(std::move(new_flats));
+
+  // state: one dict per new sub-group, keys in the order rank 0's first one
+  // has them; a state saved before the first step stays empty.
+  auto old_state = doc.MappingItems(state);
+  if (old_state && !old_state->empty()) {
+    auto template_items = *doc.MappingItems(old_state->front().second);
+    std::vector<NodeId> kv;
+    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+      std::vector<NodeId> entry;
+      for (const auto& [key, value] : template_items) {
+        // A copy: adding nodes below may move the string AsStr points into.
+        const std::optional<std::string> name =
+            doc.AsStr(key) ? std::optional<std::string>(std::string(*doc.AsStr(key)))
+                           : std::nullopt;
+        NodeId v = value;
+        if (name) {
+          if (auto s = c.FindState(*name)) {
+            const StateInfo& info = c.states()[*s];
+            v = b.NewTensor(
+                info.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
+                info.requires_grad, FlatRuns(c, layout, k, rank, static_cast<uint32_t>(*s)));
+          } else {
+            for (const ScalarState& scalar : c.scalar_states()[layout.old_sub_group[k]]) {
+              if (scalar.name != *name) continue;
+              if (scalar.is_tensor) {
+                // Each sub-group its own step tensor, as torch.optim keeps them.
+                StorageRun run;
+                run.kind = StorageRun::Kind::kSource;
+                run.source = scalar.extent.file;
+                run.source_offset = scalar.extent.offset;
+                run.length = scalar.extent.length;
+                v = b.NewTensor(scalar.dtype, {}, false, {run});
+              } else {
+                v = scalar.dtype == DType::kFloat64
+                        ? doc.AddFloat(scalar.value)
+                        : doc.AddInt(static_cast<int64_t>(scalar.value));
+              }
+            }
+          }
+        }
+        entry.push_back(doc.AddStr(name.value_or("")));
+        entry.push_back(v);
+      }
+      kv.push_back(doc.AddInt(k));
+      kv.push_back(doc.AddDict(std::move(entry)));
+    }
+    doc.mutable_node(state).items = std::move(kv);
+  }
+
+  // Each param group lists its new sub-groups.
+  for (uint32_t g = 0; g < groups->size(); ++g) {
+    NodeId* params = ValueSlot(doc, (*groups)[g], "params");
+    if (params == nullptr) return Status::Corruption(path + ": a param group without 'params'");
+    std::vector<NodeId> ids;
+    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+      if (layout.sub_groups[k].param_group == g) ids.push_back(doc.AddInt(k));
+    }
+    *params = doc.AddList(std::move(ids));
+  }
+  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
+                                                         c.files().optim_prefix, rank)));
+}
+
+Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                    const ReshardLayout& layout, uint32_t rank) {
+  const Checkpoint& c = *ckpt;
+  const Document& src = c.rank0_model();
+  const uint32_t w = c.world_size();
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  // Rank 0's model-states file is checkpoint source W.
+  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), c.rank0_model_summary(), w, &copied));
+  Document& doc = b.doc();
+  doc.set_root(root);
+  const std::string& path = c.rank0_model_summary().path;
+
+  if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
+  // param_shapes: one OrderedDict per new sub-group, reusing the shapes.
+  std::map<std::string, NodeId> shape_of;
+  const auto old_groups = doc.SequenceItems(doc.Get(root, "param_shapes"));
+  if (!old_groups) return Status::Corruption(path + ": no param_shapes");
+  for (NodeId group : *old_groups) {
+    const auto items = doc.MappingItems(group);
+    if (!items) return Status::Corruption(path + ": param_shapes holds a non-dict");
+    for (const auto& [k, v] : *items) shape_of[std::string(doc.AsStr(k).value_or(""))] = v;
+  }
+  std::vector<NodeId> shapes;
+  for (const SubGroupInfo& sg : layout.sub_groups) {
+    NodeId od = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
+    for (uint32_t p : sg.params) {
+      // DeepSpeed's names here are other str objects than the module's keys.
+      doc.mutable_node(od).items.push_back(doc.AddStr(c.params()[p].name));
+      doc.mutable_node(od).items.push_back(shape_of.at(c.params()[p].name));
+    }
+    shapes.push_back(od);
+  }
+  NodeId* param_shapes = ValueSlot(doc, root, "param_shapes");
+  if (param_shapes == nullptr) return Status::Corruption(path + ": no param_shapes");
+  *param_shapes = doc.AddList(std::move(shapes));
+
+  const NodeId fragments = doc.Get(root, "frozen_param_fragments");
+  for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
+    const FrozenParamInfo& info = c.frozen_params()[f];
+    NodeId* slot = ValueSlot(doc, fragments, info.name);
+    if (slot == nullptr) return Status::Corruption(path + ": no fragment of " + info.name);
+    const uint64_t part = PartitionNumel(info.numel, layout.world_size);
+    *slot = b.NewTensor(info.dtype, {static_cast<int64_t>(part)}, false,
+                        FrozenRuns(c, f, layout.world_size, rank));
+  }
+  // Tied params are recorded on rank 0 only, as DeepSpeed does.
+  if (rank != 0) {
+    if (NodeId* shared = ValueSlot(doc, root, "shared_params")) *shared = doc.AddDict({});
+  }
+  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank)));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const Checkpoint> ckpt,
+                                               const ReshardOptions& options) {
+  UCFS_ASSIGN_OR_RETURN(ReshardLayout layout, PlanReshard(*ckpt, options));
+  int64_t mtime = 0;
+  for (const auto& s : ckpt->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
+  auto view = std::make_unique<View>(env, mtime);
+  for (const auto& s : ckpt->sources()) view->AddSource(s);
+  const CheckpointFiles& files = ckpt->files();
+  if (!files.root.empty()) view->BackRootBy(files.root);
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir, view->AddDirectory(kRootInode, files.tag));
+  for (uint32_t s = 0; s < layout.world_size; ++s) {
+    UCFS_ASSIGN_OR_RETURN(auto optim, OptimizerFile(ckpt, layout, s));
+    UCFS_RETURN_IF_ERROR(
+        view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s),
+                      std::move(optim))
+            .status());
+    UCFS_ASSIGN_OR_RETURN(auto model, ModelFile(ckpt, layout, s));
+    UCFS_RETURN_IF_ERROR(
+        view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", s), std::move(model))
+            .status());
+  }
+  return view;
+}
+
+}  // namespace ucfs
