@@ -141,6 +141,7 @@ struct Server {
   std::string mountpoint;
   std::once_flag readahead_raised;
   bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
+  bool drop_source_pages = std::getenv("UCFS_KEEP_SOURCE_PAGES") == nullptr;
   std::mutex read_mu;
   std::unordered_set<fuse_ino_t> read_before;  // files read at least once
   SourceFds fds;
@@ -410,6 +411,17 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse
     }
   }
   fuse_reply_data(req, bufv, FUSE_BUF_SPLICE_MOVE);
+  // The bytes now live in this file's page cache (kept across opens); the
+  // source pages they came from would only be a second copy. Dropping them
+  // halves the memory a full read costs and leaves the page cache to others.
+  if (s.drop_source_pages) {
+    for (size_t j = 0; j < bufv->count; ++j) {
+      const fuse_buf& b = bufv->buf[j];
+      if (b.flags & FUSE_BUF_IS_FD) {
+        ::posix_fadvise(b.fd, b.pos, static_cast<off_t>(b.size), POSIX_FADV_DONTNEED);
+      }
+    }
+  }
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t) {
