@@ -22,6 +22,7 @@
 #include "ucfs/describe.h"
 #include "ucfs/index.h"
 #include "ucfs/inspect.h"
+#include "ucfs/reshard_view.h"
 #include "ucfs/universal_view.h"
 #include "ucfs/zip.h"
 
@@ -103,6 +104,8 @@ struct MountArgs {
   bool no_cache = false;
   bool crc = false;
   std::string log_file;
+  std::optional<uint32_t> world_size;
+  std::optional<uint64_t> sub_group_size;
 };
 
 int RunMount(MountArgs a, int verbosity) {
@@ -130,10 +133,17 @@ int RunMount(MountArgs a, int verbosity) {
   auto ckpt = ucfs::Checkpoint::Open(*ucfs::Env::Posix(), checkpoint, options);
   if (!ckpt.ok()) return Fail("mount", ckpt.status());
   auto shared = std::make_shared<const ucfs::Checkpoint>(std::move(ckpt).value());
-  ucfs::UniversalViewOptions view_options;
-  view_options.compute_crc = a.crc;
-  auto view = ucfs::BuildUniversalView(*ucfs::Env::Posix(), shared, view_options);
+  ucfs::Result<std::unique_ptr<ucfs::View>> view = ucfs::Status::InvalidArgument("no view");
+  if (a.world_size) {
+    view = ucfs::BuildReshardView(*ucfs::Env::Posix(), shared, {*a.world_size, a.sub_group_size});
+  } else {
+    ucfs::UniversalViewOptions view_options;
+    view_options.compute_crc = a.crc;
+    view = ucfs::BuildUniversalView(*ucfs::Env::Posix(), shared, view_options);
+  }
   if (!view.ok()) return Fail("mount", view.status());
+  const std::string kind =
+      a.world_size ? "view at world size " + std::to_string(*a.world_size) : "universal view";
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -222,6 +232,13 @@ int main(int argc, char** argv) {
                   "Write real CRC-32s into the zip records (reads every byte at mount time; "
                   "only Python's zipfile checks them)");
   mount->add_option("--log-file", m.log_file, "Log to this file instead of syslog/stderr");
+  mount->add_option("--world-size", m.world_size,
+                    "Show the checkpoint as DeepSpeed would have saved it with N ranks (read-only "
+                    "for now)")
+      ->check(CLI::Range(1u, 1u << 20));
+  mount->add_option("--sub-group-size", m.sub_group_size,
+                    "The run's zero_optimization.sub_group_size, when its ds_config has none "
+                    "(default 1e9)");
   mount->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   std::string umount_path;

@@ -28,6 +28,7 @@
 #   WORLD_SIZES       restrict N to these values (space separated; still filtered by the rules above)
 #   UNIVERSAL_LOADER  force stock|fixed for every fixture
 #   MOUNT_WAIT        seconds to wait for MNT/latest_universal (default 10)
+#   MODE              universal (default) or native (mounts with --world-size N)
 #   CHECK_TIMEOUT     load_check.py --timeout (default 600)
 #   KEEP_LOGS=1       keep the work dir (logs) even when everything passed
 set -u
@@ -40,6 +41,10 @@ ORACLE_DIR=${ORACLE_DIR:-$(cd "$repo/.." && pwd)/shared/oracle}
 export ORACLE_WORK=${ORACLE_WORK:-$HOME/ucfs-oracle}
 MOUNT_WAIT=${MOUNT_WAIT:-10}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-600}
+# MODE=universal (default): the universal view, load_universal. MODE=native:
+# `ucfs mount --world-size N`, a plain load_checkpoint at N ranks.
+MODE=${MODE:-universal}
+if [ "$MODE" = native ]; then ready_file=latest; else ready_file=latest_universal; fi
 
 die() { echo "run_load_checks: $*" >&2; exit 2; }
 
@@ -162,27 +167,31 @@ print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).
     mkdir -p "$run/mnt"
     cur_log=$run/ucfs.log
     t0=$(date +%s.%N)
-    "$UCFS_BIN" mount -f "$fx/checkpoint" "$run/mnt" >"$cur_log" 2>&1 &
+    if [ "$MODE" = native ]; then
+      "$UCFS_BIN" mount -f "$fx/checkpoint" "$run/mnt" --world-size "$N" >"$cur_log" 2>&1 &
+    else
+      "$UCFS_BIN" mount -f "$fx/checkpoint" "$run/mnt" >"$cur_log" 2>&1 &
+    fi
     cur_pid=$!
     cur_mnt=$run/mnt
     result="" detail=""
     ticks=$(awk -v s="$MOUNT_WAIT" 'BEGIN { printf "%d", s * 10 }')
-    until [ -e "$run/mnt/latest_universal" ]; do
+    until [ -e "$run/mnt/$ready_file" ]; do
       if ! kill -0 "$cur_pid" 2>/dev/null; then
         wait "$cur_pid"; rc=$?
         cur_pid=""
-        result=FAIL detail="ucfs mount exited (rc=$rc) before $run/mnt/latest_universal appeared: $(tail -n 1 "$cur_log")"
+        result=FAIL detail="ucfs mount exited (rc=$rc) before $run/mnt/$ready_file appeared: $(tail -n 1 "$cur_log")"
         break
       fi
       if [ "$ticks" -le 0 ]; then
-        result=FAIL detail="$run/mnt/latest_universal did not appear within ${MOUNT_WAIT} s"
+        result=FAIL detail="$run/mnt/$ready_file did not appear within ${MOUNT_WAIT} s"
         break
       fi
       sleep 0.1
       ticks=$((ticks - 1))
     done
     if [ -z "$result" ]; then
-      "$PY" "$ORACLE_DIR/load_check.py" --fixture "$fx" --ckpt "$run/mnt" --mode universal --world-size "$N" \
+      "$PY" "$ORACLE_DIR/load_check.py" --fixture "$fx" --ckpt "$run/mnt" --mode "$MODE" --world-size "$N" \
         --universal-loader "$loader" --logdir "$run/lc" --timeout "$CHECK_TIMEOUT" >"$run/load_check.log" 2>&1
       rc=$?
       last=$(grep -E '^(PASS|FAIL) ' "$run/load_check.log" | tail -n 1)
