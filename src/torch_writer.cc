@@ -50,6 +50,15 @@ TorchFileContent::TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint,
 Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
     std::vector<StorageSpec> storages, PieceReader* crc_reader) {
+  // Reshard flats have a run per parameter: reads find theirs by bisection.
+  for (auto& storage : storages) {
+    storage.run_starts.clear();
+    uint64_t at = 0;
+    for (const auto& run : storage.runs) {
+      storage.run_starts.push_back(at);
+      at += run.length;
+    }
+  }
   // torch <= 2.6 writes storage records sorted by key as strings.
   std::sort(storages.begin(), storages.end(),
             [](const StorageSpec& a, const StorageSpec& b) { return a.key < b.key; });
@@ -100,9 +109,15 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
 
 Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin, uint64_t end,
                                      std::vector<ReadPiece>* out) const {
-  uint64_t run_start = 0;
   std::vector<Extent> extents;
-  for (const StorageRun& run : storage.runs) {
+  // Start at the run holding `begin`.
+  size_t first = static_cast<size_t>(
+      std::upper_bound(storage.run_starts.begin(), storage.run_starts.end(), begin) -
+      storage.run_starts.begin());
+  first = first == 0 ? 0 : first - 1;
+  for (size_t i = first; i < storage.runs.size(); ++i) {
+    const StorageRun& run = storage.runs[i];
+    const uint64_t run_start = storage.run_starts[i];
     const uint64_t run_end = run_start + run.length;
     const uint64_t a = std::max(begin, run_start);
     const uint64_t b = std::min(end, run_end);
@@ -141,7 +156,6 @@ Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin,
       }
     }
     if (run_end >= end) break;
-    run_start = run_end;
   }
   return Status::OK();
 }
@@ -275,7 +289,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
     if (runs == nullptr) return Status::InvalidArgument("a storage with no known bytes");
     const std::string name = std::to_string(renames.size());
     renames.emplace_back(key, name);
-    specs.push_back(StorageSpec{name, *runs, 0});
+    specs.push_back(StorageSpec{name, *runs, 0, {}});
   }
   for (const auto& [key, name] : renames) doc_.mutable_node(key).text = name;
   UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc_));

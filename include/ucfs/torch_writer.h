@@ -38,6 +38,8 @@ struct StorageSpec {
   std::string key;               // the record is "<prefix>/data/<key>"
   std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
   uint32_t crc32 = 0;
+  // run_starts[i]: offset of runs[i] in the storage (filled by TorchFileContent).
+  std::vector<uint64_t> run_starts;
 
   uint64_t size() const;
 };

@@ -34,8 +34,8 @@ class SourceFds {
  public:
   explicit SourceFds(View& view) : view_(view) {}
   ~SourceFds() {
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
+    for (const Open& o : fds_) {
+      if (o.fd >= 0) ::close(o.fd);
     }
   }
 
@@ -43,11 +43,11 @@ class SourceFds {
   int Get(uint32_t index) {
     {
       std::shared_lock lock(mu_);
-      if (index < fds_.size() && fds_[index] >= 0) return Check(index, fds_[index]);
+      if (index < fds_.size() && fds_[index].fd >= 0) return Check(index, fds_[index]);
     }
     std::unique_lock lock(mu_);
-    if (fds_.size() <= index) fds_.resize(index + 1, -1);
-    if (fds_[index] < 0) {
+    if (fds_.size() <= index) fds_.resize(index + 1);
+    if (fds_[index].fd < 0) {
       const SourceFile src = view_.source(index);
       int fd = ::open(src.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
       if (fd < 0 && errno == EPERM) fd = ::open(src.path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -55,19 +55,25 @@ class SourceFds {
         spdlog::error("{}: cannot open source file: {}", src.path, std::strerror(errno));
         return -EIO;
       }
-      fds_[index] = fd;
+      fds_[index] = Open{fd, src.identity};
     }
     return Check(index, fds_[index]);
   }
 
  private:
+  struct Open {
+    int fd = -1;
+    FileIdentity identity;  // what the view was built from
+  };
+
   // A changed size or mtime means the bytes the view maps are gone.
-  int Check(uint32_t index, int fd) {
+  int Check(uint32_t index, const Open& open) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) return -EIO;
-    const SourceFile src = view_.source(index);
+    if (::fstat(open.fd, &st) != 0) return -EIO;
     const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (static_cast<uint64_t>(st.st_size) != src.identity.size || mtime != src.identity.mtime_ns) {
+    if (static_cast<uint64_t>(st.st_size) != open.identity.size ||
+        mtime != open.identity.mtime_ns) {
+      const SourceFile src = view_.source(index);
       std::call_once(ChangedOnce(index), [&] {
         spdlog::error(
             "{}: changed since it was mounted (size {} -> {}); reads that need it fail "
@@ -76,7 +82,7 @@ class SourceFds {
       });
       return -EIO;
     }
-    return fd;
+    return open.fd;
   }
   std::once_flag& ChangedOnce(uint32_t index) {
     std::lock_guard lock(once_mu_);
@@ -86,7 +92,7 @@ class SourceFds {
 
   View& view_;
   std::shared_mutex mu_;
-  std::vector<int> fds_;
+  std::vector<Open> fds_;
   std::mutex once_mu_;
   std::deque<std::once_flag> changed_;
 };
