@@ -15,51 +15,23 @@ Ends with the line "N passed, M failed".
 """
 import math
 import os
-import subprocess
 import sys
-import tempfile
-import time
-import traceback
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import deepspeed_stand_ins  # noqa: E402
+import mount_testing  # noqa: E402
+from mount_testing import Results  # noqa: E402
 
 deepspeed_stand_ins.install()
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
-passed = failed = 0
+results = Results()
+check = results.check
 
 
-def check(name, fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print(f"ok: {name}")
-    except Exception:  # noqa: BLE001
-        failed += 1
-        print(f"FAILED: {name}")
-        traceback.print_exc()
-
-
-class Mount:
-    def __init__(self, src, ready, *extra):
-        self.dir = tempfile.mkdtemp(prefix="ucfs_rmnt_")
-        self.proc = subprocess.Popen([UCFS, "mount", "-f", src, self.dir, "--no-cache", *extra],
-                                     stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 20
-        while not os.path.exists(os.path.join(self.dir, ready)):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ucfs mount exited: {self.proc.stderr.read()}")
-            if time.time() > deadline:
-                raise RuntimeError("mount did not appear")
-            time.sleep(0.05)
-
-    def close(self):
-        subprocess.run([UCFS, "umount", self.dir], check=False)
-        self.proc.wait(timeout=20)
-        os.rmdir(self.dir)
+def Mount(src, ready, *extra):
+    return mount_testing.Mount(UCFS, src, ready, "--no-cache", *extra)
 
 
 def reference(fixture):
@@ -148,5 +120,4 @@ for fixture in sorted(os.listdir(FIXTURES)):
     for n in (1, 3, 5):
         test(fixture, n)
     test_stacked(fixture, 3)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(results.finish())

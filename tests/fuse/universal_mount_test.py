@@ -30,30 +30,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import deepspeed_stand_ins  # noqa: E402
+import mount_testing  # noqa: E402
+from mount_testing import Results  # noqa: E402
 
 deepspeed_stand_ins.install()
 
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
-passed, failed = 0, 0
-
-
-def check(name, fn):
-    global passed, failed
-    try:
-        fn()
-        passed += 1
-        print(f"ok: {name}")
-    except Exception:  # noqa: BLE001 - report and go on
-        failed += 1
-        print(f"FAILED: {name}")
-        traceback.print_exc()
+results = Results()
+check = results.check
 
 
 def tree_sha256(root):
@@ -68,32 +57,8 @@ def tree_sha256(root):
     return h.hexdigest()
 
 
-class Mount:
-    def __init__(self, ckpt, *extra):
-        self.dir = tempfile.mkdtemp(prefix="ucfs_mnt_")
-        self.log = self.dir + ".log"
-        self.proc = subprocess.Popen([UCFS, "mount", "-f", ckpt, self.dir, "--log-file", self.log, "-v", *extra],
-                                     stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 20
-        while not os.path.exists(os.path.join(self.dir, "latest_universal")):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ucfs mount exited {self.proc.returncode}: {self.proc.stderr.read()}")
-            if time.time() > deadline:
-                raise RuntimeError("mount did not appear")
-            time.sleep(0.05)
-
-    def close(self):
-        subprocess.run([UCFS, "umount", self.dir], check=False)
-        try:
-            self.proc.wait(timeout=20)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        os.rmdir(self.dir)
-
-    def log_text(self):
-        with open(self.log) as f:
-            return f.read()
+def Mount(ckpt, *extra):
+    return mount_testing.Mount(UCFS, ckpt, "latest_universal", *extra)
 
 
 def reference_dir(fixture):
@@ -282,5 +247,4 @@ try:
     test_index_and_changes()
 finally:
     shutil.rmtree(CACHE)
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(results.finish())

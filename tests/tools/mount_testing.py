@@ -1,0 +1,60 @@
+"""Helpers for the tests that go through a real `ucfs mount`."""
+import os
+import subprocess
+import tempfile
+import time
+import traceback
+
+
+class Results:
+    """Counts checks; a failing check is reported and the run goes on."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name, fn):
+        try:
+            fn()
+            self.passed += 1
+            print(f"ok: {name}")
+        except Exception:  # noqa: BLE001 - report and go on
+            self.failed += 1
+            print(f"FAILED: {name}")
+            traceback.print_exc()
+
+    def finish(self):
+        """Prints the closing line and returns the exit status."""
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
+
+
+class Mount:
+    """`ucfs mount -f SRC <tmpdir> EXTRA...`, ready once `ready` exists in it."""
+
+    def __init__(self, ucfs, src, ready, *extra):
+        self.ucfs = ucfs
+        self.dir = tempfile.mkdtemp(prefix="ucfs_mnt_")
+        self.log = self.dir + ".log"
+        self.proc = subprocess.Popen([ucfs, "mount", "-f", src, self.dir, "--log-file", self.log, "-v", *extra],
+                                     stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while not os.path.exists(os.path.join(self.dir, ready)):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ucfs mount exited {self.proc.returncode}: {self.proc.stderr.read()}")
+            if time.time() > deadline:
+                raise RuntimeError("mount did not appear")
+            time.sleep(0.05)
+
+    def close(self):
+        subprocess.run([self.ucfs, "umount", self.dir], check=False)
+        try:
+            self.proc.wait(timeout=20)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        os.rmdir(self.dir)
+
+    def log_text(self):
+        with open(self.log) as f:
+            return f.read()
