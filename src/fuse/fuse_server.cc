@@ -195,7 +195,9 @@ struct stat StatOf(const Server& server, const Attr& a) {
   st.st_nlink = a.is_dir ? 2 : 1;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
-  st.st_blksize = 1 << 20;
+  // What cat and cp size their buffers by: 128 KiB keeps the buffer in cache
+  // while they copy from the page cache (1 MiB measured 25% slower).
+  st.st_blksize = 128 << 10;
   st.st_uid = server.uid;
   st.st_gid = server.gid;
   st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
