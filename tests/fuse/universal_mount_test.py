@@ -224,6 +224,25 @@ def test_index_and_changes():
         finally:
             m.close()
 
+        def killed():
+            # kill -9 the daemon: the mount is dead ("transport endpoint is not
+            # connected"), `ucfs umount` still cleans it up, the source is intact.
+            before = tree_sha256(ckpt)
+            m2 = Mount(ckpt, "--no-cache")
+            m2.proc.kill()
+            m2.proc.wait(timeout=10)
+            try:
+                os.listdir(m2.dir)
+                raise AssertionError("a dead mount answered")
+            except OSError as e:
+                assert e.errno == errno.ENOTCONN, e
+            r = subprocess.run([UCFS, "umount", m2.dir], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert not os.path.ismount(m2.dir)
+            os.rmdir(m2.dir)
+            assert tree_sha256(ckpt) == before
+        check("kill -9 of the daemon: ucfs umount cleans up, the source is intact", killed)
+
         def broken():
             os.remove(os.path.join(ckpt, "global_step4", "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
             mnt = tempfile.mkdtemp(prefix="ucfs_mnt_")
