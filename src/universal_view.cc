@@ -1,7 +1,6 @@
 #include "ucfs/universal_view.h"
 
 #include <algorithm>
-#include <map>
 
 #include "ucfs/partition.h"
 #include "ucfs/torch_writer.h"
