@@ -39,6 +39,25 @@ Status PieceReader::Read(const std::vector<ReadPiece>& pieces, std::string* out)
   return Status::OK();
 }
 
+Result<uint32_t> PieceReader::Crc32(const std::vector<ReadPiece>& pieces) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  uLong crc = crc32(0, nullptr, 0);
+  std::string chunk;
+  for (const ReadPiece& p : pieces) {
+    for (uint64_t done = 0; done < p.length; done += kChunk) {
+      ReadPiece part = p;
+      part.length = std::min(kChunk, p.length - done);
+      if (p.kind == ReadPiece::Kind::kBytes) part.bytes = p.bytes.substr(done, part.length);
+      if (p.kind == ReadPiece::Kind::kSource) part.offset = p.offset + done;
+      chunk.clear();
+      UCFS_RETURN_IF_ERROR(Read({part}, &chunk));
+      crc =
+          crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(chunk.size()));
+    }
+  }
+  return static_cast<uint32_t>(crc);
+}
+
 TorchFileContent::TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
                                    std::vector<StorageSpec> storages,
                                    std::vector<int> storage_of_entry)
@@ -97,10 +116,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     for (auto& storage : storages) {
       std::vector<ReadPiece> pieces;
       UCFS_RETURN_IF_ERROR(content.PlanStorage(storage, 0, storage.size(), &pieces));
-      std::string bytes;
-      UCFS_RETURN_IF_ERROR(crc_reader->Read(pieces, &bytes));
-      storage.crc32 = static_cast<uint32_t>(
-          crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+      UCFS_ASSIGN_OR_RETURN(storage.crc32, crc_reader->Crc32(pieces));
     }
     UCFS_ASSIGN_OR_RETURN(content, plan());
   }

@@ -50,6 +50,8 @@ class PieceReader {
  public:
   PieceReader(Env& env, std::function<SourceFile(uint32_t)> source);
   Status Read(const std::vector<ReadPiece>& pieces, std::string* out);
+  // CRC-32 of the pieces' bytes, read in bounded chunks (tensors may be GBs).
+  Result<uint32_t> Crc32(const std::vector<ReadPiece>& pieces);
 
  private:
   Env& env_;
