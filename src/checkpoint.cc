@@ -105,18 +105,6 @@ std::optional<int> DecodeZeroStage(const Document& doc, NodeId id) {
   return std::nullopt;
 }
 
-std::string JoinShape(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-uint64_t Product(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 }  // namespace
 
 Result<double> DecodeScalar(const char* p, DType dtype) {
@@ -227,7 +215,7 @@ class CheckpointBuilder {
         ParamInfo p;
         p.name = std::string(*name);
         p.shape = std::move(*shape);
-        p.numel = Product(p.shape);
+        p.numel = NumelOf(p.shape);
         p.partition_numel = PartitionNumel(p.numel, c_.world_size());
         p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
         p.offset = offset;
@@ -247,7 +235,7 @@ class CheckpointBuilder {
         FrozenParamInfo f;
         f.name = std::string(*name);
         f.shape = std::move(*shape);
-        f.numel = Product(f.shape);
+        f.numel = NumelOf(f.shape);
         f.partition_numel = PartitionNumel(f.numel, c_.world_size());
         c_.frozen_.push_back(std::move(f));
       }
@@ -432,7 +420,7 @@ class CheckpointBuilder {
                  const std::string& what) {
     const SubGroupInfo& sg = c_.sub_groups_[k];
     if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {
-      return tf.Error(what + " has shape " + JoinShape(t.shape) + ", but sub-group " +
+      return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but sub-group " +
                       std::to_string(k) + "'s params need a flat buffer of " +
                       std::to_string(sg.partition_numel) + " elements at world size " +
                       std::to_string(c_.world_size()));

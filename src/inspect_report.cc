@@ -7,12 +7,6 @@
 namespace ucfs {
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::vector<uint64_t> ValidPerRank(uint64_t numel, uint32_t world) {
   std::vector<uint64_t> v(world);
   for (uint32_t r = 0; r < world; ++r) v[r] = ValidNumel(numel, world, r);
@@ -172,7 +166,7 @@ std::string InspectText(const Checkpoint& c) {
   std::vector<std::vector<std::string>> rows = {
       {"name", "shape", "dtype", "numel", "group", "sub-group", "valid elements per rank"}};
   for (const auto& p : c.params()) {
-    rows.push_back({p.name, ShapeText(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
+    rows.push_back({p.name, ShapeString(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
                     std::to_string(p.numel), std::to_string(p.param_group),
                     std::to_string(p.sub_group), RunLength(ValidPerRank(p.numel, c.world_size()))});
   }
@@ -182,7 +176,7 @@ std::string InspectText(const Checkpoint& c) {
     std::vector<std::vector<std::string>> fr = {
         {"name", "shape", "dtype", "numel", "valid elements per rank"}};
     for (const auto& f : c.frozen_params()) {
-      fr.push_back({f.name, ShapeText(f.shape), std::string(Info(f.dtype).torch_name),
+      fr.push_back({f.name, ShapeString(f.shape), std::string(Info(f.dtype).torch_name),
                     std::to_string(f.numel), RunLength(ValidPerRank(f.numel, c.world_size()))});
     }
     out += Table(fr, "  ");
@@ -195,7 +189,7 @@ std::string InspectText(const Checkpoint& c) {
     out += "\nbuffers: " + std::to_string(c.buffers().size()) + "\n";
     std::vector<std::vector<std::string>> br = {{"name", "shape", "dtype"}};
     for (const auto& b : c.buffers()) {
-      br.push_back({b.name, ShapeText(b.shape), std::string(Info(b.dtype).torch_name)});
+      br.push_back({b.name, ShapeString(b.shape), std::string(Info(b.dtype).torch_name)});
     }
     out += Table(br, "  ");
   }

@@ -15,7 +15,8 @@ constexpr uint32_t kMaxDepth = 10000;
 
 class Writer {
  public:
-  explicit Writer(const Document& doc) : doc_(doc), memo_(doc.size(), kUnset) {}
+  Writer(const Document& doc, std::vector<NodeId>* persistent_ids)
+      : doc_(doc), memo_(doc.size(), kUnset), persistent_ids_(persistent_ids) {}
 
   Result<std::string> Run() {
     out_ += "\x80\x02";
@@ -252,6 +253,7 @@ class Writer {
         }
         break;
       case Kind::kPersistentId:
+        if (persistent_ids_ != nullptr) persistent_ids_->push_back(id);
         UCFS_RETURN_IF_ERROR(Save(n.a));
         out_ += 'Q';
         break;
@@ -293,14 +295,15 @@ class Writer {
   std::vector<uint32_t> memo_;
   uint32_t next_memo_ = 0;
   uint32_t depth_ = 0;
+  std::vector<NodeId>* persistent_ids_;
   std::string out_;
 };
 
 }  // namespace
 
-Result<std::string> Write(const Document& doc) {
+Result<std::string> Write(const Document& doc, std::vector<NodeId>* persistent_ids) {
   if (doc.root() == kNoNode) return Status::InvalidArgument("pickle: document has no root");
-  return Writer(doc).Run();
+  return Writer(doc, persistent_ids).Run();
 }
 
 }  // namespace ucfs::pickle

@@ -59,11 +59,19 @@ std::optional<DType> DTypeFromTorchName(std::string_view name) {
   return std::nullopt;
 }
 
-uint64_t TensorRef::numel() const {
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+uint64_t NumelOf(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   return n;
 }
+
+uint64_t TensorRef::numel() const { return NumelOf(shape); }
 
 bool TensorRef::contiguous() const {
   if (numel() == 0) return true;  // nothing to lay out; torch agrees

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace ucfs {
 
@@ -201,31 +202,6 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
   return Status::OK();
 }
 
-namespace {
-
-// The persistent ids of a document in the order pickle::Write meets them —
-// callable, arguments, items, state; a node met again is a memo reference
-// and not entered — which is the order torch.save numbers storages in.
-std::vector<pickle::NodeId> PersistentIdsInWriteOrder(const pickle::Document& doc) {
-  std::vector<pickle::NodeId> order;
-  std::vector<bool> seen(doc.size(), false);
-  // Depth is bounded: documents are acyclic and at most ParseLimits deep.
-  auto walk = [&](auto&& self, pickle::NodeId id) -> void {
-    if (id == pickle::kNoNode || seen[id]) return;
-    seen[id] = true;
-    const auto& n = doc.node(id);
-    if (n.kind == pickle::Kind::kPersistentId) order.push_back(id);
-    self(self, n.a);
-    self(self, n.b);
-    for (pickle::NodeId item : n.items) self(self, item);
-    self(self, n.state);
-  };
-  walk(walk, doc.root());
-  return order;
-}
-
-}  // namespace
-
 Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_doc,
                                                 pickle::NodeId id, const TorchFileSummary& summary,
                                                 uint32_t source_index,
@@ -240,9 +216,7 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
     auto key = fields && fields->size() >= 5 ? doc_.AsStr((*fields)[2]) : std::nullopt;
     if (!key) return Status::Corruption(summary.path + ": a storage id is not ('storage', ...)");
     const pickle::NodeId key_node = (*fields)[2];
-    bool known = false;
-    for (const auto& [k, runs] : storages_) known = known || k == key_node;
-    if (known) continue;
+    if (storages_.count(key_node)) continue;
     const ZipRecord* rec = summary.Find("data/" + std::string(*key));
     if (rec == nullptr || rec->method != 0) {
       return Status::Corruption(summary.path + ": storage record 'data/" + std::string(*key) +
@@ -253,7 +227,7 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
     run.length = rec->size;
     run.source = source_index;
     run.source_offset = rec->data_offset;
-    storages_.push_back({key_node, {run}});
+    storages_[key_node] = {run};
   }
   return root;
 }
@@ -280,34 +254,33 @@ pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int6
   const NodeId hooks = doc_.AddReduce(doc_.Global("collections", "OrderedDict"), doc_.AddTuple({}));
   const NodeId args = doc_.AddTuple({doc_.AddPersistentId(pid), doc_.AddInt(0), doc_.AddTuple(dims),
                                      doc_.AddTuple(strides), doc_.AddBool(requires_grad), hooks});
-  storages_.push_back({key, std::move(runs)});
+  storages_[key] = std::move(runs);
   return doc_.AddReduce(doc_.Global("torch._utils", "_rebuild_tensor_v2"), args);
 }
 
 Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
     std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix,
     PieceReader* crc_reader) {
-  // Number storages as torch.save would: by first appearance in the pickle.
-  // Key strings may be shared between ids, so decide every name first.
-  std::vector<std::pair<pickle::NodeId, std::string>> renames;
+  // Number storages as torch.save would: by first appearance in the pickle,
+  // which the writer reports. Key strings may be shared between ids, so
+  // every name is decided before any is changed; names change the pickle's
+  // bytes, so it is written again after.
+  std::vector<pickle::NodeId> pids;
+  UCFS_RETURN_IF_ERROR(pickle::Write(doc_, &pids).status());
+  std::unordered_map<pickle::NodeId, std::string> names;  // key node -> storage name
   std::vector<StorageSpec> specs;
-  for (pickle::NodeId pid : PersistentIdsInWriteOrder(doc_)) {
+  for (pickle::NodeId pid : pids) {
     auto fields = *doc_.SequenceItems(doc_.node(pid).a);
     doc_.mutable_node(fields[3]).text = "cpu";
     const pickle::NodeId key = fields[2];
-    bool named = false;
-    for (const auto& [k, name] : renames) named = named || k == key;
-    if (named) continue;
-    const std::vector<StorageRun>* runs = nullptr;
-    for (const auto& [k, r] : storages_) {
-      if (k == key) runs = &r;
-    }
-    if (runs == nullptr) return Status::InvalidArgument("a storage with no known bytes");
-    const std::string name = std::to_string(renames.size());
-    renames.emplace_back(key, name);
-    specs.push_back(StorageSpec{name, *runs, 0, {}});
+    if (names.count(key)) continue;
+    auto runs = storages_.find(key);
+    if (runs == storages_.end()) return Status::InvalidArgument("a storage with no known bytes");
+    const std::string name = std::to_string(names.size());
+    names.emplace(key, name);
+    specs.push_back(StorageSpec{name, runs->second, 0, {}});
   }
-  for (const auto& [key, name] : renames) doc_.mutable_node(key).text = name;
+  for (const auto& [key, name] : names) doc_.mutable_node(key).text = name;
   UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc_));
   return TorchFileContent::Make(std::move(checkpoint), prefix, std::move(bytes), std::move(specs),
                                 crc_reader);

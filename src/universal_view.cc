@@ -13,12 +13,6 @@ using pickle::NodeId;
 
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // "0-3", or "0-1" when the last ranks hold only padding.
 std::string RanksText(uint64_t numel, uint32_t world) {
   uint32_t last = 0;
@@ -111,7 +105,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
       std::vector<Xattr> xattrs = {
           {"user.ucfs.param", param.name},
           {"user.ucfs.state", state.name},
-          {"user.ucfs.shape", ShapeText(param.shape)},
+          {"user.ucfs.shape", ShapeString(param.shape)},
           {"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)},
           {"user.ucfs.numel", std::to_string(param.numel)},
           {"user.ucfs.param_group", std::to_string(param.param_group)},

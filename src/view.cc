@@ -226,9 +226,4 @@ SourceFile View::source(uint32_t index) const {
   return sources_[index];
 }
 
-size_t View::source_count() const {
-  std::shared_lock lock(mu_);
-  return sources_.size();
-}
-
 }  // namespace ucfs

@@ -134,7 +134,9 @@ class Document {
 Result<Document> Parse(std::string_view data, const ParseLimits& limits = {});
 
 // Serialises `doc` from its root as CPython's Pickler at protocol 2 would.
-Result<std::string> Write(const Document& doc);
+// With `persistent_ids`, also lists the persistent-id nodes in the order
+// they are written (the order torch.save numbers its storages in).
+Result<std::string> Write(const Document& doc, std::vector<NodeId>* persistent_ids = nullptr);
 
 }  // namespace ucfs::pickle
 

@@ -76,6 +76,11 @@ struct TensorRef {
 // tensor at all; an error if it looks like one but is malformed.
 Result<std::optional<TensorRef>> MatchTensor(const pickle::Document& doc, pickle::NodeId id);
 
+// "[11, 7]", as torch prints a shape.
+std::string ShapeString(const std::vector<int64_t>& shape);
+// Elements of a tensor of this shape.
+uint64_t NumelOf(const std::vector<int64_t>& shape);
+
 // A torch.Size(...) or plain tuple of ints.
 std::optional<std::vector<int64_t>> MatchShape(const pickle::Document& doc, pickle::NodeId id);
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ucfs/checkpoint.h"
@@ -114,7 +115,7 @@ class TorchPickleBuilder {
  private:
   pickle::Document doc_;
   // What each storage key node of doc_ holds.
-  std::vector<std::pair<pickle::NodeId, std::vector<StorageRun>>> storages_;
+  std::unordered_map<pickle::NodeId, std::vector<StorageRun>> storages_;
   pickle::NodeId storage_str_ = pickle::kNoNode;
   pickle::NodeId cpu_str_ = pickle::kNoNode;
   pickle::NodeId new_key_count_ = 0;

@@ -115,7 +115,6 @@ class View {
   Status Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out);
   Result<std::vector<Xattr>> Xattrs(InodeId inode);
   SourceFile source(uint32_t index) const;
-  size_t source_count() const;
 
  private:
   struct Node {
