@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -17,26 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A small read-only view: latest, t/{a,b}, d/x.
-std::shared_ptr<View> SmallView() {
-  auto view = std::make_shared<View>(*Env::Posix(), 0);
-  auto add = [&](InodeId dir, const char* name, const char* text) {
-    EXPECT_TRUE(view->AddFile(dir, name, std::make_shared<InlineContent>(text)).ok());
-  };
-  add(kRootInode, "latest", "t");
-  InodeId t = *view->AddDirectory(kRootInode, "t");
-  add(t, "a", "A-view");
-  add(t, "b", "B-view");
-  InodeId d = *view->AddDirectory(kRootInode, "d");
-  add(d, "x", "X-view");
-  return view;
-}
+using testing::SmallView;
 
-std::string TempUpper(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/ucfs_overlay_" + name;
-  fs::remove_all(dir);
-  return dir;
-}
+std::string TempUpper(const std::string& name) { return testing::FreshTempDir("overlay_" + name); }
 
 // The mount's whole tree as path -> contents (nullopt for a directory).
 using Tree = std::map<std::string, std::optional<std::string>>;
@@ -124,6 +108,66 @@ TEST(Overlay, DeletingViewEntriesLeavesWhiteouts) {
   EXPECT_EQ(*Snapshot(**o, *view).at("t/b"), "B-view+more");
   EXPECT_FALSE((*o)->RemoveDir("t").ok());                     // not empty
   EXPECT_FALSE((*o)->OpenWrite("nope", O_WRONLY, 0644).ok());  // no O_CREAT
+}
+
+TEST(Overlay, RenamesDirectoriesOfTheUpperDirectoryOnly) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("dir_rename");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  // A trainer staging a checkpoint in a temporary directory, then moving it.
+  ASSERT_TRUE((*o)->MakeDir("tmp-ckpt", 0755).ok());
+  Write(**o, "tmp-ckpt/w.pt", "W", O_CREAT | O_TRUNC);
+  ASSERT_TRUE((*o)->Rename("tmp-ckpt", "ckpt-1").ok());
+  EXPECT_EQ(*Snapshot(**o, *view).at("ckpt-1/w.pt"), "W");
+  EXPECT_FALSE((*o)->Lookup("tmp-ckpt").ok());
+  // Onto a deleted view directory's name: the view's contents stay hidden.
+  ASSERT_TRUE((*o)->Unlink("d/x").ok());
+  ASSERT_TRUE((*o)->RemoveDir("d").ok());
+  ASSERT_TRUE((*o)->Rename("ckpt-1", "d").ok());
+  auto d = (*o)->ReadDir("d");
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->size(), 1u);
+  EXPECT_EQ((*d)[0].first, "w.pt");
+  // View directories are refused with EXDEV (mv copies instead).
+  EXPECT_EQ((*o)->Rename("t", "t2").posix_errno(), EXDEV);
+  ASSERT_TRUE((*o)->MakeDir("full", 0755).ok());
+  Write(**o, "full/f", "F", O_CREAT | O_TRUNC);
+  ASSERT_TRUE((*o)->MakeDir("empty", 0755).ok());
+  EXPECT_EQ((*o)->Rename("empty", "full").posix_errno(), ENOTEMPTY);
+  EXPECT_EQ((*o)->Rename("full", "full/inside").posix_errno(), EINVAL);
+  EXPECT_EQ((*o)->Rename("latest", "t/a", /*no_replace=*/true).posix_errno(), EEXIST);
+  ASSERT_TRUE((*o)->Rename("full", "empty").ok());  // onto an empty directory
+  EXPECT_EQ(*Snapshot(**o, *view).at("empty/f"), "F");
+}
+
+TEST(Overlay, AnswersWithTheErrnoAFileSystemWould) {
+  auto view = SmallView();
+  auto o = Overlay::Open(TempUpper("errno"), view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ((*o)->Lookup("nope").status().posix_errno(), ENOENT);
+  EXPECT_EQ((*o)->Lookup("latest/x").status().posix_errno(), ENOTDIR);
+  EXPECT_EQ((*o)->MakeDir("t", 0755).posix_errno(), EEXIST);
+  EXPECT_EQ((*o)->RemoveDir("t").posix_errno(), ENOTEMPTY);
+  EXPECT_EQ((*o)->Unlink("t").posix_errno(), EISDIR);
+  EXPECT_EQ((*o)->OpenWrite("t", O_WRONLY, 0).status().posix_errno(), EISDIR);
+  EXPECT_EQ((*o)->OpenWrite("latest", O_WRONLY | O_CREAT | O_EXCL, 0644).status().posix_errno(),
+            EEXIST);
+  // Whiteout names are ucfs's own.
+  EXPECT_EQ((*o)->OpenWrite(".wh.x", O_WRONLY | O_CREAT, 0644).status().posix_errno(), EINVAL);
+  EXPECT_EQ((*o)->MakeDir("t/.wh..opq", 0755).posix_errno(), EINVAL);
+}
+
+TEST(Overlay, RemovesCopyUpsACrashLeftBehind) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("stale");
+  fs::create_directories(upper + "/t");
+  const std::string stale = upper + "/t/.wh..wh.copyup.a";
+  { std::ofstream(stale) << "half a copy"; }
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(*Snapshot(**o, *view).at("t/a"), "A-view");
 }
 
 // Random operations against a reference model of the merged tree.

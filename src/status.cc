@@ -9,7 +9,31 @@ Status Status::FromErrno(std::string_view context, int err) {
   std::string msg(context);
   msg += ": ";
   msg += std::strerror(err);
-  return Status(err == ENOENT ? Code::kNotFound : Code::kIOError, std::move(msg));
+  return Posix(err, std::move(msg));
+}
+
+Status Status::Posix(int err, std::string msg) {
+  Code code = Code::kIOError;
+  switch (err) {
+    case ENOENT:
+      code = Code::kNotFound;
+      break;
+    case EEXIST:
+    case EINVAL:
+    case EISDIR:
+    case ENOTDIR:
+    case ENOTEMPTY:
+    case EPERM:
+      code = Code::kInvalidArgument;
+      break;
+    case EXDEV:
+    case ENOTSUP:
+      code = Code::kNotSupported;
+      break;
+    default:
+      break;
+  }
+  return Status(code, std::move(msg), err);
 }
 
 std::string_view CodeName(Status::Code code) {
@@ -45,7 +69,7 @@ Status Status::Annotate(std::string_view context) const {
   std::string msg(context);
   msg += ": ";
   msg += message_;
-  return Status(code_, std::move(msg));
+  return Status(code_, std::move(msg), errno_);
 }
 
 }  // namespace ucfs

@@ -105,4 +105,24 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
   return out;
 }
 
+std::shared_ptr<View> SmallView() {
+  auto view = std::make_shared<View>(*Env::Posix(), 0);
+  auto add = [&](InodeId dir, const char* name, const char* text) {
+    EXPECT_TRUE(view->AddFile(dir, name, std::make_shared<InlineContent>(text)).ok());
+  };
+  add(kRootInode, "latest", "t");
+  InodeId t = *view->AddDirectory(kRootInode, "t");
+  add(t, "a", "A-view");
+  add(t, "b", "B-view");
+  InodeId d = *view->AddDirectory(kRootInode, "d");
+  add(d, "x", "X-view");
+  return view;
+}
+
+std::string FreshTempDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/ucfs_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
 }  // namespace ucfs::testing

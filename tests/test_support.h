@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ucfs/checkpoint.h"
+#include "ucfs/view.h"
 
 namespace ucfs::testing {
 
@@ -42,6 +43,13 @@ std::string RepackTorchFile(const std::string& bytes,
 
 // The bytes of `extents` of `ckpt`'s source files, concatenated.
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
+
+// A small read-only view for overlay tests: latest, t/{a,b}, d/x, whose
+// contents are "t", "A-view", "B-view", "X-view".
+std::shared_ptr<View> SmallView();
+
+// A fresh (removed) directory path under the test temp dir.
+std::string FreshTempDir(const std::string& name);
 
 }  // namespace ucfs::testing
 

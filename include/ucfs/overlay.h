@@ -11,7 +11,8 @@
 // written: the View has no write path at all.
 //
 // Paths are relative to the mount root, '/'-separated, no leading slash;
-// "" is the root. Not thread-safe: the FUSE adapter serialises calls.
+// "" is the root. Errors carry the errno a file system would answer with
+// (Status::posix_errno). Not thread-safe: OverlayFs serialises calls.
 #ifndef UCFS_OVERLAY_H_
 #define UCFS_OVERLAY_H_
 
@@ -37,7 +38,8 @@ class Overlay {
     std::string upper_path;  // where it is (or would be) in the upper directory
   };
 
-  // Creates `upper_dir` if needed.
+  // Creates `upper_dir` if needed, and removes the temporary files of
+  // copy-ups a crash interrupted.
   static Result<std::unique_ptr<Overlay>> Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env);
 
@@ -52,8 +54,15 @@ class Overlay {
   Result<int> OpenWrite(std::string_view path, int flags, mode_t mode);
   Status Unlink(std::string_view path);
   Status RemoveDir(std::string_view path);
-  // Files only; both ends may be view or upper entries.
-  Status Rename(std::string_view from, std::string_view to);
+  // Files: both ends may be view or upper entries (a view file is copied
+  // up first). Directories: only ones that exist in the upper directory
+  // alone, onto nothing or an empty such directory; others fail with EXDEV,
+  // which mv(1) answers by copying. `no_replace`: RENAME_NOREPLACE.
+  Status Rename(std::string_view from, std::string_view to, bool no_replace = false);
+
+  // Makes the directory `path` (and its parents) exist in the upper
+  // directory, as the view shows them; a no-op where it does.
+  Status EnsureUpperDir(std::string_view path);
 
   const std::string& upper_dir() const { return upper_; }
 
@@ -61,8 +70,10 @@ class Overlay {
   Overlay(std::string upper, std::shared_ptr<View> lower, Env& env)
       : upper_(std::move(upper)), lower_(std::move(lower)), env_(env) {}
   std::string UpperPath(std::string_view path) const;
-  Status EnsureUpperDir(std::string_view path);
   Status AddWhiteout(std::string_view path);
+  // Whether the view has an entry at `path` (whiteouts aside), which a
+  // removal or rename away must then hide.
+  bool ViewHas(std::string_view path);
   Status CopyUp(std::string_view path, const Entry& entry);
 
   std::string upper_;

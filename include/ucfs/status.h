@@ -38,13 +38,18 @@ class Status {
     return Status(Code::kInvalidArgument, std::move(msg));
   }
   static Status IOError(std::string msg) { return Status(Code::kIOError, std::move(msg)); }
-  // An I/O error from errno: "<context>: <strerror(err)>".
+  // An error from errno: "<context>: <strerror(err)>", keeping `err` for
+  // callers that must answer with an errno (the FUSE adapter).
   static Status FromErrno(std::string_view context, int err);
+  // An error with a given errno and message; the code follows the errno.
+  static Status Posix(int err, std::string msg);
   static Status Unsafe(std::string msg) { return Status(Code::kUnsafe, std::move(msg)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  // The errno this status carries (FromErrno, Posix), or 0.
+  int posix_errno() const { return errno_; }
   // "Corruption: <message>", or "OK".
   std::string ToString() const;
 
@@ -55,9 +60,11 @@ class Status {
   bool operator==(const Status& other) const = default;
 
  private:
-  Status(Code code, std::string msg) : code_(code), message_(std::move(msg)) {}
+  Status(Code code, std::string msg, int err = 0)
+      : code_(code), message_(std::move(msg)), errno_(err) {}
   Code code_ = Code::kOk;
   std::string message_;
+  int errno_ = 0;
 };
 
 std::string_view CodeName(Status::Code code);

@@ -22,6 +22,7 @@
 #include "ucfs/describe.h"
 #include "ucfs/index.h"
 #include "ucfs/inspect.h"
+#include "ucfs/overlay_fs.h"
 #include "ucfs/reshard_view.h"
 #include "ucfs/universal_view.h"
 #include "ucfs/zip.h"
@@ -106,6 +107,7 @@ struct MountArgs {
   std::string log_file;
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
+  std::optional<std::string> upper;
 };
 
 int RunMount(MountArgs a, int verbosity) {
@@ -142,8 +144,26 @@ int RunMount(MountArgs a, int verbosity) {
     view = ucfs::BuildUniversalView(*ucfs::Env::Posix(), shared, view_options);
   }
   if (!view.ok()) return Fail("mount", view.status());
+  std::shared_ptr<ucfs::View> shown = std::move(view).value();
+  std::unique_ptr<ucfs::OverlayFs> overlay;
+  std::string upper;
+  if (a.upper) {
+    upper = fs::absolute(*a.upper, ec).lexically_normal().string();
+    if (upper == checkpoint || upper.starts_with(checkpoint + "/") ||
+        checkpoint.starts_with(upper + "/")) {
+      std::fprintf(stderr,
+                   "ucfs mount: --upper %s: must be outside the checkpoint %s (the source is "
+                   "never written)\n",
+                   upper.c_str(), checkpoint.c_str());
+      return kExitUsage;
+    }
+    auto opened = ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix());
+    if (!opened.ok()) return Fail("mount", opened.status());
+    overlay = std::make_unique<ucfs::OverlayFs>(std::move(opened).value(), shown);
+  }
   const std::string kind =
-      a.world_size ? "view at world size " + std::to_string(*a.world_size) : "universal view";
+      (a.world_size ? "view at world size " + std::to_string(*a.world_size) : "universal view") +
+      (a.upper ? ", writable into " + upper : "");
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -153,6 +173,9 @@ int RunMount(MountArgs a, int verbosity) {
   serve.fuse_debug = a.fuse_debug;
   serve.fuse_options = a.options;
   serve.statfs_path = shared->files().root.empty() ? shared->files().tag_dir : shared->files().root;
+  // A writable mount changes under the kernel's caches only through
+  // itself, but DIR may also be touched directly: keep them short.
+  if (overlay) serve.cache_timeout_s = 1.0;
   const uint64_t hits = index ? index->cache_hits() : 0;
   const uint64_t misses = index ? index->cache_misses() : 0;
   serve.on_mounted = [&] {
@@ -160,12 +183,12 @@ int RunMount(MountArgs a, int verbosity) {
     const std::string index_note =
         index ? fmt::format("{} rank files from the index, {} read", hits, misses) : "no index";
     spdlog::info(
-        "{} mounted on {}: universal view of tag {}, {} params, world size {} ({:.1f} ms, "
+        "{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, "
         "{})",
-        checkpoint, mountpoint, shared->files().tag, shared->params().size(), shared->world_size(),
-        ms, index_note);
+        checkpoint, mountpoint, kind, shared->files().tag, shared->params().size(),
+        shared->world_size(), ms, index_note);
   };
-  return ucfs::fuse::Serve(std::shared_ptr<ucfs::View>(std::move(view).value()), serve);
+  return ucfs::fuse::Serve(shown, serve, std::move(overlay));
 }
 
 int RunUmount(const std::string& mountpoint) {
@@ -232,13 +255,17 @@ int main(int argc, char** argv) {
                   "Write real CRC-32s into the zip records (reads every byte at mount time; "
                   "only Python's zipfile checks them)");
   mount->add_option("--log-file", m.log_file, "Log to this file instead of syslog/stderr");
-  mount->add_option("--world-size", m.world_size,
-                    "Show the checkpoint as DeepSpeed would have saved it with N ranks (read-only "
-                    "for now)")
+  mount
+      ->add_option("--world-size", m.world_size,
+                   "Show the checkpoint as DeepSpeed would have saved it with N ranks")
       ->check(CLI::Range(1u, 1u << 20));
   mount->add_option("--sub-group-size", m.sub_group_size,
                     "The run's zero_optimization.sub_group_size, when its ds_config has none "
                     "(default 1e9)");
+  mount->add_option("--upper", m.upper,
+                    "Make the mount writable: whatever is written (new checkpoints, a rewritten "
+                    "`latest`) lands in this directory (created if missing); the source is never "
+                    "written");
   mount->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   std::string umount_path;

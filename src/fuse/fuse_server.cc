@@ -1,20 +1,14 @@
-#define FUSE_USE_VERSION 312
+// The read-only operation table, what both tables share, and Serve.
 #include "fuse/fuse_server.h"
 
 #include <fcntl.h>
-#include <fuse3/fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <mutex>
-#include <shared_mutex>
-#include <unordered_set>
+
+#include "fuse/server.h"
 
 namespace ucfs::fuse {
 namespace {
@@ -26,76 +20,6 @@ const char* Zeros() {
   static const std::vector<char>* zeros = new std::vector<char>(kZeroBytes, 0);
   return zeros->data();
 }
-
-// Source files, opened on first use and checked against the identity the
-// view recorded: a file rewritten since makes reads of it fail (EIO),
-// never return other bytes.
-class SourceFds {
- public:
-  explicit SourceFds(View& view) : view_(view) {}
-  ~SourceFds() {
-    for (const Open& o : fds_) {
-      if (o.fd >= 0) ::close(o.fd);
-    }
-  }
-
-  // The fd of source `index`, or -errno.
-  int Get(uint32_t index) {
-    {
-      std::shared_lock lock(mu_);
-      if (index < fds_.size() && fds_[index].fd >= 0) return Check(index, fds_[index]);
-    }
-    std::unique_lock lock(mu_);
-    if (fds_.size() <= index) fds_.resize(index + 1);
-    if (fds_[index].fd < 0) {
-      const SourceFile src = view_.source(index);
-      int fd = ::open(src.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
-      if (fd < 0 && errno == EPERM) fd = ::open(src.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        spdlog::error("{}: cannot open source file: {}", src.path, std::strerror(errno));
-        return -EIO;
-      }
-      fds_[index] = Open{fd, src.identity};
-    }
-    return Check(index, fds_[index]);
-  }
-
- private:
-  struct Open {
-    int fd = -1;
-    FileIdentity identity;  // what the view was built from
-  };
-
-  // A changed size or mtime means the bytes the view maps are gone.
-  int Check(uint32_t index, const Open& open) {
-    struct stat st {};
-    if (::fstat(open.fd, &st) != 0) return -EIO;
-    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    if (static_cast<uint64_t>(st.st_size) != open.identity.size ||
-        mtime != open.identity.mtime_ns) {
-      const SourceFile src = view_.source(index);
-      std::call_once(ChangedOnce(index), [&] {
-        spdlog::error(
-            "{}: changed since it was mounted (size {} -> {}); reads that need it fail "
-            "with EIO",
-            src.path, src.identity.size, st.st_size);
-      });
-      return -EIO;
-    }
-    return open.fd;
-  }
-  std::once_flag& ChangedOnce(uint32_t index) {
-    std::lock_guard lock(once_mu_);
-    while (changed_.size() <= index) changed_.emplace_back();
-    return changed_[index];
-  }
-
-  View& view_;
-  std::shared_mutex mu_;
-  std::vector<Open> fds_;
-  std::mutex once_mu_;
-  std::deque<std::once_flag> changed_;
-};
 
 // The kernel gives a FUSE mount 128 KiB of readahead, so reads arrive in
 // 128 KiB requests. Root may raise it (the kernel caps requests at
@@ -127,39 +51,7 @@ void RaiseReadahead(const std::string& mountpoint) {
 // file needs, so it asks for them ahead (POSIX_FADV_WILLNEED, asynchronous).
 constexpr uint64_t kPrefetchWindow = uint64_t{32} << 20;
 
-// libfuse splices a read reply only if it fits a pipe (pipe-max-size, 1 MiB
-// by default) with room for the header and a page per buffer; a larger
-// reply falls back to a malloc'd copy of the whole reply. Reads are capped
-// to fit, with room for 14 buffers.
-uint32_t MaxReadForSplice() {
-  uint64_t pipe_max = 1 << 20;
-  if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
-    unsigned long v = 0;
-    if (std::fscanf(f, "%lu", &v) == 1 && v >= (256u << 10)) pipe_max = v;
-    std::fclose(f);
-  }
-  return static_cast<uint32_t>(std::min<uint64_t>(pipe_max, 1 << 20) - (64u << 10));
-}
-
-struct Server {
-  std::shared_ptr<View> view;
-  uint32_t max_read = MaxReadForSplice();
-  std::string mountpoint;
-  std::once_flag readahead_raised;
-  bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
-  bool drop_source_pages = std::getenv("UCFS_KEEP_SOURCE_PAGES") == nullptr;
-  std::mutex read_mu;
-  std::unordered_set<fuse_ino_t> read_before;  // files read at least once
-  SourceFds fds;
-  double timeout;
-  uid_t uid = ::getuid();
-  gid_t gid = ::getgid();
-  std::string statfs_path;
-
-  Server(std::shared_ptr<View> v, double t) : view(std::move(v)), fds(*view), timeout(t) {}
-};
-
-void Prefetch(Server& s, fuse_ino_t ino, uint64_t offset, uint64_t length) {
+void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
   // UCFS_NO_PREFETCH=1 turns it off, to measure what it buys.
   static const bool disabled = std::getenv("UCFS_NO_PREFETCH") != nullptr;
   if (disabled) return;
@@ -172,19 +64,6 @@ void Prefetch(Server& s, fuse_ino_t ino, uint64_t offset, uint64_t length) {
       ::posix_fadvise(fd, static_cast<off_t>(p.offset), static_cast<off_t>(p.length),
                       POSIX_FADV_WILLNEED);
     }
-  }
-}
-
-Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req)); }
-
-int ErrnoOf(const Status& s) {
-  switch (s.code()) {
-    case Status::Code::kNotFound:
-      return ENOENT;
-    case Status::Code::kInvalidArgument:
-      return EINVAL;
-    default:
-      return EIO;
   }
 }
 
@@ -207,24 +86,9 @@ struct stat StatOf(const Server& server, const Attr& a) {
   return st;
 }
 
-void Init(void* userdata, struct fuse_conn_info* conn) {
-  Server& server = *static_cast<Server*>(userdata);
-  conn->max_read = server.max_read;
-  server.no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
-  // Tensor bytes go from the shards to the kernel by splice.
-  if (std::getenv("UCFS_NO_SPLICE") == nullptr) {
-    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
-    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
-  } else {
-    conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
-  }
-  // Files are immutable while mounted: keep their pages across opens.
-  conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-}
-
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
-  std::call_once(s.readahead_raised, [&] { RaiseReadahead(s.mountpoint); });
+  RaiseReadaheadOnce(s);
   auto ino = s.view->Lookup(parent, name);
   if (!ino.ok()) {
     // A negative entry is cacheable too: the tree does not change.
@@ -253,8 +117,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
   Server& s = Of(req);
-  // The first request comes after INIT, which resets the readahead.
-  std::call_once(s.readahead_raised, [&] { RaiseReadahead(s.mountpoint); });
+  RaiseReadaheadOnce(s);
   auto attr = s.view->GetAttr(ino);
   if (!attr.ok()) {
     fuse_reply_err(req, ErrnoOf(attr.status()));
@@ -263,10 +126,6 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
   struct stat st = StatOf(s, *attr);
   fuse_reply_attr(req, &st, s.timeout);
 }
-
-struct DirHandle {
-  std::vector<std::pair<std::string, Attr>> entries;
-};
 
 void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
@@ -277,38 +136,17 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
                             : ErrnoOf(entries.status()));
     return;
   }
-  auto* handle = new DirHandle{std::move(*entries)};
-  fi->fh = reinterpret_cast<uint64_t>(handle);
+  auto handle = std::make_unique<DirHandle>();
+  handle->entries.reserve(entries->size());
+  for (const auto& [name, attr] : *entries) handle->entries.emplace_back(name, StatOf(s, attr));
+  fi->fh = reinterpret_cast<uint64_t>(handle.release());
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
   fuse_reply_open(req, fi);
 }
 
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
-  Server& s = Of(req);
-  auto* handle = reinterpret_cast<DirHandle*>(fi->fh);
-  std::vector<char> buf(size);
-  size_t used = 0;
-  // Entry i of the listing is at offset i + 1; "." and ".." come first.
-  const size_t total = handle->entries.size() + 2;
-  for (size_t i = static_cast<size_t>(offset); i < total; ++i) {
-    struct stat st {};
-    const char* name;
-    if (i < 2) {
-      name = i == 0 ? "." : "..";
-      st.st_ino = ino;
-      st.st_mode = S_IFDIR;
-    } else {
-      const auto& [entry_name, attr] = handle->entries[i - 2];
-      name = entry_name.c_str();
-      st = StatOf(s, attr);
-    }
-    const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
-                                          static_cast<off_t>(i + 1));
-    if (need > size - used) break;
-    used += need;
-  }
-  fuse_reply_buf(req, buf.data(), used);
+  ReplyReadDir(req, ino, *reinterpret_cast<DirHandle*>(fi->fh), size, offset);
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
@@ -344,7 +182,96 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info*) {
+  ReplyViewRead(req, Of(req), ino, size, offset);
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto xattrs = Of(req).view->Xattrs(ino);
+  if (!xattrs.ok()) {
+    fuse_reply_err(req, ErrnoOf(xattrs.status()));
+    return;
+  }
+  ReplyGetXattr(req, *xattrs, name, size);
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto xattrs = Of(req).view->Xattrs(ino);
+  if (!xattrs.ok()) {
+    fuse_reply_err(req, ErrnoOf(xattrs.status()));
+    return;
+  }
+  ReplyListXattr(req, *xattrs, size);
+}
+
+}  // namespace
+
+uint32_t MaxReadForSplice() {
+  uint64_t pipe_max = 1 << 20;
+  if (FILE* f = std::fopen("/proc/sys/fs/pipe-max-size", "r")) {
+    unsigned long v = 0;
+    if (std::fscanf(f, "%lu", &v) == 1 && v >= (256u << 10)) pipe_max = v;
+    std::fclose(f);
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(pipe_max, 1 << 20) - (64u << 10));
+}
+
+int ErrnoOf(const Status& s) {
+  if (s.posix_errno() != 0) return s.posix_errno();
+  switch (s.code()) {
+    case Status::Code::kNotFound:
+      return ENOENT;
+    case Status::Code::kInvalidArgument:
+      return EINVAL;
+    default:
+      return EIO;
+  }
+}
+
+void InitConnection(void* userdata, struct fuse_conn_info* conn) {
+  Server& server = *static_cast<Server*>(userdata);
+  conn->max_read = server.max_read;
+  // Zero-message opens need nothing per open file: only when read-only.
+  server.no_open = !server.overlay && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
+  // Tensor bytes go from the shards to the kernel by splice.
+  if (std::getenv("UCFS_NO_SPLICE") == nullptr) {
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  } else {
+    conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  }
+  if (server.overlay) {
+    // open(O_TRUNC) arrives as one OPEN, not a SETATTR first: a view file
+    // rewritten whole (DeepSpeed's `latest`) is never copied up.
+    if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+    // Writes arrive as they are, spliced from the kernel.
+    if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+  } else {
+    // Files are immutable while mounted: keep their pages across opens.
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+  }
+}
+
+void StatFs(fuse_req_t req, fuse_ino_t) {
   Server& s = Of(req);
+  struct statvfs sv {};
+  if (s.statfs_path.empty() || ::statvfs(s.statfs_path.c_str(), &sv) != 0) {
+    sv.f_bsize = 4096;
+    sv.f_frsize = 4096;
+    sv.f_namemax = 255;
+  }
+  // The writable mount's free space is the upper directory's.
+  if (!s.overlay) {
+    sv.f_bfree = 0;
+    sv.f_bavail = 0;
+  }
+  fuse_reply_statfs(req, &sv);
+}
+
+void RaiseReadaheadOnce(Server& s) {
+  std::call_once(s.readahead_raised, [&] { RaiseReadahead(s.mountpoint); });
+}
+
+void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t offset) {
   // Keep the source ranges of the next window on their way: each time a
   // read crosses into a new window, ask for the one after it.
   const uint64_t begin = static_cast<uint64_t>(offset);
@@ -432,27 +359,33 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse
   }
 }
 
-void StatFs(fuse_req_t req, fuse_ino_t) {
-  Server& s = Of(req);
-  struct statvfs sv {};
-  if (s.statfs_path.empty() || ::statvfs(s.statfs_path.c_str(), &sv) != 0) {
-    sv.f_bsize = 4096;
-    sv.f_frsize = 4096;
-    sv.f_namemax = 255;
+void ReplyReadDir(fuse_req_t req, fuse_ino_t ino, const DirHandle& dir, size_t size, off_t offset) {
+  std::vector<char> buf(size);
+  size_t used = 0;
+  // Entry i of the listing is at offset i + 1; "." and ".." come first.
+  const size_t total = dir.entries.size() + 2;
+  for (size_t i = static_cast<size_t>(offset); i < total; ++i) {
+    struct stat st {};
+    const char* name;
+    if (i < 2) {
+      name = i == 0 ? "." : "..";
+      st.st_ino = ino;
+      st.st_mode = S_IFDIR;
+    } else {
+      name = dir.entries[i - 2].first.c_str();
+      st = dir.entries[i - 2].second;
+    }
+    const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                                          static_cast<off_t>(i + 1));
+    if (need > size - used) break;
+    used += need;
   }
-  sv.f_bfree = 0;  // read-only
-  sv.f_bavail = 0;
-  fuse_reply_statfs(req, &sv);
+  fuse_reply_buf(req, buf.data(), used);
 }
 
-void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  Server& s = Of(req);
-  auto xattrs = s.view->Xattrs(ino);
-  if (!xattrs.ok()) {
-    fuse_reply_err(req, ErrnoOf(xattrs.status()));
-    return;
-  }
-  for (const Xattr& x : *xattrs) {
+void ReplyGetXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, const char* name,
+                   size_t size) {
+  for (const Xattr& x : xattrs) {
     if (x.name != name) continue;
     if (size == 0) {
       fuse_reply_xattr(req, x.value.size());
@@ -466,15 +399,9 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   fuse_reply_err(req, ENODATA);
 }
 
-void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Server& s = Of(req);
-  auto xattrs = s.view->Xattrs(ino);
-  if (!xattrs.ok()) {
-    fuse_reply_err(req, ErrnoOf(xattrs.status()));
-    return;
-  }
+void ReplyListXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, size_t size) {
   std::string names;
-  for (const Xattr& x : *xattrs) {
+  for (const Xattr& x : xattrs) {
     names += x.name;
     names.push_back('\0');
   }
@@ -487,9 +414,9 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   }
 }
 
-fuse_lowlevel_ops Operations() {
+fuse_lowlevel_ops ReadOnlyOperations() {
   fuse_lowlevel_ops ops{};
-  ops.init = Init;
+  ops.init = InitConnection;
   ops.lookup = Lookup;
   ops.getattr = GetAttr;
   ops.opendir = OpenDir;
@@ -503,14 +430,15 @@ fuse_lowlevel_ops Operations() {
   return ops;
 }
 
-}  // namespace
-
-int Serve(std::shared_ptr<View> view, const ServeOptions& options) {
+int Serve(std::shared_ptr<View> view, const ServeOptions& options,
+          std::unique_ptr<OverlayFs> overlay) {
   Server server(std::move(view), options.cache_timeout_s);
-  server.statfs_path = options.statfs_path;
+  server.overlay = std::move(overlay);
+  server.statfs_path = server.overlay ? server.overlay->upper_dir() : options.statfs_path;
   server.mountpoint = options.mountpoint;
   std::vector<std::string> args = {"ucfs"};
-  std::string opts = "ro,default_permissions,subtype=ucfs,fsname=" + options.fsname +
+  std::string opts = std::string(server.overlay ? "rw" : "ro") +
+                     ",default_permissions,subtype=ucfs,fsname=" + options.fsname +
                      ",max_read=" + std::to_string(server.max_read);
   for (const auto& o : options.fuse_options) opts += "," + o;
   args.push_back("-o");
@@ -520,7 +448,7 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options) {
   for (auto& a : args) argv.push_back(a.data());
   fuse_args fargs = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
 
-  const fuse_lowlevel_ops ops = Operations();
+  const fuse_lowlevel_ops ops = server.overlay ? WritableOperations() : ReadOnlyOperations();
   fuse_session* se = fuse_session_new(&fargs, &ops, sizeof(ops), &server);
   if (se == nullptr) {
     std::fprintf(stderr, "ucfs mount: libfuse refused the options '%s'\n", opts.c_str());

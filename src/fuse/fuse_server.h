@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ucfs/env.h"
+#include "ucfs/overlay_fs.h"
 #include "ucfs/view.h"
 
 namespace ucfs::fuse {
@@ -25,8 +26,8 @@ struct ServeOptions {
   // the mount's own ("ro", "fsname", "default_permissions") come first.
   std::vector<std::string> fuse_options;
   bool fuse_debug = false;
-  // Files never change while mounted: the kernel may cache names,
-  // attributes and pages for this long.
+  // How long the kernel may cache names and attributes (and, read-only,
+  // pages): files of a read-only mount never change while mounted.
   double cache_timeout_s = 3600;
   std::string fsname = "ucfs";
   // Where statfs answers come from (the source checkpoint's file system).
@@ -37,9 +38,11 @@ struct ServeOptions {
 };
 
 // Mounts `view` and serves it until unmounted or signalled (SIGINT,
-// SIGTERM, SIGHUP). Returns a process exit status; errors before the mount
-// exists are printed to stderr.
-int Serve(std::shared_ptr<View> view, const ServeOptions& options);
+// SIGTERM, SIGHUP). With `overlay` (a layer over the same view) the mount
+// is writable and served through it; without, read-only. Returns a process
+// exit status; errors before the mount exists are printed to stderr.
+int Serve(std::shared_ptr<View> view, const ServeOptions& options,
+          std::unique_ptr<OverlayFs> overlay = nullptr);
 
 }  // namespace ucfs::fuse
 

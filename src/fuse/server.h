@@ -1,0 +1,84 @@
+// What the read-only and the writable operation tables share: the server
+// state and the replies that turn view pieces and listings into libfuse
+// calls. Internal to the FUSE adapter.
+#ifndef UCFS_SRC_FUSE_SERVER_H_
+#define UCFS_SRC_FUSE_SERVER_H_
+
+#define FUSE_USE_VERSION 312
+#include <fuse3/fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "fuse/source_fds.h"
+#include "ucfs/overlay_fs.h"
+#include "ucfs/view.h"
+
+namespace ucfs::fuse {
+
+// libfuse splices a read reply only if it fits a pipe (pipe-max-size, 1 MiB
+// by default) with room for the header and a page per buffer; a larger
+// reply falls back to a malloc'd copy of the whole reply. Reads are capped
+// to fit, with room for 14 buffers.
+uint32_t MaxReadForSplice();
+
+struct Server {
+  std::shared_ptr<View> view;
+  // The writable mount's layer over `view`; null for a read-only mount.
+  std::unique_ptr<OverlayFs> overlay;
+  uint32_t max_read = MaxReadForSplice();
+  std::string mountpoint;
+  std::once_flag readahead_raised;
+  bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
+  bool drop_source_pages = std::getenv("UCFS_KEEP_SOURCE_PAGES") == nullptr;
+  std::mutex read_mu;
+  std::unordered_set<InodeId> read_before;  // view files read at least once
+  SourceFds fds;
+  double timeout;
+  uid_t uid = ::getuid();
+  gid_t gid = ::getgid();
+  std::string statfs_path;
+
+  Server(std::shared_ptr<View> v, double t) : view(std::move(v)), fds(*view), timeout(t) {}
+};
+
+inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req)); }
+
+// The errno a Status answers with.
+int ErrnoOf(const Status& s);
+
+// The kernel resets a mount's readahead at INIT; the first request after
+// it raises it (once).
+void RaiseReadaheadOnce(Server& s);
+
+// Replies to a read of bytes [offset, offset + size) of view file
+// `view_inode`: spliced from the sources, with prefetch ahead.
+void ReplyViewRead(fuse_req_t req, Server& s, InodeId view_inode, size_t size, off_t offset);
+
+// A directory listing taken at opendir, served by readdir.
+struct DirHandle {
+  std::vector<std::pair<std::string, struct stat>> entries;
+};
+void ReplyReadDir(fuse_req_t req, fuse_ino_t ino, const DirHandle& dir, size_t size, off_t offset);
+
+void ReplyGetXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, const char* name, size_t size);
+void ReplyListXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, size_t size);
+
+// Shared operations.
+void InitConnection(void* userdata, struct fuse_conn_info* conn);
+void StatFs(fuse_req_t req, fuse_ino_t ino);
+
+// The operation tables.
+fuse_lowlevel_ops ReadOnlyOperations();
+fuse_lowlevel_ops WritableOperations();
+
+}  // namespace ucfs::fuse
+
+#endif  // UCFS_SRC_FUSE_SERVER_H_

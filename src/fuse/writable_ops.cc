@@ -1,0 +1,349 @@
+// The writable mount's operation table: each operation is a call into
+// OverlayFs and its answer translated. Upper files are served by their own
+// fds (reads spliced out of them, writes spliced into them); view files by
+// the view's pieces, as in the read-only mount.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "fuse/server.h"
+
+namespace ucfs::fuse {
+namespace {
+
+using Handle = OverlayFs::Handle;
+
+Handle* HandleOf(const fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+// One fd-backed buffer at `pos` (FUSE_BUFVEC_INIT is a C compound literal).
+fuse_bufvec FdBuffer(int fd, off_t pos, size_t size) {
+  fuse_bufvec v{};
+  v.count = 1;
+  v.buf[0].size = size;
+  v.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  v.buf[0].fd = fd;
+  v.buf[0].pos = pos;
+  return v;
+}
+
+void ReplyEntry(fuse_req_t req, const Server& s, const struct stat& st) {
+  fuse_entry_param e{};
+  e.ino = st.st_ino;
+  e.generation = 1;
+  e.attr = st;
+  e.attr_timeout = s.timeout;
+  e.entry_timeout = s.timeout;
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyStatus(fuse_req_t req, const Status& st) {
+  fuse_reply_err(req, st.ok() ? 0 : ErrnoOf(st));
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Server& s = Of(req);
+  RaiseReadaheadOnce(s);
+  auto st = s.overlay->Lookup(parent, name);
+  if (!st.ok()) {
+    if (ErrnoOf(st.status()) == ENOENT) {
+      // Negative entries are cached too; every change comes through here.
+      fuse_entry_param e{};
+      e.entry_timeout = s.timeout;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    fuse_reply_err(req, ErrnoOf(st.status()));
+    return;
+  }
+  ReplyEntry(req, s, *st);
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Of(req).overlay->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Of(req).overlay->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  Server& s = Of(req);
+  RaiseReadaheadOnce(s);
+  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->fd : -1;
+  auto st = s.overlay->GetAttr(ino, fd);
+  if (!st.ok()) {
+    fuse_reply_err(req, ErrnoOf(st.status()));
+    return;
+  }
+  fuse_reply_attr(req, &*st, s.timeout);
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+             struct fuse_file_info* fi) {
+  Server& s = Of(req);
+  OverlayFs::SetAttrRequest r;
+  if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
+  if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;
+  if (to_set & FUSE_SET_ATTR_GID) r.gid = attr->st_gid;
+  if (to_set & FUSE_SET_ATTR_SIZE) r.size = static_cast<uint64_t>(attr->st_size);
+  if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+    r.atime = timespec{0, UTIME_NOW};
+  } else if (to_set & FUSE_SET_ATTR_ATIME) {
+    r.atime = attr->st_atim;
+  }
+  if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+    r.mtime = timespec{0, UTIME_NOW};
+  } else if (to_set & FUSE_SET_ATTR_MTIME) {
+    r.mtime = attr->st_mtim;
+  }
+  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->fd : -1;
+  auto st = s.overlay->SetAttr(ino, r, fd);
+  if (!st.ok()) {
+    fuse_reply_err(req, ErrnoOf(st.status()));
+    return;
+  }
+  fuse_reply_attr(req, &*st, s.timeout);
+}
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  auto entries = Of(req).overlay->ReadDir(ino);
+  if (!entries.ok()) {
+    fuse_reply_err(req, ErrnoOf(entries.status()));
+    return;
+  }
+  auto handle = std::make_unique<DirHandle>();
+  handle->entries = std::move(*entries);
+  fi->fh = reinterpret_cast<uint64_t>(handle.release());
+  fuse_reply_open(req, fi);
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
+  ReplyReadDir(req, ino, *reinterpret_cast<DirHandle*>(fi->fh), size, offset);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+// View files never change, so their pages may stay cached across opens;
+// upper files are read fresh at each open, in case DIR was touched directly.
+void ReplyOpen(fuse_req_t req, struct fuse_file_info* fi, std::unique_ptr<Handle> handle) {
+  fi->keep_cache = handle->fd < 0 ? 1 : 0;
+  fi->fh = reinterpret_cast<uint64_t>(handle.release());
+  if (fuse_reply_open(req, fi) != 0) {
+    // The opener was interrupted: nobody will release this handle.
+    Handle* h = HandleOf(fi);
+    if (h->fd >= 0) ::close(h->fd);
+    delete h;
+  }
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  auto handle = Of(req).overlay->Open(ino, fi->flags);
+  if (!handle.ok()) {
+    fuse_reply_err(req, ErrnoOf(handle.status()));
+    return;
+  }
+  ReplyOpen(req, fi, std::make_unique<Handle>(*handle));
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+            struct fuse_file_info* fi) {
+  Server& s = Of(req);
+  auto made = s.overlay->Create(parent, name, fi->flags, mode);
+  if (!made.ok()) {
+    fuse_reply_err(req, ErrnoOf(made.status()));
+    return;
+  }
+  auto& [st, handle] = *made;
+  fuse_entry_param e{};
+  e.ino = st.st_ino;
+  e.generation = 1;
+  e.attr = st;
+  e.attr_timeout = s.timeout;
+  e.entry_timeout = s.timeout;
+  auto* h = new Handle(handle);
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    ::close(h->fd);
+    delete h;
+  }
+}
+
+void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, struct fuse_file_info* fi) {
+  Server& s = Of(req);
+  const Handle& h = *HandleOf(fi);
+  if (h.fd < 0) {
+    ReplyViewRead(req, s, h.view_inode, size, offset);
+    return;
+  }
+  fuse_bufvec buf = FdBuffer(h.fd, offset, size);
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void WriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t offset,
+              struct fuse_file_info* fi) {
+  const Handle& h = *HandleOf(fi);
+  if (h.fd < 0) {
+    fuse_reply_err(req, EBADF);
+    return;
+  }
+  fuse_bufvec out = FdBuffer(h.fd, offset, fuse_buf_size(in));
+  const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
+  if (written < 0) {
+    fuse_reply_err(req, static_cast<int>(-written));
+  } else {
+    fuse_reply_write(req, static_cast<size_t>(written));
+  }
+}
+
+void Flush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  // close(2) of the opener's fd: report what closing ours would (as NFS
+  // and passthrough_ll do), without giving ours up.
+  const Handle& h = *HandleOf(fi);
+  int err = 0;
+  if (h.fd >= 0) {
+    const int dup = ::dup(h.fd);
+    err = dup < 0 || ::close(dup) != 0 ? errno : 0;
+  }
+  fuse_reply_err(req, err);
+}
+
+void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  Handle* h = HandleOf(fi);
+  if (h->fd >= 0) ::close(h->fd);
+  delete h;
+  fuse_reply_err(req, 0);
+}
+
+void Fsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
+  const Handle& h = *HandleOf(fi);
+  int err = 0;
+  if (h.fd >= 0 && (datasync ? ::fdatasync(h.fd) : ::fsync(h.fd)) != 0) err = errno;
+  fuse_reply_err(req, err);
+}
+
+void FsyncDir(fuse_req_t req, fuse_ino_t, int, struct fuse_file_info*) {
+  // Directory changes are made by rename/mkdir/unlink in the upper
+  // directory; syncing its file system covers them.
+  const int fd = ::open(Of(req).overlay->upper_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int err = 0;
+  if (fd < 0 || ::syncfs(fd) != 0) err = errno;
+  if (fd >= 0) ::close(fd);
+  fuse_reply_err(req, err);
+}
+
+void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+               struct fuse_file_info* fi) {
+  const Handle& h = *HandleOf(fi);
+  if (h.fd < 0) {
+    fuse_reply_err(req, EBADF);
+    return;
+  }
+  fuse_reply_err(req, ::fallocate(h.fd, mode, offset, length) == 0 ? 0 : errno);
+}
+
+void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Server& s = Of(req);
+  auto st = s.overlay->MakeDir(parent, name, mode);
+  if (!st.ok()) {
+    fuse_reply_err(req, ErrnoOf(st.status()));
+    return;
+  }
+  ReplyEntry(req, s, *st);
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ReplyStatus(req, Of(req).overlay->Unlink(parent, name));
+}
+
+void RemoveDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  ReplyStatus(req, Of(req).overlay->RemoveDir(parent, name));
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+            const char* new_name, unsigned int flags) {
+  if (flags & ~RENAME_NOREPLACE) {
+    fuse_reply_err(req, EINVAL);  // RENAME_EXCHANGE, RENAME_WHITEOUT
+    return;
+  }
+  ReplyStatus(req, Of(req).overlay->Rename(parent, name, new_parent, new_name,
+                                           (flags & RENAME_NOREPLACE) != 0));
+}
+
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Server& s = Of(req);
+  auto view_inode = s.overlay->ViewInodeOf(ino);
+  if (!view_inode.ok()) {
+    fuse_reply_err(req, ErrnoOf(view_inode.status()));
+    return;
+  }
+  if (*view_inode == 0) {
+    fuse_reply_err(req, ENODATA);
+    return;
+  }
+  auto xattrs = s.view->Xattrs(*view_inode);
+  if (!xattrs.ok()) {
+    fuse_reply_err(req, ErrnoOf(xattrs.status()));
+    return;
+  }
+  ReplyGetXattr(req, *xattrs, name, size);
+}
+
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Server& s = Of(req);
+  auto view_inode = s.overlay->ViewInodeOf(ino);
+  if (!view_inode.ok()) {
+    fuse_reply_err(req, ErrnoOf(view_inode.status()));
+    return;
+  }
+  std::vector<Xattr> xattrs;
+  if (*view_inode != 0) {
+    auto got = s.view->Xattrs(*view_inode);
+    if (!got.ok()) {
+      fuse_reply_err(req, ErrnoOf(got.status()));
+      return;
+    }
+    xattrs = std::move(*got);
+  }
+  ReplyListXattr(req, xattrs, size);
+}
+
+}  // namespace
+
+fuse_lowlevel_ops WritableOperations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = InitConnection;
+  ops.lookup = Lookup;
+  ops.forget = Forget;
+  ops.forget_multi = ForgetMulti;
+  ops.getattr = GetAttr;
+  ops.setattr = SetAttr;
+  ops.opendir = OpenDir;
+  ops.readdir = ReadDir;
+  ops.releasedir = ReleaseDir;
+  ops.fsyncdir = FsyncDir;
+  ops.open = Open;
+  ops.create = Create;
+  ops.read = Read;
+  ops.write_buf = WriteBuf;
+  ops.flush = Flush;
+  ops.release = Release;
+  ops.fsync = Fsync;
+  ops.fallocate = Fallocate;
+  ops.mkdir = MakeDir;
+  ops.unlink = Unlink;
+  ops.rmdir = RemoveDir;
+  ops.rename = Rename;
+  ops.statfs = StatFs;
+  ops.getxattr = GetXattr;
+  ops.listxattr = ListXattr;
+  return ops;
+}
+
+}  // namespace ucfs::fuse

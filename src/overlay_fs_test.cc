@@ -1,0 +1,191 @@
+#include "ucfs/overlay_fs.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "test_support.h"
+
+namespace ucfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Drives OverlayFs the way the kernel does: by inode numbers.
+class OverlayFsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    view_ = testing::SmallView();
+    upper_ = testing::FreshTempDir(std::string("overlay_fs_") +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto overlay = Overlay::Open(upper_, view_, *Env::Posix());
+    ASSERT_TRUE(overlay.ok());
+    fs_ = std::make_unique<OverlayFs>(std::move(overlay).value(), view_);
+  }
+
+  InodeId Lookup(InodeId parent, const char* name) {
+    auto st = fs_->Lookup(parent, name);
+    EXPECT_TRUE(st.ok()) << name << ": " << st.status().ToString();
+    return st.ok() ? st->st_ino : 0;
+  }
+
+  // The bytes of `inode`, read through a handle as the adapter would.
+  std::string Read(InodeId inode) {
+    auto h = fs_->Open(inode, O_RDONLY);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    if (!h.ok()) return "";
+    std::string out;
+    if (h->fd >= 0) {
+      char buf[256];
+      ssize_t n;
+      while ((n = ::read(h->fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+      ::close(h->fd);
+    } else {
+      std::vector<ReadPiece> pieces;
+      EXPECT_TRUE(view_->Plan(h->view_inode, 0, 1 << 20, &pieces).ok());
+      for (const ReadPiece& p : pieces) out += p.bytes;
+    }
+    return out;
+  }
+
+  void WriteAll(int fd, std::string_view text) {
+    ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+
+  std::shared_ptr<View> view_;
+  std::string upper_;
+  std::unique_ptr<OverlayFs> fs_;
+};
+
+TEST_F(OverlayFsTest, InodesStayPutAndFollowRenames) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  EXPECT_EQ(Lookup(t, "a"), a);  // the same number while the kernel holds it
+  EXPECT_NE(a, t);
+  // View files show writable to their owner: writing copies them up.
+  EXPECT_EQ(fs_->GetAttr(a)->st_mode, static_cast<mode_t>(S_IFREG | 0644));
+
+  // A file written aside and renamed over `latest` keeps its inode there.
+  auto made = fs_->Create(kRootInode, "latest.tmp", O_WRONLY, 0644);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  WriteAll(made->second.fd, "t8");
+  ::close(made->second.fd);
+  const InodeId tmp = made->first.st_ino;
+  const InodeId old_latest = Lookup(kRootInode, "latest");
+  ASSERT_TRUE(fs_->Rename(kRootInode, "latest.tmp", kRootInode, "latest", false).ok());
+  EXPECT_EQ(Lookup(kRootInode, "latest"), tmp);
+  EXPECT_EQ(Read(tmp), "t8");
+  // The replaced inode names nothing any more.
+  EXPECT_EQ(fs_->GetAttr(old_latest).status().posix_errno(), ESTALE);
+  EXPECT_EQ(fs_->Lookup(kRootInode, "latest.tmp").status().posix_errno(), ENOENT);
+
+  // A directory's move carries the inodes below it along.
+  auto dir = fs_->MakeDir(kRootInode, "stage", 0755);
+  ASSERT_TRUE(dir.ok());
+  auto w = fs_->Create(dir->st_ino, "w.pt", O_WRONLY, 0644);
+  ASSERT_TRUE(w.ok());
+  WriteAll(w->second.fd, "weights");
+  ::close(w->second.fd);
+  ASSERT_TRUE(fs_->Rename(kRootInode, "stage", kRootInode, "global_step8", false).ok());
+  const InodeId moved = Lookup(kRootInode, "global_step8");
+  EXPECT_EQ(moved, dir->st_ino);
+  EXPECT_EQ(Lookup(moved, "w.pt"), w->first.st_ino);
+  EXPECT_EQ(Read(w->first.st_ino), "weights");
+}
+
+TEST_F(OverlayFsTest, ForgottenInodesLeaveTheTable) {
+  const size_t before = fs_->inode_count();
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  Lookup(t, "a");
+  EXPECT_EQ(fs_->inode_count(), before + 2);
+  fs_->Forget(a, 1);
+  EXPECT_EQ(Lookup(t, "a"), a);  // still held once: same number
+  fs_->Forget(a, 2);
+  fs_->Forget(t, 1);
+  EXPECT_EQ(fs_->inode_count(), before);
+  // Numbers are never reused.
+  EXPECT_GT(Lookup(kRootInode, "t"), a);
+  // A failed lookup leaves nothing behind.
+  EXPECT_FALSE(fs_->Lookup(kRootInode, "missing").ok());
+  EXPECT_EQ(fs_->inode_count(), before + 1);
+}
+
+TEST_F(OverlayFsTest, OpenFilesOutliveTheirNames) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId b = Lookup(t, "b");
+  auto h = fs_->Open(b, O_RDWR);  // copies up
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_GE(h->fd, 0);
+  EXPECT_EQ(testing::ReadFile(upper_ + "/t/b"), "B-view");
+  ASSERT_TRUE(fs_->Unlink(t, "b").ok());
+  EXPECT_EQ(fs_->GetAttr(b).status().posix_errno(), ESTALE);
+  auto st = fs_->GetAttr(b, h->fd);  // fstat of the open file
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->st_size, 6);
+  EXPECT_EQ(st->st_ino, b);
+  ::close(h->fd);
+  EXPECT_TRUE(fs::exists(upper_ + "/t/.wh.b"));
+  auto listing = fs_->ReadDir(t);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->size(), 1u);
+  EXPECT_EQ((*listing)[0].first, "a");
+  // Listed inodes are the ones lookups give.
+  EXPECT_EQ((*listing)[0].second.st_ino, Lookup(t, "a"));
+}
+
+TEST_F(OverlayFsTest, SetAttrCopiesUpOnlyWhatItMust) {
+  const InodeId latest = Lookup(kRootInode, "latest");
+  const InodeId d = Lookup(kRootInode, "d");
+  const InodeId x = Lookup(d, "x");
+  // Truncation to zero needs none of the old bytes.
+  OverlayFs::SetAttrRequest empty;
+  empty.size = 0;
+  auto st = fs_->SetAttr(latest, empty);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->st_size, 0);
+  EXPECT_EQ(testing::ReadFile(upper_ + "/latest"), "");
+  // Truncation to a length keeps the prefix.
+  OverlayFs::SetAttrRequest shorter;
+  shorter.size = 3;
+  shorter.mtime = timespec{1000, 0};
+  st = fs_->SetAttr(x, shorter);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(Read(x), "X-v");
+  EXPECT_EQ(st->st_mtim.tv_sec, 1000);
+  OverlayFs::SetAttrRequest mode;
+  mode.mode = 0600;
+  st = fs_->SetAttr(x, mode);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->st_mode & 07777, 0600u);
+  // The view itself never changes.
+  std::vector<ReadPiece> pieces;
+  ASSERT_TRUE(
+      view_->Plan(*view_->Lookup(*view_->Lookup(kRootInode, "d"), "x"), 0, 64, &pieces).ok());
+  EXPECT_EQ(pieces[0].bytes, "X-view");
+}
+
+TEST_F(OverlayFsTest, ViewFilesAreServedFromTheViewUntilWritten) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  auto h = fs_->Open(a, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->fd, -1);
+  EXPECT_NE(h->view_inode, 0u);
+  EXPECT_EQ(*fs_->ViewInodeOf(a), h->view_inode);
+  EXPECT_FALSE(fs::exists(upper_ + "/t/a"));  // reading copies nothing
+  // O_TRUNC with a read-only open still counts as a write.
+  auto trunc = fs_->Open(a, O_RDONLY | O_TRUNC);
+  ASSERT_TRUE(trunc.ok());
+  ASSERT_GE(trunc->fd, 0);
+  ::close(trunc->fd);
+  EXPECT_EQ(*fs_->ViewInodeOf(a), 0u);
+  EXPECT_EQ(Read(a), "");
+  EXPECT_EQ(fs_->Create(t, "a", O_WRONLY | O_EXCL, 0644).status().posix_errno(), EEXIST);
+  EXPECT_EQ(fs_->Lookup(kRootInode, "..").status().posix_errno(), EINVAL);
+}
+
+}  // namespace
+}  // namespace ucfs
