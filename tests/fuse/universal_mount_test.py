@@ -22,7 +22,6 @@ Ends with the line "N passed, M failed".
 """
 import concurrent.futures
 import errno
-import hashlib
 import mmap
 import os
 import random
@@ -36,25 +35,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import deepspeed_stand_ins  # noqa: E402
 import mount_testing  # noqa: E402
-from mount_testing import Results  # noqa: E402
+from mount_testing import Results, tree_sha256  # noqa: E402
 
 deepspeed_stand_ins.install()
 
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
 results = Results()
 check = results.check
-
-
-def tree_sha256(root):
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for f in sorted(filenames):
-            p = os.path.join(dirpath, f)
-            h.update(p.encode())
-            with open(p, "rb") as fh:
-                h.update(hashlib.sha256(fh.read()).digest())
-    return h.hexdigest()
 
 
 def Mount(ckpt, *extra):

@@ -1,9 +1,23 @@
 """Helpers for the tests that go through a real `ucfs mount`."""
+import hashlib
 import os
 import subprocess
 import tempfile
 import time
 import traceback
+
+
+def tree_sha256(root):
+    """One hash over every path and file content under `root`."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for f in sorted(filenames):
+            p = os.path.join(dirpath, f)
+            h.update(p.encode())
+            with open(p, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
 
 
 class Results:
