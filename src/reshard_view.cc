@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ucfs/lazy_content.h"
 #include "ucfs/partition.h"
 #include "ucfs/torch_writer.h"
 
@@ -287,13 +288,30 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   UCFS_RETURN_IF_ERROR(
       view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir, view->AddDirectory(kRootInode, files.tag));
-  for (uint32_t s = 0; s < layout.world_size; ++s) {
-    UCFS_ASSIGN_OR_RETURN(auto optim, OptimizerFile(ckpt, layout, s));
+  auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
+  auto cache = std::make_shared<ContentCache>(options.cached_files);
+  for (uint32_t s = 0; s < shared_layout->world_size; ++s) {
+    auto optim = std::make_shared<LazyContent>(
+        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, OptimizerFile(ckpt, *shared_layout, s));
+          return std::shared_ptr<const FileContent>(std::move(built));
+        },
+        cache);
+    auto model = std::make_shared<LazyContent>(
+        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s));
+          return std::shared_ptr<const FileContent>(std::move(built));
+        },
+        cache);
+    if (s == 0 || s + 1 == shared_layout->world_size) {
+      std::vector<ReadPiece> probe;
+      UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
+      UCFS_RETURN_IF_ERROR(model->Plan(0, 1, &probe));
+    }
     UCFS_RETURN_IF_ERROR(
         view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s),
                       std::move(optim))
             .status());
-    UCFS_ASSIGN_OR_RETURN(auto model, ModelFile(ckpt, layout, s));
     UCFS_RETURN_IF_ERROR(
         view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", s), std::move(model))
             .status());

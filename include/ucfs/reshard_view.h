@@ -12,7 +12,9 @@
 // per-element optimizer state re-partitioned with zero padding,
 // partition_count and dp_world_size N, param_shapes recomputed, frozen
 // fragments re-partitioned, shared_params on rank 0 only. Tensor bytes are
-// mapped to the source shards exactly as in the universal view.
+// mapped to the source shards exactly as in the universal view. The files
+// are built lazily (LazyContent); rank 0's and rank N-1's are built at once,
+// so a checkpoint the view cannot serve fails the mount, not a read.
 #ifndef UCFS_RESHARD_VIEW_H_
 #define UCFS_RESHARD_VIEW_H_
 
@@ -29,6 +31,9 @@ struct ReshardOptions {
   // The run's zero_optimization.sub_group_size when ds_config has none
   // (default: DeepSpeed's, 1e9).
   std::optional<uint64_t> sub_group_size;
+  // Rank files are built on first use; at most this many are kept built
+  // (only their sizes are kept for good), so memory does not grow with N.
+  size_t cached_files = 64;
 };
 
 // DeepSpeed's partitioning of the same parameters at the new world size.

@@ -33,10 +33,13 @@ namespace ucfs {
 struct ReadPiece {
   enum class Kind : uint8_t { kBytes, kSource, kZeros };
   Kind kind = Kind::kBytes;
-  std::string_view bytes;  // kBytes: lives as long as the FileContent
+  std::string_view bytes;  // kBytes: lives as long as the FileContent (or `owner`)
   uint32_t source = 0;     // kSource: index into View::source()
   uint64_t offset = 0;     // kSource: offset in the source file
   uint64_t length = 0;
+  // Keeps `bytes` alive when the content that made them may be dropped
+  // meanwhile (LazyContent's cache); null otherwise.
+  std::shared_ptr<const void> owner;
 };
 
 class FileContent {
