@@ -22,20 +22,9 @@ work=$(mktemp -d /tmp/ucfs_bench.XXXXXX)
 mnt=$work/mnt
 mkdir -p "$mnt"
 tag=$(cat "$ckpt/latest")
-pid=""
-cleanup() {
-  if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" || true; fi
-  if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
-drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-now() { date +%s.%N; }
-elapsed() { echo "$2 - $1" | bc -l; }
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-mbps() { echo "scale=0; $1 / $2 / 1000000" | bc -l; }
+source "$(dirname "$(readlink -f "$0")")/bench_lib.sh"
+trap cleanup EXIT
 
 mount_ucfs() {  # mount_ucfs EXTRA...; sets pid and mount_s
   local t0 t1
@@ -45,28 +34,6 @@ mount_ucfs() {  # mount_ucfs EXTRA...; sets pid and mount_s
   until [ -e "$mnt/latest_universal" ]; do sleep 0.002; done
   t1=$(now)
   mount_s=$(elapsed "$t0" "$t1")
-}
-mount_ptll() {  # mount_ptll SOURCE_DIR
-  "$ptll" -f -o source="$1" "$mnt" 2>/dev/null &
-  pid=$!
-  until mountpoint -q "$mnt"; do sleep 0.01; done
-}
-unmount() { fusermount3 -u "$mnt"; wait "$pid"; pid=""; }
-read_all() {  # read_all FILE...; prints seconds to cat them
-  local t0 t1
-  t0=$(now)
-  cat "$@" > /dev/null
-  t1=$(now)
-  elapsed "$t0" "$t1"
-}
-
-best_read() {  # best_read FILE...: one read, then the fastest of three more
-  read_all "$@" > /dev/null
-  local a b c
-  a=$(read_all "$@")
-  b=$(read_all "$@")
-  c=$(read_all "$@")
-  printf '%s\n' "$a" "$b" "$c" | sort -g | head -1
 }
 
 shards=("$ckpt/$tag"/*_optim_states.pt)

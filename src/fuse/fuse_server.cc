@@ -145,15 +145,6 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
-  ReplyReadDir(req, ino, *reinterpret_cast<DirHandle*>(fi->fh), size, offset);
-}
-
-void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
-  fuse_reply_err(req, 0);
-}
-
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
   // Zero-message opens: with ENOSYS the kernel stops sending OPEN and
@@ -359,7 +350,8 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t of
   }
 }
 
-void ReplyReadDir(fuse_req_t req, fuse_ino_t ino, const DirHandle& dir, size_t size, off_t offset) {
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
+  const DirHandle& dir = *reinterpret_cast<DirHandle*>(fi->fh);
   std::vector<char> buf(size);
   size_t used = 0;
   // Entry i of the listing is at offset i + 1; "." and ".." come first.
@@ -381,6 +373,11 @@ void ReplyReadDir(fuse_req_t req, fuse_ino_t ino, const DirHandle& dir, size_t s
     used += need;
   }
   fuse_reply_buf(req, buf.data(), used);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  delete reinterpret_cast<DirHandle*>(fi->fh);
+  fuse_reply_err(req, 0);
 }
 
 void ReplyGetXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, const char* name,

@@ -62,11 +62,13 @@ void RaiseReadaheadOnce(Server& s);
 // `view_inode`: spliced from the sources, with prefetch ahead.
 void ReplyViewRead(fuse_req_t req, Server& s, InodeId view_inode, size_t size, off_t offset);
 
-// A directory listing taken at opendir, served by readdir.
+// A directory listing taken at opendir (in fi->fh), served by ReadDir and
+// freed by ReleaseDir.
 struct DirHandle {
   std::vector<std::pair<std::string, struct stat>> entries;
 };
-void ReplyReadDir(fuse_req_t req, fuse_ino_t ino, const DirHandle& dir, size_t size, off_t offset);
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi);
+void ReleaseDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi);
 
 void ReplyGetXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, const char* name, size_t size);
 void ReplyListXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, size_t size);

@@ -28,13 +28,18 @@ fuse_bufvec FdBuffer(int fd, off_t pos, size_t size) {
   return v;
 }
 
-void ReplyEntry(fuse_req_t req, const Server& s, const struct stat& st) {
+fuse_entry_param EntryOf(const Server& s, const struct stat& st) {
   fuse_entry_param e{};
   e.ino = st.st_ino;
   e.generation = 1;
   e.attr = st;
   e.attr_timeout = s.timeout;
   e.entry_timeout = s.timeout;
+  return e;
+}
+
+void ReplyEntry(fuse_req_t req, const Server& s, const struct stat& st) {
+  const fuse_entry_param e = EntryOf(s, st);
   fuse_reply_entry(req, &e);
 }
 
@@ -121,15 +126,6 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
-  ReplyReadDir(req, ino, *reinterpret_cast<DirHandle*>(fi->fh), size, offset);
-}
-
-void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
-  fuse_reply_err(req, 0);
-}
-
 // View files never change, so their pages may stay cached across opens;
 // upper files are read fresh at each open, in case DIR was touched directly.
 void ReplyOpen(fuse_req_t req, struct fuse_file_info* fi, std::unique_ptr<Handle> handle) {
@@ -161,12 +157,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     return;
   }
   auto& [st, handle] = *made;
-  fuse_entry_param e{};
-  e.ino = st.st_ino;
-  e.generation = 1;
-  e.attr = st;
-  e.attr_timeout = s.timeout;
-  e.entry_timeout = s.timeout;
+  const fuse_entry_param e = EntryOf(s, st);
   auto* h = new Handle(handle);
   fi->fh = reinterpret_cast<uint64_t>(h);
   if (fuse_reply_create(req, &e, fi) != 0) {
