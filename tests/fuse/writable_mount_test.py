@@ -11,7 +11,9 @@
 - 8 concurrent writers.
 - kill -9 of the daemon in the middle of a large write: everything fsynced
   before is intact in DIR, the torn file holds a prefix of what was written,
-  a remount over DIR works, and the source tree's sha256 never changes.
+  a remount over DIR works.
+- The universal view with --upper takes a save as well.
+And the source tree's sha256 never changes.
 
 usage: writable_mount_test.py UCFS_BIN FIXTURES_DIR
 Ends with the line "N passed, M failed".
@@ -264,6 +266,29 @@ def killed_while_writing():
 
 
 check("kill -9 in the middle of a write: DIR keeps what was synced, a remount works", killed_while_writing)
+
+
+def universal_view_writable():
+    # DeepSpeed resuming with load_universal and saving into the same mount.
+    upper = os.path.join(work, "universal")
+    m = mount_testing.Mount(UCFS, SOURCE, "latest_universal", "--no-cache", "--upper", upper)
+    try:
+        fp32 = os.path.join(m.dir, TAG + "_universal", "zero", "fc1.weight", "fp32.pt")
+        before = read(fp32)
+        os.mkdir(os.path.join(m.dir, "global_step6"))
+        torch.save({"x": torch.ones(3)}, os.path.join(m.dir, "global_step6", "mp_rank_00_model_states.pt"))
+        with open(os.path.join(m.dir, "latest"), "w") as f:  # the source's own `latest`
+            f.write("global_step6")
+        assert read(os.path.join(m.dir, "latest")) == b"global_step6"
+        assert read(fp32) == before
+    finally:
+        m.close()
+    assert read(os.path.join(upper, "latest")) == b"global_step6"
+    assert read(os.path.join(SOURCE, "latest")) == TAG.encode()
+
+
+check("the universal view with --upper takes a save too; the source's latest is untouched",
+      universal_view_writable)
 
 
 def source_untouched():
