@@ -85,6 +85,9 @@ struct Attr {
   int64_t mtime_ns = 0;
 };
 
+// Every extended attribute a view shows is named "user.ucfs.<what>".
+inline constexpr std::string_view kXattrPrefix = "user.ucfs.";
+
 struct Xattr {
   std::string name;  // "user.ucfs.shape"
   std::string value;

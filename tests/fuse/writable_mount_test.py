@@ -275,6 +275,7 @@ def universal_view_writable():
     try:
         fp32 = os.path.join(m.dir, TAG + "_universal", "zero", "fc1.weight", "fp32.pt")
         before = read(fp32)
+        assert os.getxattr(fp32, "user.ucfs.param") == b"fc1.weight"
         os.mkdir(os.path.join(m.dir, "global_step6"))
         torch.save({"x": torch.ones(3)}, os.path.join(m.dir, "global_step6", "mp_rank_00_model_states.pt"))
         with open(os.path.join(m.dir, "latest"), "w") as f:  # the source's own `latest`
