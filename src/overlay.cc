@@ -266,8 +266,11 @@ Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode) {
     if (found->is_dir) return Fail(EISDIR, path, "is a directory");
     if (!found->in_upper && !(flags & O_TRUNC)) UCFS_RETURN_IF_ERROR(CopyUp(path, *found));
     if (!found->in_upper && (flags & O_TRUNC)) {
+      // Made anew in the upper directory, with the mode the view shows.
       UCFS_RETURN_IF_ERROR(EnsureUpperDir(SplitLast(path).first));
+      UCFS_ASSIGN_OR_RETURN(Attr attr, lower_->GetAttr(found->lower));
       flags |= O_CREAT;
+      mode = attr.mode | 0200;
     }
   } else {
     if (!(flags & O_CREAT)) return found.status();

@@ -146,6 +146,7 @@ TEST_F(OverlayFsTest, SetAttrCopiesUpOnlyWhatItMust) {
   auto st = fs_->SetAttr(latest, empty);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->st_size, 0);
+  EXPECT_EQ(st->st_mode & 07777, 0644u);  // the mode it showed, not the open's 0
   EXPECT_EQ(testing::ReadFile(upper_ + "/latest"), "");
   // Truncation to a length keeps the prefix.
   OverlayFs::SetAttrRequest shorter;

@@ -110,8 +110,9 @@ def trainer_sequence():
         assert not [n for n in walk_names(m.dir) if n.startswith(".wh.")], "whiteouts are visible"
     finally:
         m.close()
-    # DIR alone: exactly what was written, nothing copied up.
+    # DIR alone: exactly what was written, nothing copied up; readable by all.
     assert read(os.path.join(upper, "latest")) == b"global_step8"
+    assert os.stat(os.path.join(upper, "latest")).st_mode & 0o777 == 0o644
     for rel, data in new_bytes.items():
         assert read(os.path.join(upper, rel)) == data, rel
     assert sorted(os.listdir(upper)) == ["global_step8", "latest"], os.listdir(upper)
