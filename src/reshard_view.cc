@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ucfs/consolidated_view.h"
 #include "ucfs/lazy_content.h"
 #include "ucfs/partition.h"
 #include "ucfs/torch_writer.h"
@@ -316,6 +317,7 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
         view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", s), std::move(model))
             .status());
   }
+  AddConsolidatedDirOrWarn(env, *view, ckpt);
   return view;
 }
 

@@ -13,6 +13,15 @@ uint64_t StorageSpec::size() const {
   return n;
 }
 
+void StorageSpec::FillRunStarts() {
+  run_starts.clear();
+  uint64_t at = 0;
+  for (const auto& run : runs) {
+    run_starts.push_back(at);
+    at += run.length;
+  }
+}
+
 PieceReader::PieceReader(Env& env, std::function<SourceFile(uint32_t)> source)
     : env_(env), source_(std::move(source)) {}
 
@@ -71,14 +80,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
     std::vector<StorageSpec> storages, PieceReader* crc_reader) {
   // Reshard flats have a run per parameter: reads find theirs by bisection.
-  for (auto& storage : storages) {
-    storage.run_starts.clear();
-    uint64_t at = 0;
-    for (const auto& run : storage.runs) {
-      storage.run_starts.push_back(at);
-      at += run.length;
-    }
-  }
+  for (auto& storage : storages) storage.FillRunStarts();
   // torch <= 2.6 writes storage records sorted by key as strings.
   std::sort(storages.begin(), storages.end(),
             [](const StorageSpec& a, const StorageSpec& b) { return a.key < b.key; });
@@ -116,7 +118,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
   if (crc_reader != nullptr) {
     for (auto& storage : storages) {
       std::vector<ReadPiece> pieces;
-      UCFS_RETURN_IF_ERROR(content.PlanStorage(storage, 0, storage.size(), &pieces));
+      UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint, storage, 0, storage.size(), &pieces));
       UCFS_ASSIGN_OR_RETURN(storage.crc32, crc_reader->Crc32(pieces));
     }
     UCFS_ASSIGN_OR_RETURN(content, plan());
@@ -124,8 +126,8 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
   return std::make_shared<TorchFileContent>(std::move(content));
 }
 
-Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin, uint64_t end,
-                                     std::vector<ReadPiece>* out) const {
+Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+                   uint64_t end, std::vector<ReadPiece>* out) {
   std::vector<Extent> extents;
   // Start at the run holding `begin`.
   size_t first = static_cast<size_t>(
@@ -152,14 +154,19 @@ Status TorchFileContent::PlanStorage(const StorageSpec& storage, uint64_t begin,
           p.offset = run.source_offset + (a - run_start);
           out->push_back(p);
           break;
+        case StorageRun::Kind::kBytes:
+          p.kind = ReadPiece::Kind::kBytes;
+          p.bytes = std::string_view(*run.bytes).substr(a - run_start, b - a);
+          out->push_back(p);
+          break;
         case StorageRun::Kind::kState:
         case StorageRun::Kind::kFrozen: {
           extents.clear();
           const uint64_t from = run.state_offset + (a - run_start);
           UCFS_RETURN_IF_ERROR(
               run.kind == StorageRun::Kind::kState
-                  ? checkpoint_->MapState(run.param, run.state, from, from + (b - a), &extents)
-                  : checkpoint_->MapFrozen(run.param, from, from + (b - a), &extents));
+                  ? checkpoint.MapState(run.param, run.state, from, from + (b - a), &extents)
+                  : checkpoint.MapFrozen(run.param, from, from + (b - a), &extents));
           for (const Extent& e : extents) {
             ReadPiece sp;
             sp.kind = ReadPiece::Kind::kSource;
@@ -195,8 +202,8 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
     } else {
       const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
       const uint64_t within = seg.entry_offset + (a - seg.offset);
-      UCFS_RETURN_IF_ERROR(
-          PlanStorage(storages_[static_cast<size_t>(storage)], within, within + (b - a), out));
+      UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint_, storages_[static_cast<size_t>(storage)],
+                                       within, within + (b - a), out));
     }
   }
   return Status::OK();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ucfs/consolidated_view.h"
 #include "ucfs/partition.h"
 #include "ucfs/torch_writer.h"
 
@@ -130,6 +131,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
                                        std::make_shared<SourceContent>(w + r, model.identity.size))
                              .status());
   }
+  AddConsolidatedDirOrWarn(env, *view, ckpt);
   return view;
 }
 

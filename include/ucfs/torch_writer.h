@@ -25,6 +25,7 @@ struct StorageRun {
     kSource,  // bytes [source_offset, +length) of a source file
     kZeros,   // padding
     kFrozen,  // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
+    kBytes,   // `bytes`: values ucfs computed (a buffer converted to another dtype)
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
@@ -33,17 +34,24 @@ struct StorageRun {
   uint64_t state_offset = 0;
   uint32_t source = 0;
   uint64_t source_offset = 0;
+  std::shared_ptr<const std::string> bytes;
 };
 
 struct StorageSpec {
   std::string key;               // the record is "<prefix>/data/<key>"
   std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
   uint32_t crc32 = 0;
-  // run_starts[i]: offset of runs[i] in the storage (filled by TorchFileContent).
+  // run_starts[i]: offset of runs[i] in the storage (FillRunStarts).
   std::vector<uint64_t> run_starts;
 
   uint64_t size() const;
+  void FillRunStarts();
 };
+
+// Read pieces of bytes [begin, end) of a storage (run_starts filled), its
+// state and frozen runs mapped through `checkpoint`.
+Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+                   uint64_t end, std::vector<ReadPiece>* out);
 
 // Reads source bytes for ucfs itself (CRCs, tests, export): a ReadPiece
 // list resolved through an Env, with files opened once.
@@ -77,10 +85,6 @@ class TorchFileContent final : public FileContent {
  private:
   TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
                    std::vector<StorageSpec> storages, std::vector<int> storage_of_entry);
-  // Pieces of bytes [begin, end) of a storage.
-  Status PlanStorage(const StorageSpec& storage, uint64_t begin, uint64_t end,
-                     std::vector<ReadPiece>* out) const;
-
   std::shared_ptr<const Checkpoint> checkpoint_;
   ZipLayout layout_;
   std::vector<StorageSpec> storages_;

@@ -31,8 +31,7 @@
 #                                                                                          [umount]
 #      checks that the fixture's checkpoint listing is unchanged                           [fixture]
 #      checks that DIR/latest names resaved_wsN and DIR/resaved_wsN/ holds the N optim-state and N
-#      model-state files of ranks 0..N-1 (files in DIR without owner read permission are reported as a
-#      note, not a failure)                                                                [upper]
+#      model-state files of ranks 0..N-1, all readable by their owner                      [upper]
 #   5. runs load_check.py --ckpt DIR --mode native --world-size N (no --tag: DIR/latest is followed), so DIR
 #      alone must be a DeepSpeed checkpoint with the fixture's state; the detail notes whether its losses are
 #      bit-identical to step 2's                                                           [reload]
@@ -326,11 +325,12 @@ print("rank %s raised in %s: %s: %s" % (e["rank"], e["stage"], e["type"], " ".jo
         msg="DIR/$tag holds $nopt optim-state and $nmod model-state files (want $N each)${missing:+; missing:$missing}"
       fi
     fi
+    # A saved checkpoint others cannot read is broken even if root can.
+    f=$(cd "$upper" && find . -type f ! -perm -u=r -printf '%P(%m) ' | LC_ALL=C sort)
+    [ -n "$msg" ] || [ -z "$f" ] || msg="DIR files without owner read permission: $f"
     if [ -z "$msg" ]; then s_upper=PASS; else s_upper=FAIL; fails+=("upper: $msg (see $run/upper.listing)"); fi
     f=$(cd "$upper" && find . -name '.wh.*' | LC_ALL=C sort | tr '\n' ' ')
     [ -z "$f" ] || notes+=("whiteouts in DIR: $f")
-    f=$(cd "$upper" && find . -type f ! -perm -u=r -printf '%P(%m) ' | LC_ALL=C sort)
-    [ -z "$f" ] || notes+=("DIR files without owner read permission: $f")
   fi
 
   if [ $s_save = PASS ] && [ $s_upper = PASS ]; then

@@ -1,0 +1,361 @@
+#include "ucfs/consolidated_view.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+
+#include "ucfs/pickle.h"
+
+namespace ucfs {
+namespace {
+
+uint64_t BytesOf(const ConsolidatedTensor& t) {
+  uint64_t numel = 1;
+  for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+  return numel * Info(t.dtype).element_size;
+}
+
+StorageRun WholeRun(StorageRun::Kind kind, uint32_t index, uint32_t state, uint64_t length) {
+  StorageRun run;
+  run.kind = kind;
+  run.param = index;
+  run.state = state;
+  run.length = length;
+  return run;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);  // inf, nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name) {
+  const uint32_t es = Info(dtype).element_size;
+  const size_t n = bytes.size() / es;
+  std::string out(n * 4, '\0');
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = bytes.data() + i * es;
+    float v = 0;
+    switch (dtype) {
+      case DType::kFloat64:
+        v = static_cast<float>(Load<double>(p));
+        break;
+      case DType::kFloat16:
+        v = HalfToFloat(Load<uint16_t>(p));
+        break;
+      case DType::kBFloat16:
+        v = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
+        break;
+      case DType::kInt64:
+        v = static_cast<float>(Load<int64_t>(p));
+        break;
+      case DType::kInt32:
+        v = static_cast<float>(Load<int32_t>(p));
+        break;
+      case DType::kInt16:
+        v = static_cast<float>(Load<int16_t>(p));
+        break;
+      case DType::kInt8:
+        v = static_cast<float>(Load<int8_t>(p));
+        break;
+      case DType::kUInt8:
+        v = static_cast<float>(Load<uint8_t>(p));
+        break;
+      case DType::kBool:
+        v = *p != 0 ? 1.0f : 0.0f;
+        break;
+      default:
+        return Status::NotSupported("buffer " + name + ": cannot convert " +
+                                    std::string(Info(dtype).torch_name) + " to float32");
+    }
+    std::memcpy(out.data() + i * 4, &v, 4);
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<std::string_view> SafetensorsDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return "F64";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kInt64:
+      return "I64";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt16:
+      return "I16";
+    case DType::kInt8:
+      return "I8";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
+
+Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c) {
+  std::vector<ConsolidatedTensor> out;
+  for (const BufferInfo& b : c.buffers()) {
+    ConsolidatedTensor t;
+    t.name = b.name;
+    t.dtype = DType::kFloat32;
+    t.shape = b.shape;
+    if (b.dtype == DType::kFloat32) {
+      StorageRun run;
+      run.kind = StorageRun::Kind::kSource;
+      run.source = b.extent.file;
+      run.source_offset = b.extent.offset;
+      run.length = b.extent.length;
+      t.storage.runs.push_back(run);
+    } else {
+      const std::string& path = c.sources()[b.extent.file].path;
+      UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+      UCFS_ASSIGN_OR_RETURN(std::string raw, file->ReadString(b.extent.offset, b.extent.length));
+      UCFS_ASSIGN_OR_RETURN(std::string converted, ToFloat32(b.dtype, raw, b.name));
+      StorageRun run;
+      run.kind = StorageRun::Kind::kBytes;
+      run.length = converted.size();
+      run.bytes = std::make_shared<const std::string>(std::move(converted));
+      t.storage.runs.push_back(run);
+    }
+    out.push_back(std::move(t));
+  }
+  for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
+    const FrozenParamInfo& info = c.frozen_params()[f];
+    ConsolidatedTensor t;
+    t.name = info.name;
+    t.dtype = info.dtype;
+    t.shape = info.shape;
+    t.storage.runs.push_back(
+        WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size));
+    out.push_back(std::move(t));
+  }
+  const StateInfo& fp32 = c.states()[0];
+  for (uint32_t p = 0; p < c.params().size(); ++p) {
+    const ParamInfo& info = c.params()[p];
+    ConsolidatedTensor t;
+    t.name = info.name;
+    t.dtype = fp32.dtype;
+    t.shape = info.shape;
+    t.requires_grad = fp32.requires_grad;
+    t.storage.runs.push_back(
+        WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
+    out.push_back(std::move(t));
+  }
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < out.size(); ++i) index[out[i].name] = static_cast<int>(i);
+  for (const TiedParam& tied : c.tied_params()) {
+    auto it = index.find(tied.canonical);
+    if (it == index.end()) continue;  // as zero_to_fp32: only params it has
+    ConsolidatedTensor t = out[static_cast<size_t>(it->second)];
+    t.name = tied.alias;
+    t.alias_of = it->second;
+    out.push_back(std::move(t));
+  }
+  for (ConsolidatedTensor& t : out) t.storage.FillRunStarts();
+  return out;
+}
+
+Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
+    std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors) {
+  std::shared_ptr<SafetensorsContent> content(new SafetensorsContent());
+  content->checkpoint_ = std::move(checkpoint);
+  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t at = 0;
+  for (ConsolidatedTensor& t : tensors) {
+    auto dtype = SafetensorsDType(t.dtype);
+    if (!dtype) {
+      return Status::NotSupported(t.name + ": no safetensors dtype for " +
+                                  std::string(Info(t.dtype).torch_name));
+    }
+    const uint64_t bytes = BytesOf(t);
+    json += "," + JsonString(t.name) + ":{\"dtype\":\"" + std::string(*dtype) + "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      json += (i ? "," : "") + std::to_string(t.shape[i]);
+    }
+    json += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + bytes) + "]}";
+    content->data_starts_.push_back(at);
+    content->data_.push_back(std::move(t.storage));
+    at += bytes;
+  }
+  json += "}";
+  // The data starts 8-aligned, as the reference writer pads the header.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string header(8, '\0');
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i)
+    header[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  content->header_ = header + json;
+  content->data_size_ = at;
+  return content;
+}
+
+Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
+                                std::vector<ReadPiece>* out) const {
+  const uint64_t end = std::min(size(), offset + length);
+  if (offset >= end) return Status::OK();
+  if (offset < header_.size()) {
+    ReadPiece p;
+    p.kind = ReadPiece::Kind::kBytes;
+    p.length = std::min<uint64_t>(end, header_.size()) - offset;
+    p.bytes = std::string_view(header_).substr(offset, p.length);
+    out->push_back(p);
+  }
+  const uint64_t begin = std::max<uint64_t>(offset, header_.size()) - header_.size();
+  const uint64_t stop = end - header_.size();
+  if (begin >= stop) return Status::OK();
+  size_t i = static_cast<size_t>(std::upper_bound(data_starts_.begin(), data_starts_.end(), begin) -
+                                 data_starts_.begin());
+  for (i = i == 0 ? 0 : i - 1; i < data_.size() && data_starts_[i] < stop; ++i) {
+    const uint64_t start = data_starts_[i];
+    const uint64_t a = std::max(begin, start) - start;
+    const uint64_t b = std::min(stop, start + data_[i].size()) - start;
+    if (a < b) UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint_, data_[i], a, b, out));
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
+    std::shared_ptr<const Checkpoint> checkpoint, const std::vector<ConsolidatedTensor>& tensors) {
+  TorchPickleBuilder b;
+  pickle::Document& doc = b.doc();
+  const pickle::NodeId dict =
+      doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
+  std::vector<pickle::NodeId> node_of;
+  for (const ConsolidatedTensor& t : tensors) {
+    // A tied alias is the very tensor it is tied to, as in zero_to_fp32's dict.
+    const pickle::NodeId tensor =
+        t.alias_of >= 0 ? node_of[static_cast<size_t>(t.alias_of)]
+                        : b.NewTensor(t.dtype, t.shape, t.requires_grad, t.storage.runs);
+    node_of.push_back(tensor);
+    doc.mutable_node(dict).items.push_back(doc.AddStr(t.name));
+    doc.mutable_node(dict).items.push_back(tensor);
+  }
+  doc.set_root(dict);
+  return b.Finish(std::move(checkpoint), ArchivePrefixFor("pytorch_model.bin"));
+}
+
+std::string ShardName(size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
+                          std::shared_ptr<const Checkpoint> checkpoint,
+                          const ConsolidatedOptions& options) {
+  UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,
+                        ConsolidatedStateDict(env, *checkpoint));
+  UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(checkpoint, tensors));
+  // Shards filled in state-dict order; a tensor larger than the limit has
+  // one to itself (Hugging Face's split_torch_state_dict_into_shards).
+  std::vector<std::vector<ConsolidatedTensor>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (ConsolidatedTensor& t : tensors) {
+    const uint64_t bytes = BytesOf(t);
+    if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    in_shard += bytes;
+    total += bytes;
+    t.alias_of = -1;
+    shards.back().push_back(std::move(t));
+  }
+  UCFS_ASSIGN_OR_RETURN(InodeId dir,
+                        view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
+  UCFS_RETURN_IF_ERROR(view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status());
+  if (shards.size() == 1) {
+    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[0])));
+    return view.AddFile(dir, "model.safetensors", std::move(st)).status();
+  }
+  std::map<std::string, std::string> weight_map;  // sorted, as json.dumps(sort_keys=True)
+  for (size_t k = 0; k < shards.size(); ++k) {
+    for (const ConsolidatedTensor& t : shards[k]) weight_map[t.name] = ShardName(k, shards.size());
+    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[k])));
+    UCFS_RETURN_IF_ERROR(view.AddFile(dir, ShardName(k, shards.size()), std::move(st)).status());
+  }
+  // As Hugging Face writes it: json.dumps(index, indent=2, sort_keys=True) + "\n".
+  std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total) +
+                      "\n  },\n  \"weight_map\": {\n";
+  size_t i = 0;
+  for (const auto& [name, file] : weight_map) {
+    index += "    " + JsonString(name) + ": " + JsonString(file) +
+             (++i < weight_map.size() ? ",\n" : "\n");
+  }
+  index += "  }\n}\n";
+  return view.AddFile(dir, "model.safetensors.index.json", std::make_shared<InlineContent>(index))
+      .status();
+}
+
+void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint) {
+  const std::string name = ConsolidatedDirName(checkpoint->files().tag);
+  Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint));
+  if (!s.ok()) spdlog::warn("no {} directory: {}", name, s.message());
+}
+
+}  // namespace ucfs
