@@ -190,7 +190,8 @@ TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   ASSERT_TRUE(entries.ok());
   std::vector<std::string> names;
   for (const auto& [name, attr] : *entries) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"global_step4", "global_step4_universal", "latest",
+  EXPECT_EQ(names, (std::vector<std::string>{"global_step4", "global_step4_fp32",
+                                             "global_step4_universal", "latest",
                                              "latest_universal"}));
   EXPECT_EQ(ReadAll(env, *m.view, "latest"), "global_step4");
   // The source's own tag directory, passed through.
