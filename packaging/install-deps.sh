@@ -11,6 +11,9 @@ packages=(
   libtorch-dev libgtest-dev libgmock-dev
   # the real torch.load, used by tests as the reference reader
   python3 python3-torch python3-numpy
+  # the .deb (cpack -G DEB: dpkg-shlibdeps, and file to find the binaries), the
+  # man page check (groff), mount(8)/umount(8) for the mount helper test
+  dpkg-dev file groff-base mount
 )
 
 missing=()

@@ -81,8 +81,8 @@ std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, ui
   return out;
 }
 
-Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
-                                           const std::optional<std::string>& tag) {
+Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
+                                            const std::optional<std::string>& tag) {
   CheckpointFiles files;
   if (!env.IsDirectory(path)) {
     return Status::NotFound(path +
@@ -163,15 +163,23 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
   if (!model.empty()) files.world_size = std::max(files.world_size, model.rbegin()->first + 1);
   for (uint32_t r = 0; r < files.world_size; ++r) {
     auto it = optim.find(r);
-    if (it == optim.end()) {
+    files.optim_files.push_back(it == optim.end() ? std::string() : it->second);
+    auto m = model.find(r);
+    files.model_files.push_back(m == model.end() ? std::string() : m->second);
+  }
+  return files;
+}
+
+Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
+                                           const std::optional<std::string>& tag) {
+  UCFS_ASSIGN_OR_RETURN(CheckpointFiles files, ListCheckpointFiles(env, path, tag));
+  for (uint32_t r = 0; r < files.world_size; ++r) {
+    if (files.optim_files[r].empty()) {
       return Status::NotFound(JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
                                                                       files.optim_prefix, r)) +
                               ": missing: the other files imply a world size of " +
                               std::to_string(files.world_size));
     }
-    files.optim_files.push_back(it->second);
-    auto m = model.find(r);
-    files.model_files.push_back(m == model.end() ? std::string() : m->second);
   }
   if (files.model_files[0].empty()) {
     return Status::NotFound(

@@ -105,6 +105,12 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
   return out;
 }
 
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(f.good()) << path;
+}
+
 std::shared_ptr<View> SmallView() {
   auto view = std::make_shared<View>(*Env::Posix(), 0);
   auto add = [&](InodeId dir, const char* name, const char* text) {

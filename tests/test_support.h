@@ -22,6 +22,7 @@ std::vector<std::string> FixtureNames();
 // Every *.pt / *.bin file below `dir`, sorted.
 std::vector<std::string> TorchFilesBelow(const std::string& dir);
 std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& bytes);
 // The fixture's ORACLE.json.
 nlohmann::json Oracle(const std::string& fixture);
 

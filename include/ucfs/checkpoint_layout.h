@@ -24,7 +24,7 @@ struct CheckpointFiles {
   std::string tag_dir;                   // root/tag, or the directory the user named
   std::string optim_prefix;              // "bf16_" when the run trained in bf16, else ""
   uint32_t world_size = 0;               // from the file names
-  std::vector<std::string> optim_files;  // by DP rank, full paths
+  std::vector<std::string> optim_files;  // by DP rank, full paths (see ListCheckpointFiles)
   // By DP rank; "" where a rank's model-states file is absent (DeepSpeed
   // 0.14.5 to 0.17 with load_universal set at save time writes only rank
   // 0's).
@@ -47,6 +47,13 @@ std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, ui
 
 Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                            const std::optional<std::string>& tag = std::nullopt);
+
+// DiscoverCheckpoint without its completeness checks: a missing rank file
+// of either kind is "" in optim_files / model_files (world_size is still
+// one more than the highest rank present). For `ucfs verify`, which names
+// every missing file rather than the first.
+Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
+                                            const std::optional<std::string>& tag = std::nullopt);
 
 }  // namespace ucfs
 

@@ -17,14 +17,16 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/export_command.h"
+#include "cli/mount_args.h"
+#include "cli/mount_helper.h"
+#include "cli/verify_command.h"
+#include "cli/view_setup.h"
 #include "fuse/fuse_server.h"
 #include "ucfs/checkpoint.h"
 #include "ucfs/describe.h"
-#include "ucfs/index.h"
 #include "ucfs/inspect.h"
 #include "ucfs/overlay_fs.h"
-#include "ucfs/reshard_view.h"
-#include "ucfs/universal_view.h"
 #include "ucfs/zip.h"
 
 #ifndef UCFS_VERSION
@@ -94,21 +96,7 @@ int RunShow(const std::string& path) {
   return 0;
 }
 
-struct MountArgs {
-  std::string checkpoint;
-  std::string mountpoint;
-  std::optional<std::string> tag;
-  bool foreground = false;
-  bool fuse_debug = false;
-  std::vector<std::string> options;
-  std::optional<std::string> cache_dir;
-  bool no_cache = false;
-  bool crc = false;
-  std::string log_file;
-  std::optional<uint32_t> world_size;
-  std::optional<uint64_t> sub_group_size;
-  std::optional<std::string> upper;
-};
+using ucfs::cli::MountArgs;
 
 int RunMount(MountArgs a, int verbosity) {
   namespace fs = std::filesystem;
@@ -119,32 +107,18 @@ int RunMount(MountArgs a, int verbosity) {
   const std::string mountpoint = fs::absolute(a.mountpoint, ec).lexically_normal().string();
   SetUpLogging(verbosity, a.log_file, false);
 
-  std::unique_ptr<ucfs::SummaryIndex> index;
-  if (!a.no_cache) {
-    const std::string dir = a.cache_dir.value_or(ucfs::DefaultIndexDir());
-    auto opened = ucfs::SummaryIndex::Open(*ucfs::Env::Posix(), dir);
-    if (opened.ok()) {
-      index = std::move(opened).value();
-    } else {
-      spdlog::warn("{} (mounting without the index)", opened.status().message());
-    }
-  }
-  ucfs::CheckpointOptions options;
-  options.tag = a.tag;
-  options.source = index.get();
-  auto ckpt = ucfs::Checkpoint::Open(*ucfs::Env::Posix(), checkpoint, options);
-  if (!ckpt.ok()) return Fail("mount", ckpt.status());
-  auto shared = std::make_shared<const ucfs::Checkpoint>(std::move(ckpt).value());
-  ucfs::Result<std::unique_ptr<ucfs::View>> view = ucfs::Status::InvalidArgument("no view");
-  if (a.world_size) {
-    view = ucfs::BuildReshardView(*ucfs::Env::Posix(), shared, {*a.world_size, a.sub_group_size});
-  } else {
-    ucfs::UniversalViewOptions view_options;
-    view_options.compute_crc = a.crc;
-    view = ucfs::BuildUniversalView(*ucfs::Env::Posix(), shared, view_options);
-  }
-  if (!view.ok()) return Fail("mount", view.status());
-  std::shared_ptr<ucfs::View> shown = std::move(view).value();
+  ucfs::cli::ViewRequest request;
+  request.checkpoint = checkpoint;
+  request.tag = a.tag;
+  request.cache_dir = a.cache_dir;
+  request.no_cache = a.no_cache;
+  request.crc = a.crc;
+  request.world_size = a.world_size;
+  request.sub_group_size = a.sub_group_size;
+  auto opened_view = ucfs::cli::OpenView(request);
+  if (!opened_view.ok()) return Fail("mount", opened_view.status());
+  const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
+  const std::shared_ptr<ucfs::View> shown = opened_view->view;
   std::unique_ptr<ucfs::OverlayFs> overlay;
   std::string upper;
   if (a.upper) {
@@ -176,12 +150,9 @@ int RunMount(MountArgs a, int verbosity) {
   // A writable mount changes under the kernel's caches only through
   // itself, but DIR may also be touched directly: keep them short.
   if (overlay) serve.cache_timeout_s = 1.0;
-  const uint64_t hits = index ? index->cache_hits() : 0;
-  const uint64_t misses = index ? index->cache_misses() : 0;
+  const std::string index_note = opened_view->index_note;
   serve.on_mounted = [&] {
     if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
-    const std::string index_note =
-        index ? fmt::format("{} rank files from the index, {} read", hits, misses) : "no index";
     spdlog::info(
         "{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, "
         "{})",
@@ -212,6 +183,10 @@ int RunUmount(const std::string& mountpoint) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Run as /sbin/mount.fuse.ucfs by mount(8): the same mount, other argv.
+  if (argc > 0 && ucfs::cli::IsMountHelper(argv[0])) {
+    return ucfs::cli::MountHelperMain(argc, argv, RunMount);
+  }
   CLI::App app{"ucfs: DeepSpeed ZeRO-3 checkpoints, mounted as the layout you need"};
   app.set_version_flag("--version", std::string("ucfs ") + UCFS_VERSION);
   app.require_subcommand(1);
@@ -228,6 +203,20 @@ int main(int argc, char** argv) {
   inspect->add_option("--tag", tag, "Tag directory to read instead of the one `latest` names");
   inspect->add_flag("--json", json, "Print JSON for scripts");
   inspect->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
+
+  ucfs::cli::VerifyArgs va;
+  auto* verify = app.add_subcommand(
+      "verify",
+      "Check a checkpoint before trusting it: every rank file present and readable, world "
+      "sizes and steps agreeing, tensors inside their records, no NaN/Inf in weights or "
+      "optimizer states");
+  verify->add_option("CKPT", va.checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  verify->add_option("--tag", va.tag, "Tag directory to check instead of the one `latest` names");
+  verify->add_flag("--json", va.json, "Print JSON for scripts");
+  verify->add_option("-j,--threads", va.threads, "Scan threads (default: one per CPU)")
+      ->check(CLI::Range(1u, 1024u));
+  verify->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   auto* show = app.add_subcommand("show",
                                   "Print the pickled structure of a torch.save file "
@@ -258,7 +247,7 @@ int main(int argc, char** argv) {
   mount
       ->add_option("--world-size", m.world_size,
                    "Show the checkpoint as DeepSpeed would have saved it with N ranks")
-      ->check(CLI::Range(1u, 1u << 20));
+      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
   mount->add_option("--sub-group-size", m.sub_group_size,
                     "The run's zero_optimization.sub_group_size, when its ds_config has none "
                     "(default 1e9)");
@@ -267,6 +256,34 @@ int main(int argc, char** argv) {
                     "`latest`) lands in this directory (created if missing); the source is never "
                     "written");
   mount->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
+
+  ucfs::cli::ExportArgs x;
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "Write a view out as real files: the universal checkpoint ds_to_universal.py would "
+      "write, or with --world-size the checkpoint at N ranks, or with --fp32 the consolidated "
+      "weights; byte-identical to the mount, resumable");
+  export_cmd->add_option("CKPT", x.checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  export_cmd->add_option("OUT", x.out, "Output directory (created; outside CKPT)")->required();
+  export_cmd->add_option("--tag", x.tag, "Tag to export instead of the one `latest` names");
+  export_cmd
+      ->add_option("--world-size", x.world_size,
+                   "Export the checkpoint as DeepSpeed would have saved it with N ranks")
+      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
+  export_cmd->add_option("--sub-group-size", x.sub_group_size,
+                         "The run's zero_optimization.sub_group_size, when its ds_config has none");
+  export_cmd->add_flag("--fp32", x.fp32,
+                       "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
+                       "model.safetensors) instead");
+  export_cmd->add_flag("--crc", x.crc, "Write real CRC-32s into the zip records");
+  export_cmd->add_option("-j,--threads", x.threads,
+                         "Copy threads (default: one per CPU, at least 4)");
+  export_cmd->add_flag("--no-sync", x.no_sync,
+                       "Do not fsync each file before renaming it into place");
+  export_cmd->add_option("--cache-dir", x.cache_dir, "Where the index lives");
+  export_cmd->add_flag("--no-cache", x.no_cache, "Neither read nor write the index");
+  export_cmd->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   std::string umount_path;
   auto* umount = app.add_subcommand("umount", "Unmount a ucfs mount (fusermount3 -u)");
@@ -284,7 +301,9 @@ int main(int argc, char** argv) {
   }
   SetUpLogging(verbosity, "", false);
   if (*inspect) return RunInspect(path, tag, json);
+  if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);
   if (*umount) return RunUmount(umount_path);
+  if (*export_cmd) return ucfs::cli::RunExport(x);
   return kExitUsage;
 }

@@ -1,0 +1,70 @@
+#include "cli/export_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/progress.h"
+#include "cli/view_setup.h"
+#include "ucfs/export.h"
+
+namespace ucfs::cli {
+
+int RunExport(const ExportArgs& a) {
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code ec;
+  ViewRequest request;
+  request.checkpoint = fs::absolute(a.checkpoint, ec).lexically_normal().string();
+  const std::string out = fs::absolute(a.out, ec).lexically_normal().string();
+  // The source is never written: not even next to its shards.
+  if (out == request.checkpoint || out.starts_with(request.checkpoint + "/")) {
+    std::fprintf(stderr,
+                 "ucfs export: %s is inside the checkpoint %s; ucfs never writes there — "
+                 "choose another directory (or mount instead)\n",
+                 out.c_str(), request.checkpoint.c_str());
+    return 2;
+  }
+  request.tag = a.tag;
+  request.cache_dir = a.cache_dir;
+  request.no_cache = a.no_cache;
+  request.crc = a.crc;
+  request.world_size = a.world_size;
+  request.sub_group_size = a.sub_group_size;
+  auto opened = OpenView(request);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "ucfs export: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  const std::vector<std::string> roots =
+      a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
+  auto files = ListExport(*opened->view, roots);
+  if (!files.ok()) {
+    std::fprintf(stderr, "ucfs export: %s\n", files.status().message().c_str());
+    return 1;
+  }
+  uint64_t total = 0;
+  for (const ExportFile& f : *files) total += f.size;
+  Progress progress("exporting", total);
+  ExportOptions options;
+  options.threads = a.threads;
+  options.sync = !a.no_sync;
+  options.on_bytes = [&](uint64_t n) { progress.Add(n); };
+  auto stats = Export(*opened->view, out, *files, options);
+  if (!stats.ok()) {
+    progress.Finish("ucfs export: " + stats.status().message() +
+                    " (files already written stay; run it again to go on)");
+    return 1;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::string summary = "exported " + std::to_string(stats->files_written) + " files (" +
+                        Progress::Bytes(static_cast<double>(stats->bytes_written)) + ") to " + out +
+                        " in " + Progress::Duration(s);
+  if (stats->files_skipped > 0) {
+    summary += "; " + std::to_string(stats->files_skipped) + " were already there";
+  }
+  progress.Finish(summary);
+  return 0;
+}
+
+}  // namespace ucfs::cli

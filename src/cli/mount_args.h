@@ -1,0 +1,36 @@
+// What `ucfs mount` is asked to do, whichever way it was asked: its own
+// command line, or mount(8)'s helper argv (mount_helper.h). One struct, so
+// both reach the same mount path.
+#ifndef UCFS_SRC_CLI_MOUNT_ARGS_H_
+#define UCFS_SRC_CLI_MOUNT_ARGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ucfs::cli {
+
+struct MountArgs {
+  std::string checkpoint;
+  std::string mountpoint;
+  std::optional<std::string> tag;
+  bool foreground = false;
+  bool fuse_debug = false;
+  // Options for libfuse and the kernel (allow_other, ...).
+  std::vector<std::string> options;
+  std::optional<std::string> cache_dir;
+  bool no_cache = false;
+  bool crc = false;
+  std::string log_file;
+  std::optional<uint32_t> world_size;
+  std::optional<uint64_t> sub_group_size;
+  std::optional<std::string> upper;
+};
+
+// The bounds `ucfs mount --world-size` accepts.
+inline constexpr uint32_t kMaxWorldSize = 1u << 20;
+
+}  // namespace ucfs::cli
+
+#endif  // UCFS_SRC_CLI_MOUNT_ARGS_H_

@@ -1,0 +1,154 @@
+#include "cli/verify_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/progress.h"
+
+namespace ucfs::cli {
+namespace {
+
+std::string Step(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string Join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string Plural(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// Left-aligned columns.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string VerifyText(const VerifyReport& r) {
+  std::string out;
+  out += "checkpoint  " + r.tag_dir + "\n";
+  out += "world size  " + std::to_string(r.world_size) + "\n";
+  out += "step        " + (r.step ? Step(*r.step) : std::string("-")) + "\n";
+  out += "rank files  " + std::to_string(r.files_checked) + "\n";
+  if (r.scanned) {
+    out += "scanned     " + Plural(r.params, "param", "params") + " x " +
+           Plural(r.states.size(), "state", "states") + " (" + Join(r.states, ", ") + "), " +
+           Progress::Bytes(static_cast<double>(r.bytes_scanned)) + " of valid elements\n";
+  } else {
+    out += "scanned     nothing: the NaN/Inf scan needs the checkpoint to open as a whole\n";
+  }
+  if (!r.problems.empty()) out += "\n";
+  for (const VerifyProblem& p : r.problems) out += p.file + ": " + p.message + "\n";
+  if (!r.nonfinite.empty()) {
+    std::vector<std::vector<std::string>> rows{{"param", "state", "NaN", "Inf", "ranks"}};
+    for (const NonFiniteCount& n : r.nonfinite) {
+      std::vector<std::string> ranks;
+      for (const auto& pr : n.ranks) ranks.push_back(std::to_string(pr.rank));
+      rows.push_back(
+          {n.param, n.state, std::to_string(n.nan), std::to_string(n.inf), Join(ranks, " ")});
+    }
+    out += "\nNaN/Inf by param and state (padding excluded):\n" + Table(rows);
+  }
+  out += "\n";
+  if (r.ok()) {
+    out += "OK: " + Plural(r.files_checked, "rank file", "rank files") + ", world size " +
+           std::to_string(r.world_size) + ", step " + (r.step ? Step(*r.step) : "-") +
+           ", no NaN or Inf in " + Progress::Bytes(static_cast<double>(r.bytes_scanned)) + "\n";
+  } else {
+    out += Plural(r.problems.size(), "problem", "problems") + "\n";
+  }
+  return out;
+}
+
+nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["tag_dir"] = r.tag_dir;
+  j["ok"] = r.ok();
+  j["world_size"] = r.world_size;
+  j["step"] = r.step ? json(*r.step) : json(nullptr);
+  j["files_checked"] = r.files_checked;
+  j["params"] = r.params;
+  j["states"] = r.states;
+  j["scanned"] = r.scanned;
+  j["bytes_scanned"] = r.bytes_scanned;
+  j["problems"] = json::array();
+  for (const VerifyProblem& p : r.problems) {
+    j["problems"].push_back({{"file", p.file}, {"kind", KindName(p.kind)}, {"message", p.message}});
+  }
+  j["nonfinite"] = json::array();
+  for (const NonFiniteCount& n : r.nonfinite) {
+    json ranks = json::array();
+    for (const auto& pr : n.ranks) {
+      ranks.push_back({{"rank", pr.rank},
+                       {"file", pr.file},
+                       {"nan", pr.nan},
+                       {"inf", pr.inf},
+                       {"first_element", pr.first_element}});
+    }
+    j["nonfinite"].push_back({{"param", n.param},
+                              {"state", n.state},
+                              {"nan", n.nan},
+                              {"inf", n.inf},
+                              {"ranks", std::move(ranks)}});
+  }
+  return j;
+}
+
+int RunVerify(const VerifyArgs& a) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Progress> progress;
+  VerifyOptions options;
+  options.tag = a.tag;
+  options.threads = a.threads;
+  options.on_scan_start = [&](uint64_t total) {
+    progress = std::make_unique<Progress>("verifying", total);
+  };
+  options.on_bytes = [&](uint64_t n) { progress->Add(n); };
+  auto report = Verify(*Env::Posix(), a.checkpoint, options);
+  if (!report.ok()) {
+    std::fprintf(stderr, "ucfs verify: %s\n", report.status().message().c_str());
+    return 1;
+  }
+  if (progress) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f s", s);
+    progress->Finish(
+        "scanned " + Progress::Bytes(static_cast<double>(report->bytes_scanned)) + " in " +
+        seconds + " (" +
+        Progress::Bytes(static_cast<double>(report->bytes_scanned) / std::max(s, 1e-9)) + "/s)");
+  }
+  if (a.json) {
+    std::cout << VerifyJson(*report).dump(2) << "\n";
+  } else {
+    std::cout << VerifyText(*report);
+  }
+  return report->ok() ? 0 : 1;
+}
+
+}  // namespace ucfs::cli

@@ -1,0 +1,43 @@
+// Opening a checkpoint and building the view a command asks for — shared by
+// `ucfs mount` and `ucfs export`, so both show the same bytes.
+#ifndef UCFS_SRC_CLI_VIEW_SETUP_H_
+#define UCFS_SRC_CLI_VIEW_SETUP_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ucfs/checkpoint.h"
+#include "ucfs/status.h"
+#include "ucfs/view.h"
+
+namespace ucfs::cli {
+
+struct ViewRequest {
+  std::string checkpoint;  // absolute
+  std::optional<std::string> tag;
+  std::optional<std::string> cache_dir;  // default: DefaultIndexDir()
+  bool no_cache = false;
+  bool crc = false;
+  std::optional<uint32_t> world_size;  // the reshard view; else the universal view
+  std::optional<uint64_t> sub_group_size;
+};
+
+struct OpenedView {
+  std::shared_ptr<const Checkpoint> checkpoint;
+  std::shared_ptr<View> view;
+  // "3 rank files from the index, 0 read", or "no index".
+  std::string index_note;
+  // The view's own top-level entries (not the source root's): what an
+  // export writes. The consolidated weights' directory is separate.
+  std::vector<std::string> layout_roots;
+  std::string consolidated_root;
+};
+
+Result<OpenedView> OpenView(const ViewRequest& request);
+
+}  // namespace ucfs::cli
+
+#endif  // UCFS_SRC_CLI_VIEW_SETUP_H_

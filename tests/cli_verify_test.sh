@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `ucfs verify` as a user runs it: report, JSON, exit codes.
+set -u
+ucfs=$1
+fixtures=$2
+fail=0
+check() {  # check DESCRIPTION COMMAND...
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$ucfs" verify "$fixtures/z3_tricky_fp32_ws4/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "verify of a good checkpoint exits 0" test $? -eq 0
+check "it ends with OK" grep -q '^OK: 8 rank files, world size 4, step 4, no NaN or Inf' "$tmp/out"
+check "the progress line's last word is on stderr" grep -q '^scanned ' "$tmp/err"
+
+"$ucfs" verify --json -j 2 "$fixtures/z3_bf16_ws3/checkpoint/global_step4" >"$tmp/json" 2>/dev/null
+check "verify --json of a tag dir exits 0" test $? -eq 0
+check "--json is valid JSON with the fields" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+oracle = json.load(open('$fixtures/z3_bf16_ws3/ORACLE.json'))
+numel = sum(p['numel'] for p in oracle['model']['params'])
+ok = (j['ok'] is True and j['world_size'] == oracle['world_size']
+      and j['step'] == oracle['partitioning']['adam_step_per_rank'][0] and j['problems'] == []
+      and j['nonfinite'] == [] and j['scanned'] is True and j['bytes_scanned'] == numel * 3 * 4
+      and j['states'] == ['fp32', 'exp_avg', 'exp_avg_sq'])
+sys.exit(0 if ok else 1)"
+
+mkdir -p "$tmp/ck/global_step4"
+cp "$fixtures"/z3_fp32_ws3/checkpoint/latest "$tmp/ck/"
+cp "$fixtures"/z3_fp32_ws3/checkpoint/global_step4/*.pt "$tmp/ck/global_step4/"
+rm "$tmp/ck/global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+"$ucfs" verify "$tmp/ck" >"$tmp/out" 2>"$tmp/err"
+check "a missing rank exits 1" test $? -eq 1
+check "the report names the missing rank file" \
+  grep -q 'global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt: missing' "$tmp/out"
+check "it ends with the number of problems" test "$(tail -n 1 "$tmp/out")" = "1 problem"
+
+"$ucfs" verify --json "$tmp/ck" >"$tmp/json" 2>/dev/null
+check "--json with a missing rank exits 1" test $? -eq 1
+check "--json lists the problem" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+p = j['problems']
+sys.exit(0 if j['ok'] is False and len(p) == 1 and p[0]['kind'] == 'missing'
+         and p[0]['file'].endswith('/zero_pp_rank_1_mp_rank_00_optim_states.pt') else 1)"
+
+"$ucfs" verify "$tmp/nowhere" >"$tmp/out" 2>"$tmp/err"
+check "a missing path exits 1" test $? -eq 1
+check "the message names the path" grep -q "$tmp/nowhere" "$tmp/err"
+
+"$ucfs" verify >"$tmp/out" 2>&1
+check "verify without CKPT exits 2" test $? -eq 2
+"$ucfs" verify -j 0 "$tmp/ck" >"$tmp/out" 2>&1
+check "verify -j 0 exits 2" test $? -eq 2
+
+exit $fail
