@@ -14,8 +14,8 @@ int RunExport(const ExportArgs& a) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
-  ViewRequest request;
-  request.checkpoint = fs::absolute(a.checkpoint, ec).lexically_normal().string();
+  ViewRequest request = a.view;
+  request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
   const std::string out = fs::absolute(a.out, ec).lexically_normal().string();
   // The source is never written: not even next to its shards.
   if (out == request.checkpoint || out.starts_with(request.checkpoint + "/")) {
@@ -25,12 +25,6 @@ int RunExport(const ExportArgs& a) {
                  out.c_str(), request.checkpoint.c_str());
     return 2;
   }
-  request.tag = a.tag;
-  request.cache_dir = a.cache_dir;
-  request.no_cache = a.no_cache;
-  request.crc = a.crc;
-  request.world_size = a.world_size;
-  request.sub_group_size = a.sub_group_size;
   auto opened = OpenView(request);
   if (!opened.ok()) {
     std::fprintf(stderr, "ucfs export: %s\n", opened.status().message().c_str());

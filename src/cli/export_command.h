@@ -2,24 +2,18 @@
 #ifndef UCFS_SRC_CLI_EXPORT_COMMAND_H_
 #define UCFS_SRC_CLI_EXPORT_COMMAND_H_
 
-#include <cstdint>
-#include <optional>
 #include <string>
+
+#include "cli/view_setup.h"
 
 namespace ucfs::cli {
 
 struct ExportArgs {
-  std::string checkpoint;
+  ViewRequest view;  // what to export from (view.checkpoint as given)
   std::string out;
-  std::optional<std::string> tag;
-  std::optional<uint32_t> world_size;
-  std::optional<uint64_t> sub_group_size;
   bool fp32 = false;  // the consolidated weights instead of the layout
-  bool crc = false;
   unsigned threads = 0;
   bool no_sync = false;
-  std::optional<std::string> cache_dir;
-  bool no_cache = false;
 };
 
 // Returns the process exit status (0, 1 on a checkpoint or I/O error, 2 on

@@ -263,26 +263,27 @@ int main(int argc, char** argv) {
       "Write a view out as real files: the universal checkpoint ds_to_universal.py would "
       "write, or with --world-size the checkpoint at N ranks, or with --fp32 the consolidated "
       "weights; byte-identical to the mount, resumable");
-  export_cmd->add_option("CKPT", x.checkpoint, "Checkpoint root (with `latest`) or tag directory")
+  export_cmd
+      ->add_option("CKPT", x.view.checkpoint, "Checkpoint root (with `latest`) or tag directory")
       ->required();
   export_cmd->add_option("OUT", x.out, "Output directory (created; outside CKPT)")->required();
-  export_cmd->add_option("--tag", x.tag, "Tag to export instead of the one `latest` names");
+  export_cmd->add_option("--tag", x.view.tag, "Tag to export instead of the one `latest` names");
   export_cmd
-      ->add_option("--world-size", x.world_size,
+      ->add_option("--world-size", x.view.world_size,
                    "Export the checkpoint as DeepSpeed would have saved it with N ranks")
       ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
-  export_cmd->add_option("--sub-group-size", x.sub_group_size,
+  export_cmd->add_option("--sub-group-size", x.view.sub_group_size,
                          "The run's zero_optimization.sub_group_size, when its ds_config has none");
   export_cmd->add_flag("--fp32", x.fp32,
                        "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
                        "model.safetensors) instead");
-  export_cmd->add_flag("--crc", x.crc, "Write real CRC-32s into the zip records");
+  export_cmd->add_flag("--crc", x.view.crc, "Write real CRC-32s into the zip records");
   export_cmd->add_option("-j,--threads", x.threads,
                          "Copy threads (default: one per CPU, at least 4)");
   export_cmd->add_flag("--no-sync", x.no_sync,
                        "Do not fsync each file before renaming it into place");
-  export_cmd->add_option("--cache-dir", x.cache_dir, "Where the index lives");
-  export_cmd->add_flag("--no-cache", x.no_cache, "Neither read nor write the index");
+  export_cmd->add_option("--cache-dir", x.view.cache_dir, "Where the index lives");
+  export_cmd->add_flag("--no-cache", x.view.no_cache, "Neither read nor write the index");
   export_cmd->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   std::string umount_path;

@@ -92,13 +92,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto ino = s.view->Lookup(parent, name);
   if (!ino.ok()) {
     // A negative entry is cacheable too: the tree does not change.
-    if (ino.status().code() == Status::Code::kNotFound) {
-      fuse_entry_param e{};
-      e.entry_timeout = s.timeout;
-      fuse_reply_entry(req, &e);
-      return;
-    }
-    fuse_reply_err(req, ErrnoOf(ino.status()));
+    ReplyLookupError(req, s, ino.status());
     return;
   }
   auto attr = s.view->GetAttr(*ino);
@@ -256,6 +250,16 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
     sv.f_bavail = 0;
   }
   fuse_reply_statfs(req, &sv);
+}
+
+void ReplyLookupError(fuse_req_t req, const Server& s, const Status& status) {
+  if (ErrnoOf(status) == ENOENT) {
+    fuse_entry_param e{};
+    e.entry_timeout = s.timeout;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  fuse_reply_err(req, ErrnoOf(status));
 }
 
 void RaiseReadaheadOnce(Server& s) {

@@ -54,6 +54,10 @@ inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userda
 // The errno a Status answers with.
 int ErrnoOf(const Status& s);
 
+// Answers a failed lookup: "no such entry" as a negative entry the kernel
+// may cache for the mount's timeout, anything else as its errno.
+void ReplyLookupError(fuse_req_t req, const Server& s, const Status& status);
+
 // The kernel resets a mount's readahead at INIT; the first request after
 // it raises it (once).
 void RaiseReadaheadOnce(Server& s);

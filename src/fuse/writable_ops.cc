@@ -52,14 +52,8 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RaiseReadaheadOnce(s);
   auto st = s.overlay->Lookup(parent, name);
   if (!st.ok()) {
-    if (ErrnoOf(st.status()) == ENOENT) {
-      // Negative entries are cached too; every change comes through here.
-      fuse_entry_param e{};
-      e.entry_timeout = s.timeout;
-      fuse_reply_entry(req, &e);
-      return;
-    }
-    fuse_reply_err(req, ErrnoOf(st.status()));
+    // Negative entries are cached too; every change comes through here.
+    ReplyLookupError(req, s, st.status());
     return;
   }
   ReplyEntry(req, s, *st);
