@@ -31,4 +31,6 @@ endif()
 # fusermount3, which unprivileged mounts and `ucfs umount` run, is in fuse3.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS fuse3)
+# getfattr shows the tensor files' extended attributes (README, ucfs(1)).
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS attr)
 include(CPack)

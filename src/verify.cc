@@ -754,8 +754,8 @@ class Verifier {
       if (t.inf > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(t.inf) + " Inf";
       Problem(Kind::kNonFinite, path,
               "'" + param.name + "' " + c.states()[s].name + ": " + what +
-                  " in this rank's slice (first at element " + std::to_string(t.first_element) +
-                  " of " + std::to_string(param.numel) + ")");
+                  " in this rank's slice (the first is element " + std::to_string(t.first_element) +
+                  " of the full parameter's " + std::to_string(param.numel) + ")");
     }
   }
 

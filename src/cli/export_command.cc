@@ -17,12 +17,10 @@ int RunExport(const ExportArgs& a) {
   ViewRequest request = a.view;
   request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
   const std::string out = fs::absolute(a.out, ec).lexically_normal().string();
-  // The source is never written: not even next to its shards.
-  if (out == request.checkpoint || out.starts_with(request.checkpoint + "/")) {
+  if (a.fp32 && request.world_size) {
     std::fprintf(stderr,
-                 "ucfs export: %s is inside the checkpoint %s; ucfs never writes there — "
-                 "choose another directory (or mount instead)\n",
-                 out.c_str(), request.checkpoint.c_str());
+                 "ucfs export: --fp32 exports the consolidated weights, which are the same at "
+                 "every world size: drop --world-size\n");
     return 2;
   }
   auto opened = OpenView(request);
@@ -32,6 +30,18 @@ int RunExport(const ExportArgs& a) {
   }
   const std::vector<std::string> roots =
       a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
+  // The source is never written: neither OUT nor anything written below it
+  // may be, or hold, the checkpoint's root or tag directory (a tag
+  // directory given as CKPT has its root beside it).
+  std::vector<std::pair<std::string, Placement>> targets = {{out, Placement::kOutside}};
+  for (const std::string& root : roots) targets.emplace_back(out + "/" + root, Placement::kApart);
+  for (const auto& [path, placement] : targets) {
+    Status s = CheckPlacement(*opened->checkpoint, "the output", path, placement);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ucfs export: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
   auto files = ListExport(*opened->view, roots);
   if (!files.ok()) {
     std::fprintf(stderr, "ucfs export: %s\n", files.status().message().c_str());

@@ -119,16 +119,23 @@ int RunMount(MountArgs a, int verbosity) {
   if (!opened_view.ok()) return Fail("mount", opened_view.status());
   const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
   const std::shared_ptr<ucfs::View> shown = opened_view->view;
+  // A mount over the checkpoint would wait on itself for its own shards.
+  for (ucfs::Status s : {ucfs::cli::CheckMountpoint(mountpoint),
+                         ucfs::cli::CheckPlacement(*shared, "the mountpoint", mountpoint,
+                                                   ucfs::cli::Placement::kApart)}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "ucfs mount: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
   std::unique_ptr<ucfs::OverlayFs> overlay;
   std::string upper;
   if (a.upper) {
     upper = fs::absolute(*a.upper, ec).lexically_normal().string();
-    if (upper == checkpoint || upper.starts_with(checkpoint + "/") ||
-        checkpoint.starts_with(upper + "/")) {
-      std::fprintf(stderr,
-                   "ucfs mount: --upper %s: must be outside the checkpoint %s (the source is "
-                   "never written)\n",
-                   upper.c_str(), checkpoint.c_str());
+    ucfs::Status placed =
+        ucfs::cli::CheckPlacement(*shared, "--upper", upper, ucfs::cli::Placement::kApart);
+    if (!placed.ok()) {
+      std::fprintf(stderr, "ucfs mount: %s\n", placed.message().c_str());
       return kExitUsage;
     }
     auto opened = ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix());
@@ -175,8 +182,9 @@ int RunUmount(const std::string& mountpoint) {
   }
   // Without fusermount3, root can unmount directly.
   if (::umount2(mountpoint.c_str(), 0) == 0) return 0;
+  // umount2 says EINVAL for "not a mount point".
   std::fprintf(stderr, "ucfs umount: cannot unmount %s: %s\n", mountpoint.c_str(),
-               std::strerror(errno));
+               errno == EINVAL ? "it is not a mount point" : std::strerror(errno));
   return kExitCheckpointError;
 }
 
@@ -250,7 +258,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
   mount->add_option("--sub-group-size", m.sub_group_size,
                     "The run's zero_optimization.sub_group_size, when its ds_config has none "
-                    "(default 1e9)");
+                    "(default 1000000000)");
   mount->add_option("--upper", m.upper,
                     "Make the mount writable: whatever is written (new checkpoints, a rewritten "
                     "`latest`) lands in this directory (created if missing); the source is never "

@@ -1,7 +1,10 @@
 #include "cli/view_setup.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <filesystem>
 
 #include "ucfs/consolidated_view.h"
 #include "ucfs/index.h"
@@ -43,6 +46,62 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   }
   out.consolidated_root = ConsolidatedDirName(tag);
   return out;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? fs::absolute(path).lexically_normal().string() : p.string();
+}
+
+bool Within(const std::string& inner, const std::string& outer) {
+  return inner == outer || inner.starts_with(outer == "/" ? outer : outer + "/");
+}
+
+}  // namespace
+
+Status CheckPlacement(const Checkpoint& checkpoint, const std::string& what,
+                      const std::string& path, Placement placement) {
+  const std::string p = Resolved(path);
+  for (const std::string& dir : {checkpoint.files().root, checkpoint.files().tag_dir}) {
+    if (dir.empty()) continue;
+    const std::string d = Resolved(dir);
+    if (Within(p, d)) {
+      return Status::InvalidArgument(what + " " + path + " is inside the checkpoint (" + d +
+                                     "): ucfs never writes there");
+    }
+    if (placement == Placement::kApart && Within(d, p)) {
+      return Status::InvalidArgument(what + " " + path + " holds the checkpoint (" + d +
+                                     "): it must lie apart from it");
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckMountpoint(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) {
+    return Status::FromErrno(path + ": the mountpoint must be an existing, empty directory", errno);
+  }
+  bool empty = true;
+  while (dirent* e = ::readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(dir);
+  if (!empty) {
+    return Status::InvalidArgument(path +
+                                   ": the mountpoint is not empty (or is mounted already); "
+                                   "mounting would hide what is there");
+  }
+  return Status::OK();
 }
 
 }  // namespace ucfs::cli

@@ -38,6 +38,21 @@ struct OpenedView {
 
 Result<OpenedView> OpenView(const ViewRequest& request);
 
+// How `path` must stand to the checkpoint's directories (its root and tag
+// directory, symlinks resolved).
+enum class Placement {
+  kApart,    // neither inside the other, nor the same (--upper; a mountpoint)
+  kOutside,  // not the same and not inside them; it may contain them (export)
+};
+// InvalidArgument naming `what` ("--upper", "the mountpoint") when `path`
+// breaks the rule.
+Status CheckPlacement(const Checkpoint& checkpoint, const std::string& what,
+                      const std::string& path, Placement placement);
+
+// A mountpoint must be an existing, empty directory: mounting over files
+// hides them, and over another mount stacks two.
+Status CheckMountpoint(const std::string& path);
+
 }  // namespace ucfs::cli
 
 #endif  // UCFS_SRC_CLI_VIEW_SETUP_H_
