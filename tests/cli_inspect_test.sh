@@ -3,11 +3,7 @@
 set -u
 ucfs=$1
 fixtures=$2
-fail=0
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+source "$(dirname "$0")/tools/checks.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

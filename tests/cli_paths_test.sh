@@ -8,11 +8,7 @@
 set -u
 ucfs=$1
 fixtures=$2
-fail=0
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+source "$(dirname "$0")/tools/checks.sh"
 refused() {  # refused COMMAND...: exits 2 within 20 s
   timeout 20 "$@" >/dev/null 2>"$tmp/err"
   [ $? -eq 2 ] || { cat "$tmp/err"; return 1; }

@@ -6,11 +6,7 @@
 # Usage: packaging_test.sh BUILD_DIR
 set -u
 build=$1
-fail=0
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+source "$(dirname "$0")/tools/checks.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
