@@ -153,6 +153,8 @@ int RunMount(MountArgs a, int verbosity) {
   serve.foreground = a.foreground;
   serve.fuse_debug = a.fuse_debug;
   serve.fuse_options = a.options;
+  // Like a network file system's host:path, the source shows in mount(8).
+  serve.fsname = checkpoint;
   serve.statfs_path = shared->files().root.empty() ? shared->files().tag_dir : shared->files().root;
   // A writable mount changes under the kernel's caches only through
   // itself, but DIR may also be touched directly: keep them short.

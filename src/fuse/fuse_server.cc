@@ -244,11 +244,9 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
     sv.f_frsize = 4096;
     sv.f_namemax = 255;
   }
-  // The writable mount's free space is the upper directory's.
-  if (!s.overlay) {
-    sv.f_bfree = 0;
-    sv.f_bavail = 0;
-  }
+  // The space of the file system under the source (read-only) or the upper
+  // directory (writable), as df shows it for a read-only NFS mount: a
+  // read-only mount reported full looks like a problem to whoever runs df.
   fuse_reply_statfs(req, &sv);
 }
 
@@ -431,6 +429,20 @@ fuse_lowlevel_ops ReadOnlyOperations() {
   return ops;
 }
 
+namespace {
+
+// libfuse splits -o at commas; a comma or backslash in a value is escaped.
+std::string EscapeOption(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 int Serve(std::shared_ptr<View> view, const ServeOptions& options,
           std::unique_ptr<OverlayFs> overlay) {
   Server server(std::move(view), options.cache_timeout_s);
@@ -439,7 +451,7 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options,
   server.mountpoint = options.mountpoint;
   std::vector<std::string> args = {"ucfs"};
   std::string opts = std::string(server.overlay ? "rw" : "ro") +
-                     ",default_permissions,subtype=ucfs,fsname=" + options.fsname +
+                     ",default_permissions,subtype=ucfs,fsname=" + EscapeOption(options.fsname) +
                      ",max_read=" + std::to_string(server.max_read);
   for (const auto& o : options.fuse_options) opts += "," + o;
   args.push_back("-o");

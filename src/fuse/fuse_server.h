@@ -29,6 +29,7 @@ struct ServeOptions {
   // How long the kernel may cache names and attributes (and, read-only,
   // pages): files of a read-only mount never change while mounted.
   double cache_timeout_s = 3600;
+  // What mount(8), df and findmnt show as the source.
   std::string fsname = "ucfs";
   // Where statfs answers come from (the source checkpoint's file system).
   std::string statfs_path;

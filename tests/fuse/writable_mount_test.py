@@ -293,6 +293,25 @@ check("the universal view with --upper takes a save too; the source's latest is 
       universal_view_writable)
 
 
+def shows_its_source():
+    # mount(8) and findmnt name the checkpoint; df gives the space a write
+    # would use (the upper directory's), not "100% full".
+    upper = os.path.join(work, "df")
+    m = Mount(upper)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            line = next(l for l in f if l.split()[4] == m.dir)
+        assert line.split(" - ")[1].split()[1] == os.path.abspath(SOURCE), line
+        got, want = os.statvfs(m.dir), os.statvfs(upper)
+        assert got.f_blocks == want.f_blocks and got.f_bavail > 0, (got, want)
+    finally:
+        m.close()
+
+
+check("mount(8) names the checkpoint as the source; df shows the upper directory's space",
+      shows_its_source)
+
+
 def source_untouched():
     assert tree_sha256(SOURCE) == source_sha, "the source checkpoint changed"
 
