@@ -314,23 +314,25 @@ class Verifier {
       if (id == pickle::kNoNode || id >= d.size() || seen[id]) continue;
       seen[id] = true;
       const pickle::Node& n = d.node(id);
-      if (n.kind == pickle::Kind::kReduce && IsTensorCall(d, n.a)) {
-        auto t = MatchTensor(d, id);
-        if (!t.ok()) {
-          bad(where, t.status().message());
-        } else if (t->has_value()) {
-          const TensorRef& ref = **t;
-          auto it = records.find(ref.storage_key);
-          const uint64_t need = ref.storage_numel * ref.element_size();
-          if (it == records.end()) {
-            bad(where, "its storage record 'data/" + ref.storage_key + "' is not in the archive");
-          } else if (it->second->size < need) {
-            bad(where, "storage record 'data/" + ref.storage_key + "' holds " +
-                           std::to_string(it->second->size) + " bytes, but its " +
-                           std::string(Info(ref.dtype).torch_name) + " storage of " +
-                           std::to_string(ref.storage_numel) + " elements needs " +
-                           std::to_string(need));
-          }
+      // MatchTensor knows torch's rebuild calls: a tensor, a malformed one,
+      // or (nullopt) some other object to look inside.
+      auto t = MatchTensor(d, id);
+      if (!t.ok()) {
+        bad(where, t.status().message());
+        continue;
+      }
+      if (t->has_value()) {
+        const TensorRef& ref = **t;
+        auto it = records.find(ref.storage_key);
+        const uint64_t need = ref.storage_numel * ref.element_size();
+        if (it == records.end()) {
+          bad(where, "its storage record 'data/" + ref.storage_key + "' is not in the archive");
+        } else if (it->second->size < need) {
+          bad(where, "storage record 'data/" + ref.storage_key + "' holds " +
+                         std::to_string(it->second->size) + " bytes, but its " +
+                         std::string(Info(ref.dtype).torch_name) + " storage of " +
+                         std::to_string(ref.storage_numel) + " elements needs " +
+                         std::to_string(need));
         }
         continue;
       }
@@ -356,14 +358,6 @@ class Verifier {
       Problem(Kind::kTensor, f.path,
               "and " + std::to_string(unreported) + " more tensors with problems");
     }
-  }
-
-  static bool IsTensorCall(const Document& d, NodeId fn) {
-    return d.IsGlobal(fn, "torch._utils", "_rebuild_tensor_v2") ||
-           d.IsGlobal(fn, "torch._utils", "_rebuild_tensor_v3") ||
-           d.IsGlobal(fn, "torch._tensor", "_rebuild_from_type_v2") ||
-           d.IsGlobal(fn, "torch._utils", "_rebuild_parameter") ||
-           d.IsGlobal(fn, "torch._utils", "_rebuild_parameter_with_state");
   }
 
   // state[k]['step'] of every sub-group: a Python number (DeepSpeed's
