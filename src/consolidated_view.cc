@@ -168,14 +168,19 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
       run.length = b.extent.length;
       t.storage.runs.push_back(run);
     } else {
-      const std::string& path = c.sources()[b.extent.file].path;
-      UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
-      UCFS_ASSIGN_OR_RETURN(std::string raw, file->ReadString(b.extent.offset, b.extent.length));
-      UCFS_ASSIGN_OR_RETURN(std::string converted, ToFloat32(b.dtype, raw, b.name));
+      // Converted on first read; a dtype with no conversion fails now.
+      const uint32_t es = Info(b.dtype).element_size;
+      UCFS_RETURN_IF_ERROR(ToFloat32(b.dtype, std::string(es, '\0'), b.name).status());
       StorageRun run;
       run.kind = StorageRun::Kind::kBytes;
-      run.length = converted.size();
-      run.bytes = std::make_shared<const std::string>(std::move(converted));
+      run.length = b.extent.length / es * 4;
+      run.bytes = std::make_shared<const DeferredBytes>(
+          [&env, path = c.sources()[b.extent.file].path, b]() -> Result<std::string> {
+            UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+            UCFS_ASSIGN_OR_RETURN(std::string raw,
+                                  file->ReadString(b.extent.offset, b.extent.length));
+            return ToFloat32(b.dtype, raw, b.name);
+          });
       t.storage.runs.push_back(run);
     }
     out.push_back(std::move(t));

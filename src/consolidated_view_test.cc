@@ -200,6 +200,39 @@ TEST(ToFloat32, ConvertsLikeTorch) {
   EXPECT_NE(complex.status().message().find("rope.freqs"), std::string::npos);
 }
 
+// Computed bytes (converted buffers) are made on their first read, once;
+// a failure or a wrong length is the read's error.
+TEST(DeferredBytes, MadeOnFirstReadOnly) {
+  auto c = Open("z3_fp32_ws2");
+  int calls = 0;
+  StorageSpec storage;
+  StorageRun run;
+  run.kind = StorageRun::Kind::kBytes;
+  run.length = 4;
+  run.bytes = std::make_shared<const DeferredBytes>([&]() -> Result<std::string> {
+    ++calls;
+    return std::string("abcd");
+  });
+  storage.runs.push_back(run);
+  storage.FillRunStarts();
+  EXPECT_EQ(calls, 0);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<ReadPiece> pieces;
+    ASSERT_TRUE(PlanStorage(*c, storage, 1, 3, &pieces).ok());
+    ASSERT_EQ(pieces.size(), 1u);
+    EXPECT_EQ(pieces[0].bytes, "bc");
+  }
+  EXPECT_EQ(calls, 1);
+
+  storage.runs[0].bytes = std::make_shared<const DeferredBytes>(
+      []() -> Result<std::string> { return Status::IOError("model_states.pt: gone"); });
+  std::vector<ReadPiece> pieces;
+  EXPECT_EQ(PlanStorage(*c, storage, 0, 4, &pieces).message(), "model_states.pt: gone");
+  storage.runs[0].bytes = std::make_shared<const DeferredBytes>(
+      []() -> Result<std::string> { return std::string("abc"); });
+  EXPECT_EQ(PlanStorage(*c, storage, 0, 4, &pieces).code(), Status::Code::kCorruption);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConsolidatedTest, ::testing::ValuesIn(testing::FixtureNames()));
 
 }  // namespace

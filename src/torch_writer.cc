@@ -13,6 +13,19 @@ uint64_t StorageSpec::size() const {
   return n;
 }
 
+Result<std::string_view> DeferredBytes::Get() const {
+  std::call_once(once_, [this] {
+    auto made = make_();
+    if (made.ok()) {
+      bytes_ = std::move(made).value();
+    } else {
+      status_ = made.status();
+    }
+  });
+  if (!status_.ok()) return status_;
+  return std::string_view(bytes_);
+}
+
 void StorageSpec::FillRunStarts() {
   run_starts.clear();
   uint64_t at = 0;
@@ -154,11 +167,17 @@ Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uin
           p.offset = run.source_offset + (a - run_start);
           out->push_back(p);
           break;
-        case StorageRun::Kind::kBytes:
+        case StorageRun::Kind::kBytes: {
+          UCFS_ASSIGN_OR_RETURN(std::string_view bytes, run.bytes->Get());
+          if (bytes.size() != run.length) {
+            return Status::Corruption("computed " + std::to_string(bytes.size()) + " bytes where " +
+                                      std::to_string(run.length) + " were planned");
+          }
           p.kind = ReadPiece::Kind::kBytes;
-          p.bytes = std::string_view(*run.bytes).substr(a - run_start, b - a);
+          p.bytes = bytes.substr(a - run_start, b - a);
           out->push_back(p);
           break;
+        }
         case StorageRun::Kind::kState:
         case StorageRun::Kind::kFrozen: {
           extents.clear();

@@ -50,8 +50,9 @@ struct ConsolidatedTensor {
 // them (zero_to_fp32 keeps buffers so); `name` is for the error.
 Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name);
 
-// zero_to_fp32's state dict for `checkpoint`, in its order. `env` reads the
-// buffers that need converting to float32.
+// zero_to_fp32's state dict for `checkpoint`, in its order. `env` (which
+// must outlive the result) reads the buffers that need converting to
+// float32, on their first read: building the state dict reads no tensor.
 Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env,
                                                               const Checkpoint& checkpoint);
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,8 @@
 
 namespace ucfs {
 
+class DeferredBytes;
+
 // A contiguous part of a storage's bytes.
 struct StorageRun {
   enum class Kind : uint8_t {
@@ -25,7 +28,7 @@ struct StorageRun {
     kSource,  // bytes [source_offset, +length) of a source file
     kZeros,   // padding
     kFrozen,  // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
-    kBytes,   // `bytes`: values ucfs computed (a buffer converted to another dtype)
+    kBytes,   // `bytes`: values ucfs computes (a buffer converted to another dtype)
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
@@ -34,7 +37,21 @@ struct StorageRun {
   uint64_t state_offset = 0;
   uint32_t source = 0;
   uint64_t source_offset = 0;
-  std::shared_ptr<const std::string> bytes;
+  std::shared_ptr<const DeferredBytes> bytes;
+};
+
+// Bytes ucfs computes from source bytes, made on first read and kept: a
+// mount reads no tensor bytes, not even small ones. Thread-safe.
+class DeferredBytes {
+ public:
+  explicit DeferredBytes(std::function<Result<std::string>()> make) : make_(std::move(make)) {}
+  Result<std::string_view> Get() const;
+
+ private:
+  std::function<Result<std::string>()> make_;
+  mutable std::once_flag once_;
+  mutable Status status_;
+  mutable std::string bytes_;
 };
 
 struct StorageSpec {
