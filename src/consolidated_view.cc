@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "ucfs/pickle.h"
 
@@ -131,24 +132,6 @@ std::optional<std::string_view> SafetensorsDType(DType dtype) {
   }
 }
 
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
@@ -225,7 +208,9 @@ Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
     std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors) {
   std::shared_ptr<SafetensorsContent> content(new SafetensorsContent());
   content->checkpoint_ = std::move(checkpoint);
-  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+  // Key order as the tensors come (the data is laid out in that order).
+  nlohmann::ordered_json fields;
+  fields["__metadata__"] = {{"format", "pt"}};
   uint64_t at = 0;
   for (ConsolidatedTensor& t : tensors) {
     auto dtype = SafetensorsDType(t.dtype);
@@ -234,16 +219,12 @@ Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
                                   std::string(Info(t.dtype).torch_name));
     }
     const uint64_t bytes = BytesOf(t);
-    json += "," + JsonString(t.name) + ":{\"dtype\":\"" + std::string(*dtype) + "\",\"shape\":[";
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-      json += (i ? "," : "") + std::to_string(t.shape[i]);
-    }
-    json += "],\"data_offsets\":[" + std::to_string(at) + "," + std::to_string(at + bytes) + "]}";
+    fields[t.name] = {{"dtype", *dtype}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
     content->data_starts_.push_back(at);
     content->data_.push_back(std::move(t.storage));
     at += bytes;
   }
-  json += "}";
+  std::string json = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // The data starts 8-aligned, as the reference writer pads the header.
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string header(8, '\0');
@@ -345,15 +326,13 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
     UCFS_RETURN_IF_ERROR(view.AddFile(dir, ShardName(k, shards.size()), std::move(st)).status());
   }
   // As Hugging Face writes it: json.dumps(index, indent=2, sort_keys=True) + "\n".
-  std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(total) +
-                      "\n  },\n  \"weight_map\": {\n";
-  size_t i = 0;
-  for (const auto& [name, file] : weight_map) {
-    index += "    " + JsonString(name) + ": " + JsonString(file) +
-             (++i < weight_map.size() ? ",\n" : "\n");
-  }
-  index += "  }\n}\n";
-  return view.AddFile(dir, "model.safetensors.index.json", std::make_shared<InlineContent>(index))
+  nlohmann::json index;  // std::map underneath: keys sorted
+  index["metadata"]["total_size"] = total;
+  index["weight_map"] = weight_map;
+  const std::string index_text =
+      index.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return view
+      .AddFile(dir, "model.safetensors.index.json", std::make_shared<InlineContent>(index_text))
       .status();
 }
 
