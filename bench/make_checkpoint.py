@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--tag", default="global_step100")
     ap.add_argument("--step", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--truth", help="also torch.save the full values of every state here "
+                    "({param: {state: tensor}}), for tests")
     ap.add_argument("--one-group", action="store_true",
                     help="a single param group (DeepSpeed 0.14.5's ds_to_universal crashes on more "
                          "than one sub-group, so its benchmarks need this)")
@@ -207,6 +209,8 @@ def main():
         torch.save(optim, os.path.join(tag_dir, f"{prefix}zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"))
     with open(os.path.join(args.out, "latest"), "w") as f:
         f.write(tag)
+    if args.truth:
+        torch.save({n: {s: states[s][n].view(shape_of[n]) for s in states} for n in numel}, args.truth)
     total = sum(numel.values())
     print(f"{args.out}: {len(shapes)} params, {total / 1e6:.1f}M elements, world size {ws}, "
           f"{len(sub_groups)} sub-groups, {dtype}")

@@ -276,8 +276,7 @@ Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
         t.alias_of >= 0 ? node_of[static_cast<size_t>(t.alias_of)]
                         : b.NewTensor(t.dtype, t.shape, t.requires_grad, t.storage.runs);
     node_of.push_back(tensor);
-    doc.mutable_node(dict).items.push_back(doc.AddStr(t.name));
-    doc.mutable_node(dict).items.push_back(tensor);
+    doc.AppendPair(dict, doc.AddStr(t.name), tensor);
   }
   doc.set_root(dict);
   return b.Finish(std::move(checkpoint), ArchivePrefixFor("pytorch_model.bin"));

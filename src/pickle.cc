@@ -105,7 +105,6 @@ NodeId Document::Global(std::string_view module, std::string_view name) {
   for (const auto& g : globals_) {
     if (g.module == module && g.name == name) return g.id;
   }
-  // Copy before Add: the views may point into nodes_, which Add can move.
   GlobalKey key{std::string(module), std::string(name), kNoNode};
   Node n;
   n.kind = Kind::kGlobal;
@@ -129,6 +128,14 @@ NodeId Document::AddPersistentId(NodeId pid) {
   n.kind = Kind::kPersistentId;
   n.a = pid;
   return Add(std::move(n));
+}
+
+void Document::Append(NodeId container, NodeId item) { nodes_[container].items.push_back(item); }
+
+void Document::AppendPair(NodeId mapping, NodeId key, NodeId value) {
+  std::vector<NodeId>& items = nodes_[mapping].items;
+  items.push_back(key);
+  items.push_back(value);
 }
 
 NodeId Document::CopyFrom(const Document& other, NodeId id, std::vector<NodeId>* copied) {

@@ -156,6 +156,27 @@ TEST(PickleValues, EditedDocumentIsWrittenAsPythonWould) {
             7);
 }
 
+// Building code holds node references across Add* (the views append to a
+// dict while adding its keys); growth must never move a node. Under
+// AddressSanitizer a moved node is a use-after-free here.
+TEST(PickleValues, NodesStayPutWhileTheDocumentGrows) {
+  Document doc;
+  const NodeId dict = doc.AddDict({});
+  const Node& dict_node = doc.node(dict);
+  const NodeId key = doc.AddStr("first");
+  std::string_view key_text = *doc.AsStr(key);
+  for (int i = 0; i < 100000; ++i) {
+    doc.AppendPair(dict, doc.AddStr("k" + std::to_string(i)), doc.AddInt(i));
+  }
+  EXPECT_EQ(&dict_node, &doc.node(dict));
+  EXPECT_EQ(dict_node.items.size(), 200000u);
+  EXPECT_EQ(key_text, "first");
+  EXPECT_EQ(doc.AsInt(doc.Get(dict, "k99999")), 99999);
+  const NodeId list = doc.AddList({});
+  doc.Append(list, key);
+  EXPECT_EQ(doc.AsStr(doc.node(list).items[0]), "first");
+}
+
 TEST(PickleValues, CopyFromKeepsSharingAndInternsGlobals) {
   auto src = Parse(ReadFile(TestDataDir() + "/pickles/shared.p2.pkl"));
   ASSERT_TRUE(src.ok());

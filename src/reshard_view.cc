@@ -250,8 +250,7 @@ Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkp
     NodeId od = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
     for (uint32_t p : sg.params) {
       // DeepSpeed's names here are other str objects than the module's keys.
-      doc.mutable_node(od).items.push_back(doc.AddStr(c.params()[p].name));
-      doc.mutable_node(od).items.push_back(shape_of.at(c.params()[p].name));
+      doc.AppendPair(od, doc.AddStr(c.params()[p].name), shape_of.at(c.params()[p].name));
     }
     shapes.push_back(od);
   }

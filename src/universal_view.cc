@@ -40,8 +40,7 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<con
   if (param_groups == pickle::kNoNode || doc.node(root).kind != Kind::kDict) {
     return Status::Corruption(summary.path + ": optimizer_state_dict has no param_groups");
   }
-  doc.mutable_node(root).items.push_back(doc.AddStr("param_groups"));
-  doc.mutable_node(root).items.push_back(param_groups);
+  doc.AppendPair(root, doc.AddStr("param_groups"), param_groups);
   return builder.Finish(ckpt, "optimizer_state", crc_reader);
 }
 

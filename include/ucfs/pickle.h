@@ -14,6 +14,7 @@
 #define UCFS_PICKLE_H_
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,6 +74,10 @@ struct ParseLimits {
   uint32_t max_depth = 1000;
 };
 
+// Nodes never move: a Node reference (and a view of its text) stays valid for
+// the document's lifetime, whatever is added after it, so building code may
+// hold one across Add* calls. Only changing that node itself (mutable_node,
+// Append, AppendPair) can invalidate iterators into its `items`.
 class Document {
  public:
   const Node& node(NodeId id) const { return nodes_[id]; }
@@ -96,6 +101,10 @@ class Document {
   NodeId Global(std::string_view module, std::string_view name);
   NodeId AddReduce(NodeId callable, NodeId args);
   NodeId AddPersistentId(NodeId pid);
+  // Adds `item` to a list, tuple or set node.
+  void Append(NodeId container, NodeId item);
+  // Adds key -> value to a dict node (or an object built by SETITEMS).
+  void AppendPair(NodeId mapping, NodeId key, NodeId value);
   // Copies the subgraph at `id` of `other` into this document, keeping its
   // sharing (a node reached twice is copied once) and interning globals.
   // `copied` maps other's ids to ours across calls; pass the same map to
@@ -113,14 +122,14 @@ class Document {
   std::optional<std::vector<NodeId>> SequenceItems(NodeId id) const;
   std::optional<int64_t> AsInt(NodeId id) const;    // int or bool
   std::optional<double> AsNumber(NodeId id) const;  // int, bool or float
-  // The view points into the document: adding nodes may move it. Copy it
-  // before building.
+  // The view points into the node: valid until that node is changed.
   std::optional<std::string_view> AsStr(NodeId id) const;
   // A Python-like rendering for messages and debugging, cut at max_chars.
   std::string Repr(NodeId id, size_t max_chars = 200) const;
 
  private:
-  std::vector<Node> nodes_;
+  // A deque, not a vector: growing it never moves a node (see above).
+  std::deque<Node> nodes_;
   NodeId root_ = kNoNode;
   struct GlobalKey {
     std::string module, name;
