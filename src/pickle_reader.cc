@@ -12,12 +12,16 @@ namespace ucfs::pickle {
 namespace {
 
 constexpr NodeId kMark = 0xfffffffeu;
+// How every "the input ended early" error starts (IsTruncation).
+constexpr std::string_view kTruncated = "pickle: truncated";
 
 class Reader {
  public:
   Reader(std::string_view data, const ParseLimits& limits) : data_(data), limits_(limits) {}
 
   Result<Document> Run();
+  // Just after STOP, once Run has succeeded.
+  size_t position() const { return pos_; }
 
  private:
   Status Fail(const std::string& what) const {
@@ -472,6 +476,18 @@ Result<Document> Reader::Run() {
 
 Result<Document> Parse(std::string_view data, const ParseLimits& limits) {
   return Reader(data, limits).Run();
+}
+
+Result<Document> ParsePrefix(std::string_view data, size_t* end, const ParseLimits& limits) {
+  Reader reader(data, limits);
+  UCFS_ASSIGN_OR_RETURN(Document doc, reader.Run());
+  *end = reader.position();
+  return doc;
+}
+
+bool IsTruncation(const Status& status) {
+  return status.code() == Status::Code::kCorruption &&
+         std::string_view(status.message()).starts_with(kTruncated);
 }
 
 }  // namespace ucfs::pickle

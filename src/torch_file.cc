@@ -1,6 +1,9 @@
 #include "ucfs/torch_file.h"
 
+#include <algorithm>
+
 #include "byte_order.h"
+#include "ucfs/legacy_format.h"
 
 namespace ucfs {
 
@@ -20,16 +23,28 @@ Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
   s.path = path;
   UCFS_ASSIGN_OR_RETURN(s.identity, env.Stat(path));
   UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
-  UCFS_ASSIGN_OR_RETURN(ZipArchive archive, ZipArchive::Open(*file));
-  const ZipRecord* pkl = archive.Find("data.pkl");
-  if (pkl == nullptr) {
-    return Status::Corruption(path + ": no data.pkl record in the archive");
+  UCFS_ASSIGN_OR_RETURN(std::string head, file->ReadString(0, std::min<uint64_t>(file->Size(), 4)));
+  if (LooksLikeLegacyTorchFile(head)) {
+    UCFS_ASSIGN_OR_RETURN(LegacyArchive legacy, ReadLegacyArchive(*file));
+    s.legacy = true;
+    s.prefix = std::string(kLegacyPrefix);
+    s.pickle = std::move(legacy.pickle);
+    s.records = std::move(legacy.records);
+  } else {
+    UCFS_ASSIGN_OR_RETURN(ZipArchive archive, ZipArchive::Open(*file));
+    const ZipRecord* pkl = archive.Find("data.pkl");
+    if (pkl == nullptr) {
+      return Status::Corruption(path + ": no data.pkl record in the archive");
+    }
+    UCFS_ASSIGN_OR_RETURN(s.pickle, ZipArchive::ReadRecord(*file, *pkl));
+    s.prefix = archive.prefix();
+    s.records = archive.records();
   }
-  UCFS_ASSIGN_OR_RETURN(s.pickle, ZipArchive::ReadRecord(*file, *pkl));
-  s.prefix = archive.prefix();
-  s.records = archive.records();
   for (const auto& rec : s.records) {
-    if (rec.method != 0 || rec.size > TorchFileSummary::kSmallRecord || &rec == pkl) continue;
+    if (rec.method != 0 || rec.size > TorchFileSummary::kSmallRecord ||
+        rec.name == s.prefix + "/data.pkl") {
+      continue;
+    }
     UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*file, rec));
     s.small_records.emplace_back(rec.name.substr(s.prefix.size() + 1), std::move(bytes));
   }
@@ -42,7 +57,7 @@ Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
 
 namespace {
 
-constexpr char kSummaryVersion = 1;
+constexpr char kSummaryVersion = 2;
 
 void PutString(std::string* out, std::string_view s) {
   AppendLE64(out, s.size());
@@ -86,6 +101,7 @@ std::string EncodeSummary(const TorchFileSummary& s) {
   AppendLE64(&out, static_cast<uint64_t>(s.identity.mtime_ns));
   AppendLE64(&out, s.identity.inode);
   AppendLE64(&out, s.identity.device);
+  AppendLE64(&out, s.legacy ? 1 : 0);
   PutString(&out, s.prefix);
   AppendLE64(&out, s.records.size());
   for (const auto& r : s.records) {
@@ -111,10 +127,13 @@ Result<TorchFileSummary> DecodeSummary(std::string_view bytes) {
   Decoder d(bytes.substr(1));
   TorchFileSummary s;
   uint64_t n = 0;
+  uint64_t legacy = 0;
   if (!d.Str(&s.path) || !d.U64(&s.identity.size) || !d.I64(&s.identity.mtime_ns) ||
-      !d.U64(&s.identity.inode) || !d.U64(&s.identity.device) || !d.Str(&s.prefix) || !d.U64(&n)) {
+      !d.U64(&s.identity.inode) || !d.U64(&s.identity.device) || !d.U64(&legacy) || legacy > 1 ||
+      !d.Str(&s.prefix) || !d.U64(&n)) {
     return bad();
   }
+  s.legacy = legacy == 1;
   if (n > bytes.size()) return bad();
   s.records.resize(n);
   for (auto& r : s.records) {

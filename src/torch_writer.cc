@@ -236,11 +236,17 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
   const pickle::NodeId root = doc_.CopyFrom(source_doc, id, copied);
   // Every persistent id copied now names a storage record of `summary`.
   for (size_t i = before; i < doc_.size(); ++i) {
-    const pickle::Node& n = doc_.node(static_cast<pickle::NodeId>(i));
-    if (n.kind != pickle::Kind::kPersistentId) continue;
-    auto fields = doc_.SequenceItems(n.a);
+    const pickle::NodeId pid = static_cast<pickle::NodeId>(i);
+    if (doc_.node(pid).kind != pickle::Kind::kPersistentId) continue;
+    auto fields = doc_.SequenceItems(doc_.node(pid).a);
     auto key = fields && fields->size() >= 5 ? doc_.AsStr((*fields)[2]) : std::nullopt;
     if (!key) return Status::Corruption(summary.path + ": a storage id is not ('storage', ...)");
+    // The legacy format's ids carry a sixth field (view metadata, None);
+    // the zip format's persistent_load takes exactly five.
+    if (fields->size() > 5) {
+      fields->resize(5);
+      doc_.mutable_node(pid).a = doc_.AddTuple(*fields);
+    }
     const pickle::NodeId key_node = (*fields)[2];
     if (storages_.count(key_node)) continue;
     const ZipRecord* rec = summary.Find("data/" + std::string(*key));

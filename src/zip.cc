@@ -51,10 +51,10 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
     UCFS_ASSIGN_OR_RETURN(std::string magic, file.ReadString(0, 4));
     if (LoadLE32(magic.data()) != kLocalHeaderSig) {
       if (static_cast<unsigned char>(magic[0]) == 0x80) {
+        // SummarizeTorchFile reads these with ReadLegacyArchive.
         return Status::NotSupported(file.path() +
-                                    ": legacy (non-zip) torch.save format, written with "
-                                    "_use_new_zipfile_serialization=False; ucfs reads only the "
-                                    "zip format torch has written by default since 1.6");
+                                    ": not a zip archive but torch's legacy (non-zip) format, "
+                                    "written with _use_new_zipfile_serialization=False");
       }
       return Bad(file, "does not start with a zip local header");
     }

@@ -141,6 +141,13 @@ class Document {
 // Parses a pickle. Every malformed input is an error naming the byte offset;
 // nothing in it is ever executed.
 Result<Document> Parse(std::string_view data, const ParseLimits& limits = {});
+// Parses the pickle at the start of `data`, which may go on past its STOP
+// (torch's legacy format is pickles back to back); *end is the offset just
+// after STOP.
+Result<Document> ParsePrefix(std::string_view data, size_t* end, const ParseLimits& limits = {});
+// Whether a Parse error says only that the input ended before STOP, so that
+// more bytes might complete it.
+bool IsTruncation(const Status& status);
 
 // Serialises `doc` from its root as CPython's Pickler at protocol 2 would.
 // With `persistent_ids`, also lists the persistent-id nodes in the order

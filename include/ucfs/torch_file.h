@@ -25,6 +25,9 @@ struct TorchFileSummary {
 
   std::string path;
   FileIdentity identity;
+  // torch's legacy non-zip format (legacy_format.h): `records` are its
+  // storages, `pickle` its object pickle, `prefix` kLegacyPrefix.
+  bool legacy = false;
   std::string prefix;
   std::vector<ZipRecord> records;
   std::string pickle;                                              // data.pkl
@@ -36,7 +39,8 @@ struct TorchFileSummary {
   const std::string* SmallRecord(std::string_view relative_name) const;
 };
 
-// Reads a file's zip directory, data.pkl and small records.
+// Reads a file's zip directory, data.pkl and small records (or the same of
+// a legacy-format file).
 Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path);
 
 // A compact binary encoding, for the index.

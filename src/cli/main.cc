@@ -27,7 +27,7 @@
 #include "ucfs/describe.h"
 #include "ucfs/inspect.h"
 #include "ucfs/overlay_fs.h"
-#include "ucfs/zip.h"
+#include "ucfs/torch_file.h"
 
 #ifndef UCFS_VERSION
 #define UCFS_VERSION "unknown"
@@ -82,15 +82,9 @@ int RunInspect(const std::string& path, const std::optional<std::string>& tag, b
 
 // Prints a torch.save file's pickle without executing it.
 int RunShow(const std::string& path) {
-  auto file = ucfs::Env::Posix()->Open(path);
-  if (!file.ok()) return Fail("show", file.status());
-  auto archive = ucfs::ZipArchive::Open(**file);
-  if (!archive.ok()) return Fail("show", archive.status());
-  const ucfs::ZipRecord* pkl = archive->Find("data.pkl");
-  if (pkl == nullptr) return Fail("show", ucfs::Status::Corruption(path + ": no data.pkl record"));
-  auto bytes = ucfs::ZipArchive::ReadRecord(**file, *pkl);
-  if (!bytes.ok()) return Fail("show", bytes.status());
-  auto doc = ucfs::pickle::Parse(*bytes);
+  auto summary = ucfs::SummarizeTorchFile(*ucfs::Env::Posix(), path);
+  if (!summary.ok()) return Fail("show", summary.status());
+  auto doc = ucfs::pickle::Parse(summary->pickle);
   if (!doc.ok()) return Fail("show", doc.status().Annotate(path + ": data.pkl"));
   std::cout << ucfs::Describe(*doc, doc->root());
   return 0;
