@@ -1,70 +1,71 @@
 #!/usr/bin/python3
-"""Re-writes torch.save files (DeepSpeed ZeRO-3 checkpoints) as newer torch / DeepSpeed / Python would.
+"""Re-writes torch.save files (DeepSpeed ZeRO-3 checkpoints) as newer torch / DeepSpeed / Python write them.
 
-The fixtures were written by torch 1.13 + DeepSpeed 0.14.5 under Python 3.11.2. This tool re-emits
-every torch.save file of a checkpoint as another writer would have produced it, without running
-anything from the input: data.pkl is parsed into a tree of stand-in nodes (memo identity kept, see
-`parse`) and re-pickled by `Pickler`, a re-implementation of CPython's C pickler at protocol 2
-(Modules/_pickle.c: save_tuple, batch_list/batch_list_exact, batch_dict/batch_dict_exact, save_long,
-memo_put), then wrapped in a container written like caffe2's PyTorchStreamWriter on miniz.
+The fixtures were written by torch 1.13 + DeepSpeed 0.14.5 under Python 3.11.2. This tool re-emits each
+torch.save file of a checkpoint as another writer would have produced it, without running anything from
+the input: data.pkl is parsed into a tree of stand-in nodes that keeps the pickle's memo identity
+(`parse`) and re-pickled by `Pickler`, which writes what CPython's C pickler writes at protocol 2
+(Modules/_pickle.c save_tuple, batch_list(_exact), batch_dict(_exact), save_long, memo_put), then wrapped
+in the container of caffe2's PyTorchStreamWriter on miniz. With no option (torch 1.13) every fixture file
+comes out byte for byte; torch_variants_test.py checks the rest, partly against torch 1.13's own writers.
 
 usage:  torch_variants.py rewrite SRC_ROOT DST_ROOT [options]   every torch.save file under SRC_ROOT
         torch_variants.py file SRC DST [options]                 one file
-options: --torch V (1.13 default; any 1.6 ... 2.x), --alignment N, --no-crc, --archive-prefix, --legacy,
+options: --torch V (default 1.13; 1.6 ... 2.x), --alignment N, --no-crc, --archive-prefix, --legacy,
          --optimizer {adamw,fused-adam,cpu-adam}, --zero-stage-enum {by-name,by-value}, --ds-version X
 
-Container (what `--torch` selects; sources: torch/serialization.py `_save`, caffe2/serialize/
-inline_container.cc `PyTorchStreamWriter`, third_party/miniz-2.1.0/miniz.c `mz_zip_writer_add_mem_ex_v2`):
+Container (`--torch`; torch/serialization.py `_save`, caffe2/serialize/inline_container.cc
+PyTorchStreamWriter::writeRecord / writeEndOfFile / writeSerializationId / detail::getPadding,
+third_party/miniz-2.1.0/miniz.c mz_zip_writer_add_mem_ex_v2, mz_zip_writer_finalize_archive):
   1.6-2.0  data.pkl, data/<key> in string order (`sorted(serialized_storages)`: 0, 1, 10, 2), version.
-  2.1-2.6  data.pkl, byteorder ("little"; `_save` writes it right after data.pkl), data/<key> in string
-           order, version, .data/serialization_id (writeEndOfFile -> writeSerializationId).
-  >= 2.7   data.pkl, .format_version ("1"), .storage_alignment ("64" or --alignment, the
-           `torch.utils.serialization.config.save.storage_alignment` of 2.7), byteorder, data/<key> in
-           numeric order (first-pickled first, PR #143879), version, .data/serialization_id.
-  Every record: local header (version 0, flags 0x0808 = descriptor + UTF-8, 0x0800 for empty records;
-  method, time, date, CRC and sizes 0), name `<top>/<record>`, [zip64 extra when size or header offset
-  >= 0xFFFFFFFF: uncompressed size, compressed size 0, offset], extra field `FB` + len + 'Z'*len padding so
-  that the data starts at a multiple of the alignment (getPadding), the data, a data descriptor (CRC,
-  sizes; 8-byte sizes with zip64) for non-empty records. Central directory without the padding field, then
-  always a zip64 end record + locator + classic end record (MZ_ZIP_FLAG_WRITE_ZIP64). CRC-32 is zlib's;
-  --no-crc (torch >= 2.6 `set_crc32_options(False)`, PR #137735) writes 0 instead. <top> is the file name
-  without its last extension, or `archive` with --archive-prefix (torch.save into a file object, as
-  DeepSpeed >= 0.17.1's FastCheckpointEngine does).
-  serialization_id = 20 digits of c10::hash_combine over std::hash<std::string> of every record name
-  written so far, iterated in std::unordered_set order, + 20 digits of hash_combine over the CRC-32 of
-  every data descriptor written (ostream_write_func sniffs writes starting with PK\\7\\8). Emulated for
-  libstdc++ (Linux wheels): _Hash_bytes (murmur, seed 0xc70f6907) and _Hashtable with
-  _Prime_rehash_policy (libstdc++ hash_bytes.cc, hashtable_c++0x.cc, hashtable-aux.cc).
-  --legacy: torch's non-zip format (`_use_new_zipfile_serialization=False`, DeepSpeed >= 0.17.1 with
-  "checkpoint_serialization": false; `_legacy_save`): pickles of the magic number, protocol version 1001
-  and sys_info, the object pickle whose persistent ids are ('storage', type, str(storage._cdata), location,
-  numel, None) with a fresh key string per reference, the sorted key list, then per key an int64 element
-  count and the raw bytes. _cdata values are invented heap-like addresses.
+  2.1-2.6  data.pkl, byteorder ("little", written by `_save` after data.pkl), data/<key> in string order,
+           version, .data/serialization_id (PRs #100994, #101964 of May 2023).
+  >= 2.7   data.pkl, .format_version ("1"), .storage_alignment ("64", or --alignment: 2.7's
+           torch.utils.serialization.config.save.storage_alignment, PR #147788), byteorder, data/<key> in
+           numeric = pickling order (PR #143879), version, .data/serialization_id.
+  A record: local header (version 0, flags 0x0808 = data descriptor + UTF-8, 0x0800 when empty; method,
+  time, date, CRC, sizes 0), `<top>/<record>`, [zip64 extra if size or header offset >= 0xFFFFFFFF:
+  uncompressed size, compressed size 0, offset], extra field `FB` + length + that many 'Z' so that the data
+  starts at a multiple of the alignment, the data, then for non-empty records a descriptor (CRC, sizes;
+  8-byte sizes with zip64). The central directory has no padding field; a zip64 end record and locator
+  always precede the end record (MZ_ZIP_FLAG_WRITE_ZIP64). --no-crc: CRC fields 0 (torch >= 2.6
+  `set_crc32_options(False)`, PR #137735). <top> is the file name without its last extension, or `archive`
+  (--archive-prefix: torch.save into a file object, e.g. DeepSpeed >= 0.17.1's FastCheckpointEngine).
+  serialization_id: 20 digits of c10::hash_combine over std::hash<std::string> of the record names written
+  so far, in std::unordered_set iteration order, then 20 digits of hash_combine over the CRC fields of the
+  data descriptors written (ostream_write_func sniffs writes starting with PK\7\8). Emulated as built
+  with libstdc++ (Linux wheels): _Hash_bytes (hash_bytes.cc), _Hashtable insertion and rehash with
+  _Prime_rehash_policy (hashtable_policy.h, hashtable_c++0x.cc, hashtable-aux.cc).
+  --legacy: the non-zip format of `_legacy_save` (`_use_new_zipfile_serialization=False`; DeepSpeed >=
+  0.17.1 with "checkpoint_serialization": false): pickles of the magic number, 1001 and sys_info, the object
+  pickle with persistent ids ('storage', type, str(storage._cdata), location, numel, None) (a new key
+  string at every reference), the sorted key list, then per key an int64 element count and the bytes.
+  The _cdata values are invented heap-like addresses (`heap_address`).
 
 Pickle level:
-  torch >= 2.0 (PR #81616, torch/_tensor.py `__reduce_ex__` + torch/_utils.py `_get_obj_state`): a plain
-  tensor with a non-empty __dict__ pickles as torch._tensor._rebuild_from_type_v2(
-  torch._utils._rebuild_tensor_v2, torch.Tensor, (6 args), {attrs}). DeepSpeed sets only `ds_id` =
-  "<first param ds_id>_<last param ds_id>" (a str) on each ZeRO-3 fp32 partition (stage3.py
-  `_create_fp32_partitions`, v0.14.5 ... v0.19.5), so every `fp32_flat_groups` tensor gets that form; param
-  ds_ids count module.parameters() from 0 (partition_parameters.py `Init.param_id`) and are taken from the
-  model-states file next to the optimizer file. No 7th `_rebuild_tensor_v2` argument: torch 2.x appends
-  it only for tensors with the conj/neg bit set (`get_tensor_metadata`).
-  --optimizer (state_dict of the inner torch optimizer; user-given group keys stay first):
-    adamw      torch.optim.AdamW of --torch: 1.13 lr betas eps weight_decay amsgrad foreach maximize
-               capturable; 2.0-2.6 + differentiable=False fused=None; >= 2.7 AdamW is Adam(...,
-               decoupled_weight_decay=True): lr betas eps weight_decay amsgrad maximize foreach capturable
-               differentiable fused decoupled_weight_decay. step stays a 0-dim float32 CPU tensor.
+  torch >= 2.0 (PR #81616; torch/_tensor.py Tensor.__reduce_ex__, torch/_utils.py _get_obj_state): a
+  plain tensor with a non-empty __dict__ pickles as torch._tensor._rebuild_from_type_v2(
+  torch._utils._rebuild_tensor_v2, torch.Tensor, (its 6 args), {attrs}). DeepSpeed sets one attribute,
+  `ds_id` = "<first>_<last>" param ds_id of the sub-group (a str), on each ZeRO-3 fp32 partition
+  (runtime/zero/stage3.py `_create_fp32_partitions`, v0.14.5 ... v0.19.5), so each fp32_flat_groups
+  tensor takes that form. Param ds_ids count module.parameters() from 0 (partition_parameters.py
+  Init.param_id); they are derived from the model-states file next to the optimizer file. No 7th
+  `_rebuild_tensor_v2` argument: torch >= 2.0 adds one only for conj/neg bits (PR #88182).
+  --optimizer (the inner torch optimizer's state_dict; keys the user gave a group stay first):
+    adamw      torch.optim.AdamW of --torch. 1.13: lr betas eps weight_decay amsgrad foreach maximize
+               capturable; 2.0-2.6: + differentiable=False fused=None; >= 2.7 (AdamW = Adam(...,
+               decoupled_weight_decay=True), PR #143710): lr betas eps weight_decay amsgrad maximize foreach
+               capturable differentiable fused decoupled_weight_decay. step: 0-dim float32 CPU tensor.
     fused-adam DeepSpeed FusedAdam (ops/adam/fused_adam.py): lr bias_correction betas eps weight_decay,
-               then group step=0; per-state step is a Python int.
+               then step=0 (added by step()); each state's step is a Python int.
     cpu-adam   DeepSpeedCPUAdam (ops/adam/cpu_adam.py): lr betas eps weight_decay bias_correction amsgrad;
-               per-state step is a Python int.
-  --zero-stage-enum: by-name = getattr(ZeroStageEnum, 'weights') (CPython 3.11.0-3.11.x, e.g. Debian's
-    3.11.2, the fixtures); by-value = ZeroStageEnum(3) (CPython <= 3.10, >= 3.12 and later 3.11 patch
-    releases, 3.11.7 checked).
-  --ds-version X: the `ds_version` of model and optimizer states; X >= 0.19.5 also adds
-    checkpoint_parallel_dimensions = {'pp_degree': 1, 'tp_degree': 1} after mp_world_size (engine.py
-    `_common_checkpoint_state` / `_checkpoint_parallel_metadata`, no mpu).
+               each state's step is a Python int.
+  --zero-stage-enum: by-name = getattr(ZeroStageEnum, 'weights') (CPython 3.11's Enum.__reduce_ex__ as
+    released, e.g. 3.11.2, the fixtures); by-value = ZeroStageEnum(3) (CPython <= 3.10, >= 3.12, and later
+    3.11 patch releases: 3.11.7 does).
+  --ds-version X: `ds_version` of model and optimizer states; X >= 0.19.5 also adds
+    checkpoint_parallel_dimensions = {'pp_degree': 1, 'tp_degree': 1} after mp_world_size
+    (runtime/engine.py _common_checkpoint_state, _checkpoint_parallel_metadata; no mpu).
 """
 import argparse
 import bisect
@@ -132,9 +133,9 @@ class Obj:
     (save_reduce's listitems / dictitems iterators) and BUILD of `state`."""
     __slots__ = ("op", "func", "args", "listitems", "dictitems", "state")
 
-    def __init__(self, op, func, args, state=NO_STATE):
+    def __init__(self, op, func, args):
         self.op, self.func, self.args = op, func, args
-        self.listitems, self.dictitems, self.state = [], [], state
+        self.listitems, self.dictitems, self.state = [], [], NO_STATE
 
 
 class Pid:
@@ -155,14 +156,12 @@ def parse(data):
         del stack[i:]
         return items
 
-    def add_items(target, listitems=None, pairs=None):
-        if isinstance(target, Lst) and listitems is not None:
-            target.items += listitems
-        elif isinstance(target, Dct) and pairs is not None:
-            target.items += [list(p) for p in pairs]
-        elif isinstance(target, Obj):
-            (target.listitems if pairs is None else target.dictitems).extend(
-                listitems if pairs is None else [list(p) for p in pairs])
+    def add(items, pairs):  # APPEND(S) / SETITEM(S) on the object under them
+        target = stack[-1]
+        if isinstance(target, Obj):
+            (target.dictitems if pairs else target.listitems).extend(items)
+        elif isinstance(target, Dct if pairs else Lst):
+            target.items.extend(items)
         else:
             raise ValueError(f"cannot add items to {type(target).__name__}")
 
@@ -175,7 +174,7 @@ def parse(data):
             break
         elif name == "MARK":
             marks.append(len(stack))
-        elif name in ("BINUNICODE", "SHORT_BINUNICODE"):
+        elif name == "BINUNICODE":
             stack.append(Str(arg))
         elif name in ("BININT", "BININT1", "BININT2", "LONG1", "LONG4", "BINFLOAT"):
             stack.append(arg)
@@ -194,18 +193,14 @@ def parse(data):
             stack.append(Lst([]))
         elif name == "EMPTY_DICT":
             stack.append(Dct([]))
-        elif name == "APPEND":
-            v = stack.pop()
-            add_items(stack[-1], listitems=[v])
-        elif name == "APPENDS":
+        elif name in ("APPEND", "SETITEM"):
+            items = stack[-1 - (name == "SETITEM"):]
+            del stack[-len(items):]
+            add([items] if name == "SETITEM" else items, pairs=name == "SETITEM")
+        elif name in ("APPENDS", "SETITEMS"):
             items = pop_mark()
-            add_items(stack[-1], listitems=items)
-        elif name == "SETITEM":
-            v, k = stack.pop(), stack.pop()
-            add_items(stack[-1], pairs=[(k, v)])
-        elif name == "SETITEMS":
-            items = pop_mark()
-            add_items(stack[-1], pairs=list(zip(items[::2], items[1::2])))
+            add([list(kv) for kv in zip(items[::2], items[1::2])] if name == "SETITEMS" else items,
+                pairs=name == "SETITEMS")
         elif name == "GLOBAL":
             module, gname = arg.split(" ", 1)
             stack.append(Glb(module, gname))
@@ -447,14 +442,13 @@ def rewrite_param_group(group, new_keys, group_step, interned):
         if defaults == [n for n in old_keys if n not in user] and rest[:len(defaults)] == defaults:
             break
     else:
-        return False  # not a torch.optim.AdamW group: left as it is
+        return  # not a torch.optim.AdamW group: left as it is
     by_name = {kv[0].v: kv for kv in items}
     order = user + [n for n in new_keys if n not in user] + rest[len(defaults):]
     new = [by_name.get(n) or [interned(n), NEW_DEFAULTS[n]] for n in order]
     if group_step:
         new.append([interned("step"), 0])
     group.items = new + [kv for kv in group.items if kv[0].v == "params"]
-    return True
 
 
 def rewrite_optimizer(root, optimizer, torch_version, records):
@@ -607,7 +601,8 @@ U32 = 0xFFFFFFFF
 
 
 def zip64_extra(size, comp_size, offset, big_size, big_offset):
-    fields = (struct.pack("<QQ", size, comp_size) if big_size else b"") + (struct.pack("<Q", offset) if big_offset else b"")
+    fields = (struct.pack("<QQ", size, comp_size) if big_size else b"") + \
+        (struct.pack("<Q", offset) if big_offset else b"")
     return struct.pack("<HH", 1, len(fields)) + fields if big_size or big_offset else b""
 
 
@@ -717,8 +712,8 @@ class Variant:
         self.torch = parse_version(torch)
         if self.torch < (1, 6):
             raise ValueError("torch < 1.6 wrote no zip by default")
-        if alignment is not None and self.torch < (2, 7):
-            raise ValueError("--alignment needs torch >= 2.7 (torch.utils.serialization.config)")
+        if alignment is not None and (self.torch < (2, 7) or alignment < 1):
+            raise ValueError("--alignment needs torch >= 2.7 (torch.utils.serialization.config) and N >= 1")
         if not crc and self.torch < (2, 6):
             raise ValueError("--no-crc needs torch >= 2.6 (torch.serialization.set_crc32_options)")
         if legacy and (alignment is not None or not crc or archive_prefix):
@@ -761,12 +756,11 @@ def model_states_near(path):
     return None
 
 
-def rewrite_file(src, dst, v, model_states=None):
-    """Writes the torch.save file `src` as variant `v` to `dst`. `model_states`: the tree whose
-    param_shapes give the ds_ids (found next to `src` when not given)."""
+def rewrite_file(src, dst, v):
+    """Writes the torch.save file `src` as variant `v` to `dst`."""
     root, records = read_torch_zip(src)
     if v.torch >= (2, 0) and any(isinstance(d, Dct) and d.get("fp32_flat_groups") for d in walk(root)):
-        wrap_ds_ids(root, ds_id_finder(model_states if model_states is not None else model_states_near(src)))
+        wrap_ds_ids(root, ds_id_finder(model_states_near(src)))
     rewrite_optimizer(root, v.optimizer, v.torch, records)
     if v.zero_stage_enum:
         rewrite_zero_stage_enum(root, v.zero_stage_enum)
