@@ -158,6 +158,7 @@ class CheckpointBuilder {
       UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim));
       if (r == 0) {
         c_.rank0_optim_ = optim.doc;
+        c_.container_style_ = StyleOf(optim.summary);
         c_.rank0_optim_summary_ = std::make_shared<TorchFileSummary>(std::move(optim.summary));
       }
     }

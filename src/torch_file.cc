@@ -51,6 +51,44 @@ Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
   return s;
 }
 
+ContainerStyle StyleOf(const TorchFileSummary& s) {
+  ContainerStyle style;
+  if (s.legacy) return style;
+  const std::string* alignment = s.SmallRecord(".storage_alignment");
+  if (s.Find(".format_version") != nullptr && alignment != nullptr) {
+    // ZipLayout pads with a 16-bit extra field: larger values cannot be
+    // what torch wrote, and would be laid out wrongly, so they demote the
+    // style to 2.1's, which torch reads by the headers.
+    uint64_t value = 0;
+    bool digits = !alignment->empty() && alignment->size() <= 6;
+    for (char c : *alignment) {
+      digits = digits && c >= '0' && c <= '9';
+      value = value * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (digits && value >= 1 && value <= 0xffff) {
+      style.records = ContainerStyle::Records::kTorch27;
+      style.alignment = value;
+      return style;
+    }
+  }
+  if (s.Find("byteorder") != nullptr || s.Find(".data/serialization_id") != nullptr) {
+    style.records = ContainerStyle::Records::kTorch21;
+  }
+  return style;
+}
+
+std::string_view StyleName(const ContainerStyle& style) {
+  switch (style.records) {
+    case ContainerStyle::Records::kTorch16:
+      return "torch 1.6-2.0";
+    case ContainerStyle::Records::kTorch21:
+      return "torch 2.1-2.6";
+    case ContainerStyle::Records::kTorch27:
+      return "torch >= 2.7";
+  }
+  return "?";
+}
+
 // ---------------------------------------------------------------------------
 // Encoding: a version byte, then fields as little-endian integers and
 // length-prefixed strings.

@@ -144,6 +144,9 @@ class Checkpoint {
   // Rank 0's files: where their storage records are.
   const TorchFileSummary& rank0_optim_summary() const { return *rank0_optim_summary_; }
   const TorchFileSummary& rank0_model_summary() const { return *rank0_model_summary_; }
+  // How rank 0's optimizer file was written: files made from this
+  // checkpoint are written the same way.
+  const ContainerStyle& container_style() const { return container_style_; }
 
  private:
   // Where one rank's copy of one flat buffer begins.
@@ -181,6 +184,7 @@ class Checkpoint {
   std::shared_ptr<const pickle::Document> rank0_model_;
   std::shared_ptr<const TorchFileSummary> rank0_optim_summary_;
   std::shared_ptr<const TorchFileSummary> rank0_model_summary_;
+  ContainerStyle container_style_;
 };
 
 // A scalar's value from its little-endian bytes (the Adam step) as a double.

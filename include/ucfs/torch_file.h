@@ -39,6 +39,30 @@ struct TorchFileSummary {
   const std::string* SmallRecord(std::string_view relative_name) const;
 };
 
+// The torch.save container layout of the torch that wrote a file, as far as
+// its records tell. Files ucfs synthesises from a checkpoint are laid out
+// the same way, so that they are what that torch would have written.
+struct ContainerStyle {
+  enum class Records : uint8_t {
+    // data.pkl, data/<key> in string order (0, 1, 10, 2), version: torch
+    // 1.6-2.0, and ucfs's choice for legacy-format sources.
+    kTorch16,
+    // data.pkl, byteorder, data/<key> in string order, version,
+    // .data/serialization_id: torch 2.1-2.6.
+    kTorch21,
+    // data.pkl, .format_version, .storage_alignment, byteorder, data/<key>
+    // in numeric order, version, .data/serialization_id: torch >= 2.7,
+    // which may compute record offsets from this exact layout.
+    kTorch27,
+  };
+  Records records = Records::kTorch16;
+  uint64_t alignment = 64;  // of every record's data; .storage_alignment (>= 2.7)
+  bool operator==(const ContainerStyle&) const = default;
+};
+
+ContainerStyle StyleOf(const TorchFileSummary& summary);
+std::string_view StyleName(const ContainerStyle& style);
+
 // Reads a file's zip directory, data.pkl and small records (or the same of
 // a legacy-format file).
 Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path);

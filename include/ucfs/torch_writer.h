@@ -87,10 +87,12 @@ class PieceReader {
 
 class TorchFileContent final : public FileContent {
  public:
-  // The file torch.save (1.13) writes for a pickle and its storages:
-  // "<prefix>/data.pkl", "<prefix>/data/<key>" in lexicographic key order,
-  // "<prefix>/version". With `crc_reader`, storages get real CRC-32s (every
-  // byte is read now); without, CRCs are zero, which torch.load accepts.
+  // The file torch.save writes for a pickle and its storages, laid out as
+  // the torch that wrote `checkpoint` lays them out (its container_style():
+  // which records, in which order, at which alignment). With `crc_reader`,
+  // records get real CRC-32s (every byte is read now); without, CRCs are
+  // zero, as torch writes them with compute_crc32 off; torch.load accepts
+  // both.
   static Result<std::shared_ptr<TorchFileContent>> Make(
       std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
       std::vector<StorageSpec> storages, PieceReader* crc_reader = nullptr);
