@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <map>
@@ -238,8 +239,8 @@ Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
 
 Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
                                 std::vector<ReadPiece>* out) const {
-  const uint64_t end = std::min(size(), offset + length);
-  if (offset >= end) return Status::OK();
+  if (offset >= size()) return Status::OK();
+  const uint64_t end = offset + std::min(length, size() - offset);
   if (offset < header_.size()) {
     ReadPiece p;
     p.kind = ReadPiece::Kind::kBytes;
@@ -247,6 +248,7 @@ Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
     p.bytes = std::string_view(header_).substr(offset, p.length);
     out->push_back(p);
   }
+  if (end <= header_.size()) return Status::OK();  // a read within the header
   const uint64_t begin = std::max<uint64_t>(offset, header_.size()) - header_.size();
   const uint64_t stop = end - header_.size();
   if (begin >= stop) return Status::OK();
@@ -263,12 +265,26 @@ Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
 
 namespace {
 
+// A shard index as Hugging Face writes it: json.dumps(index, indent=2,
+// sort_keys=True) + "\n".
+std::string IndexJson(uint64_t total, const std::map<std::string, std::string>& weight_map) {
+  nlohmann::json index;  // std::map underneath: keys sorted
+  index["metadata"]["total_size"] = total;
+  index["weight_map"] = weight_map;
+  return index.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// torch.save of `tensors` (aliases index into `tensors`) as zero_to_fp32
+// writes it: an OrderedDict up to DeepSpeed 0.15.2, a plain dict of each
+// shard after.
 Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
-    std::shared_ptr<const Checkpoint> checkpoint, const std::vector<ConsolidatedTensor>& tensors) {
+    std::shared_ptr<const Checkpoint> checkpoint, const std::vector<ConsolidatedTensor>& tensors,
+    bool plain_dict, const std::string& file_name) {
   TorchPickleBuilder b;
   pickle::Document& doc = b.doc();
   const pickle::NodeId dict =
-      doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
+      plain_dict ? doc.AddDict({})
+                 : doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
   std::vector<pickle::NodeId> node_of;
   for (const ConsolidatedTensor& t : tensors) {
     // A tied alias is the very tensor it is tied to, as in zero_to_fp32's dict.
@@ -279,7 +295,109 @@ Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
     doc.AppendPair(dict, doc.AddStr(t.name), tensor);
   }
   doc.set_root(dict);
-  return b.Finish(std::move(checkpoint), ArchivePrefixFor("pytorch_model.bin"));
+  return b.Finish(std::move(checkpoint), ArchivePrefixFor(file_name));
+}
+
+// Whether `version` ("0.15.3", "0.16.4+a1b2c3") is at least major.minor.patch.
+bool VersionAtLeast(std::string_view version, std::array<int, 3> least) {
+  std::array<int, 3> v{};
+  for (int& part : v) {
+    int n = 0;
+    size_t digits = 0;
+    while (digits < version.size() && digits < 6 && version[digits] >= '0' &&
+           version[digits] <= '9') {
+      n = n * 10 + (version[digits++] - '0');
+    }
+    if (digits == 0) return false;
+    part = n;
+    version.remove_prefix(digits);
+    if (version.empty() || version[0] != '.') break;
+    version.remove_prefix(1);
+  }
+  return v >= least;
+}
+
+// Hugging Face's split_torch_state_dict_into_shards, which zero_to_fp32
+// shards with since DeepSpeed 0.15.3: tensors in state-dict order, a tensor
+// over the limit in a shard of its own (appended at once, before the shard
+// being filled), a new shard when the next tensor would tip it over; each
+// tied alias then joins its tensor's shard, after its tensors. `total` is the
+// sum over tensors that are not aliases.
+std::vector<std::vector<size_t>> SplitLikeHuggingFace(
+    const std::vector<ConsolidatedTensor>& tensors, uint64_t max_bytes, uint64_t* total) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  *total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].alias_of >= 0) continue;
+    const uint64_t bytes = BytesOf(tensors[i]);
+    *total += bytes;
+    if (bytes > max_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + bytes > max_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].alias_of < 0) continue;
+    for (auto& shard : shards) {
+      if (std::find(shard.begin(), shard.end(), static_cast<size_t>(tensors[i].alias_of)) !=
+          shard.end()) {
+        shard.push_back(i);
+        break;
+      }
+    }
+  }
+  return shards;
+}
+
+// <tag>_fp32's .bin files, as the zero_to_fp32.py of the DeepSpeed version
+// that saved the checkpoint writes them: one pytorch_model.bin up to 0.15.2;
+// from 0.15.3 (its --max_shard_size, default 5GB) past the limit
+// pytorch_model-0000k-of-0000n.bin with pytorch_model.bin.index.json.
+Status AddPytorchModelBins(View& view, InodeId dir, std::shared_ptr<const Checkpoint> checkpoint,
+                           const std::vector<ConsolidatedTensor>& tensors,
+                           const ConsolidatedOptions& options) {
+  if (!VersionAtLeast(checkpoint->ds_version(), {0, 15, 3})) {
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(checkpoint, tensors, false, "pytorch_model.bin"));
+    return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
+  }
+  uint64_t total = 0;
+  const auto shards = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &total);
+  if (shards.size() <= 1) {
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(checkpoint, tensors, true, "pytorch_model.bin"));
+    return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
+  }
+  std::map<std::string, std::string> weight_map;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "pytorch_model-%05zu-of-%05zu.bin", k + 1, shards.size());
+    std::vector<ConsolidatedTensor> shard;
+    std::map<size_t, int> index_in_shard;
+    for (size_t i : shards[k]) {
+      ConsolidatedTensor t = tensors[i];
+      if (t.alias_of >= 0) t.alias_of = index_in_shard.at(static_cast<size_t>(t.alias_of));
+      index_in_shard[i] = static_cast<int>(shard.size());
+      weight_map[t.name] = name;
+      shard.push_back(std::move(t));
+    }
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(checkpoint, shard, true, name));
+    UCFS_RETURN_IF_ERROR(view.AddFile(dir, name, std::move(bin)).status());
+  }
+  return view
+      .AddFile(dir, "pytorch_model.bin.index.json",
+               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
+      .status();
 }
 
 std::string ShardName(size_t k, size_t n) {
@@ -295,27 +413,29 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
                           const ConsolidatedOptions& options) {
   UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,
                         ConsolidatedStateDict(env, *checkpoint));
-  UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(checkpoint, tensors));
-  // Shards filled in state-dict order; a tensor larger than the limit has
-  // one to itself (Hugging Face's split_torch_state_dict_into_shards).
-  std::vector<std::vector<ConsolidatedTensor>> shards(1);
-  uint64_t in_shard = 0, total = 0;
-  for (ConsolidatedTensor& t : tensors) {
-    const uint64_t bytes = BytesOf(t);
-    if (!shards.back().empty() && in_shard + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      in_shard = 0;
-    }
-    in_shard += bytes;
-    total += bytes;
-    t.alias_of = -1;
-    shards.back().push_back(std::move(t));
-  }
   UCFS_ASSIGN_OR_RETURN(InodeId dir,
                         view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
-  UCFS_RETURN_IF_ERROR(view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status());
-  if (shards.size() == 1) {
-    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[0])));
+  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, checkpoint, tensors, options));
+  // The safetensors files are split the same way; safetensors cannot alias,
+  // so each tied alias is a copy in its tensor's shard, and counts.
+  uint64_t unique = 0;
+  const auto split = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &unique);
+  std::vector<std::vector<ConsolidatedTensor>> shards;
+  uint64_t total = 0;
+  for (const auto& indices : split) {
+    shards.emplace_back();
+    for (size_t i : indices) {
+      ConsolidatedTensor t = tensors[i];
+      t.alias_of = -1;
+      total += BytesOf(t);
+      shards.back().push_back(std::move(t));
+    }
+  }
+  if (shards.size() <= 1) {
+    UCFS_ASSIGN_OR_RETURN(
+        auto st,
+        SafetensorsContent::Make(
+            checkpoint, shards.empty() ? std::vector<ConsolidatedTensor>{} : std::move(shards[0])));
     return view.AddFile(dir, "model.safetensors", std::move(st)).status();
   }
   std::map<std::string, std::string> weight_map;  // sorted, as json.dumps(sort_keys=True)
@@ -324,14 +444,9 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
     UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[k])));
     UCFS_RETURN_IF_ERROR(view.AddFile(dir, ShardName(k, shards.size()), std::move(st)).status());
   }
-  // As Hugging Face writes it: json.dumps(index, indent=2, sort_keys=True) + "\n".
-  nlohmann::json index;  // std::map underneath: keys sorted
-  index["metadata"]["total_size"] = total;
-  index["weight_map"] = weight_map;
-  const std::string index_text =
-      index.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return view
-      .AddFile(dir, "model.safetensors.index.json", std::make_shared<InlineContent>(index_text))
+      .AddFile(dir, "model.safetensors.index.json",
+               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
       .status();
 }
 

@@ -9,6 +9,9 @@
 #include <set>
 
 #include "test_support.h"
+#include "ucfs/pickle.h"
+#include "ucfs/torch_file.h"
+#include "ucfs/torch_tensor.h"
 
 namespace ucfs {
 namespace {
@@ -81,6 +84,13 @@ std::map<std::string, SafeTensor> ParseSafetensors(const std::string& file) {
   }
   EXPECT_EQ(at, data.size()) << "data left over";
   return out;
+}
+
+// The header length a safetensors file starts with.
+uint64_t ParseSafetensorsHeaderSize(const std::string& file) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(file[static_cast<size_t>(i)]);
+  return n;
 }
 
 std::string SafeDType(const std::string& torch_name) {
@@ -163,6 +173,31 @@ TEST_P(ConsolidatedTest, SafetensorsHoldTheSameTensors) {
   }
 }
 
+// Reads of any range, those ending inside the header too, give exactly the
+// bytes of a whole read at that range (found by checkpoint_fuzz: a read
+// ending in the header also returned data; offset + length could wrap).
+TEST_P(ConsolidatedTest, SafetensorsReadsOfAnyRange) {
+  auto c = Open(GetParam());
+  View view(*Env::Posix(), 0);
+  for (const auto& s : c->sources()) view.AddSource(s);
+  ASSERT_TRUE(AddConsolidatedDir(*Env::Posix(), view, kRootInode, c).ok());
+  const InodeId dir = *view.Lookup(kRootInode, c->files().tag + "_fp32");
+  const InodeId file = *view.Lookup(dir, "model.safetensors");
+  const std::string whole = ReadFileOfView(view, *c, file);
+  const uint64_t header = 8 + ParseSafetensorsHeaderSize(whole);
+  for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{7}, header - 1, header, header + 1}) {
+    // Up to the end of the header, and "everything from here" (no overflow).
+    const uint64_t to_header = offset < header ? header - offset : 1;
+    for (uint64_t length : {uint64_t{1}, uint64_t{2}, uint64_t{8}, to_header, uint64_t{4096},
+                            std::numeric_limits<uint64_t>::max()}) {
+      std::vector<ReadPiece> pieces;
+      ASSERT_TRUE(view.Plan(file, offset, length, &pieces).ok());
+      EXPECT_EQ(ReadPieces(*c, pieces), whole.substr(offset, length))
+          << "[" << offset << ", +" << length << ")";
+    }
+  }
+}
+
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / 4);
   std::memcpy(out.data(), bytes.data(), bytes.size());
@@ -234,6 +269,126 @@ TEST(DeferredBytes, MadeOnFirstReadOnly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConsolidatedTest, ::testing::ValuesIn(testing::FixtureNames()));
+
+// The tensors of a pytorch_model.bin (or a shard of it): name -> (storage
+// key, bytes), and whether its top object is a plain dict.
+struct BinContents {
+  bool plain_dict = false;
+  std::vector<std::string> names;
+  std::map<std::string, std::pair<std::string, std::string>> tensors;
+};
+BinContents ReadBin(const std::string& file) {
+  BinContents out;
+  MemEnv env;
+  env.WriteFile("/f.bin", file);
+  auto summary = SummarizeTorchFile(env, "/f.bin");
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  if (!summary.ok()) return out;
+  auto doc = pickle::Parse(summary->pickle);
+  EXPECT_TRUE(doc.ok());
+  out.plain_dict = doc->node(doc->root()).kind == pickle::Kind::kDict;
+  const auto items = doc->MappingItems(doc->root());
+  EXPECT_TRUE(items.has_value());
+  if (!items) return out;
+  for (const auto& [k, v] : *items) {
+    auto t = MatchTensor(*doc, v);
+    EXPECT_TRUE(t.ok() && t->has_value());
+    const ZipRecord* rec = summary->Find("data/" + (*t)->storage_key);
+    EXPECT_NE(rec, nullptr);
+    const std::string name(*doc->AsStr(k));
+    out.names.push_back(name);
+    out.tensors[name] = {(*t)->storage_key,
+                         file.substr(rec->data_offset + (*t)->byte_offset(), (*t)->byte_size())};
+  }
+  return out;
+}
+
+// From DeepSpeed 0.15.3 zero_to_fp32 writes a plain dict, and past
+// --max_shard_size (5GB) pytorch_model-0000k-of-0000n.bin shards split as
+// Hugging Face's split_torch_state_dict_into_shards splits, with an index;
+// up to 0.15.2 one OrderedDict file whatever its size.
+TEST(ConsolidatedBins, FollowTheZeroToFp32OfTheCheckpointsDeepSpeed) {
+  const auto& z2f = ReferenceManifest().at("z3_tricky_fp32_ws4").at("zero_to_fp32");
+  for (const std::string version : {"0.14.5", "0.15.2", "0.15.3", "0.16.4", "0.19.5+g1a2b"}) {
+    SCOPED_TRACE("DeepSpeed " + version);
+    MemEnv env;
+    ASSERT_TRUE(env.CopyTreeFrom(FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint", "/ck").ok());
+    const std::string model0 = "/ck/global_step4/zero_pp_rank_0_mp_rank_00_model_states.pt";
+    env.WriteFile(model0, testing::RepackTorchFile(*env.Contents(model0), [&](pickle::Document* d) {
+                    d->mutable_node(d->Get(d->root(), "ds_version")).text = version;
+                  }));
+    auto opened = Checkpoint::Open(env, "/ck");
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    auto c = std::make_shared<const Checkpoint>(std::move(opened).value());
+    const bool new_style = version >= std::string("0.15.3");
+    for (uint64_t limit : {uint64_t{5'000'000'000}, uint64_t{300}}) {
+      SCOPED_TRACE("max shard bytes " + std::to_string(limit));
+      View view(env, 0);
+      for (const auto& s : c->sources()) view.AddSource(s);
+      ASSERT_TRUE(AddConsolidatedDir(env, view, kRootInode, c, {limit}).ok());
+      const InodeId dir = *view.Lookup(kRootInode, "global_step4_fp32");
+      auto read = [&](InodeId file) {
+        std::vector<ReadPiece> pieces;
+        EXPECT_TRUE(view.Plan(file, 0, view.GetAttr(file)->size, &pieces).ok());
+        PieceReader reader(env, [&](uint32_t i) { return c->sources()[i]; });
+        std::string bytes;
+        EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
+        return bytes;
+      };
+      std::map<std::string, BinContents> bins;
+      const auto entries = view.ReadDir(dir);
+      ASSERT_TRUE(entries.ok());
+      for (const auto& [name, attr] : *entries) {
+        if (name.starts_with("pytorch_model") && name.ends_with(".bin")) {
+          bins[name] = ReadBin(read(attr.inode));
+        }
+      }
+      const bool sharded = new_style && limit < 1'000'000;
+      if (!sharded) {
+        ASSERT_EQ(bins.size(), 1u);
+        ASSERT_TRUE(bins.count("pytorch_model.bin"));
+        EXPECT_EQ(bins.at("pytorch_model.bin").plain_dict, new_style);
+        EXPECT_FALSE(view.Lookup(dir, "pytorch_model.bin.index.json").ok());
+        continue;
+      }
+      ASSERT_GT(bins.size(), 2u) << "300 bytes split the fixture";
+      EXPECT_FALSE(bins.count("pytorch_model.bin"));
+      const nlohmann::json index =
+          nlohmann::json::parse(read(*view.Lookup(dir, "pytorch_model.bin.index.json")));
+      uint64_t total = 0;
+      std::set<std::string> seen;
+      size_t k = 0;
+      for (const auto& [name, bin] : bins) {
+        char expected_name[64];
+        std::snprintf(expected_name, sizeof expected_name, "pytorch_model-%05zu-of-%05zu.bin", ++k,
+                      bins.size());
+        EXPECT_EQ(name, expected_name);
+        EXPECT_TRUE(bin.plain_dict);
+        std::map<std::string, std::string> bytes_of_key;  // storage key -> bytes, once
+        uint64_t shard_bytes = 0;
+        for (const std::string& t : bin.names) {
+          EXPECT_TRUE(seen.insert(t).second) << t << " in two shards";
+          EXPECT_EQ(index.at("weight_map").at(t).get<std::string>(), name) << t;
+          const auto& [key, bytes] = bin.tensors.at(t);
+          EXPECT_EQ(bytes, LoadReference(z2f.at(t)).bytes) << t;
+          if (bytes_of_key.emplace(key, bytes).second) shard_bytes += bytes.size();
+        }
+        total += shard_bytes;
+        // Over the limit only as one tensor alone (and its tied aliases).
+        if (shard_bytes > limit) EXPECT_EQ(bytes_of_key.size(), 1u) << name;
+      }
+      EXPECT_EQ(seen.size(), z2f.size());
+      EXPECT_EQ(index.at("metadata").at("total_size").get<uint64_t>(), total);
+      // Tied aliases share their tensor's storage, in its shard.
+      for (const TiedParam& tie : c->tied_params()) {
+        const std::string shard = index.at("weight_map").at(tie.alias);
+        EXPECT_EQ(index.at("weight_map").at(tie.canonical).get<std::string>(), shard);
+        EXPECT_EQ(bins.at(shard).tensors.at(tie.alias).first,
+                  bins.at(shard).tensors.at(tie.canonical).first);
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace ucfs

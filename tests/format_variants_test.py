@@ -106,6 +106,12 @@ def check_export(ucfs_out, reference_out, options, byte_identical, crc):
                 assert open(mine, "rb").read() == open(ref, "rb").read(), name
                 continue
             expected = os.path.join(tmp, name)
+            if name.endswith(".bin") and options.get("ds_version", "0.14.5") >= "0.15.3":
+                # zero_to_fp32 of DeepSpeed >= 0.15.3 saves a plain dict, not an OrderedDict.
+                plain = os.path.join(tmp, "plain", os.path.basename(name))
+                os.makedirs(os.path.dirname(plain), exist_ok=True)
+                torch.save(dict(torch.load(ref, map_location="cpu")), plain)
+                ref = plain
             tv.rewrite_file(ref, expected, layout)
             same_value(torch.load(mine, map_location="cpu"), torch.load(expected, map_location="cpu"), name)
             if byte_identical(name) and open(mine, "rb").read() != open(expected, "rb").read():
