@@ -40,7 +40,8 @@ struct TorchFile {
                                   "' is compressed; ucfs serves tensor bytes in place and needs "
                                   "stored records (torch.save never compresses them)");
     }
-    const uint64_t need = t.storage_numel * t.element_size();
+    uint64_t need = 0;  // storage_numel goes up to 2^63: the product may wrap
+    if (__builtin_mul_overflow(t.storage_numel, t.element_size(), &need)) need = UINT64_MAX;
     if (rec->size < need) {
       return Error("storage record '" + rec->name + "' holds " + std::to_string(rec->size) +
                    " bytes, its tensor needs " + std::to_string(need));
@@ -73,6 +74,17 @@ Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path
       tf.summary.records.size(), tf.summary.pickle.size(), tf.doc->size(),
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return tf;
+}
+
+// Elements of a param_shapes shape, or nullopt past the 2^62 MatchTensor
+// allows a tensor (beyond, numel and numel * element size wrap).
+std::optional<uint64_t> CheckedNumel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
 }
 
 // ZeroStageEnum is pickled as getattr(ZeroStageEnum, 'weights') by Python
@@ -213,10 +225,15 @@ class CheckpointBuilder {
         if (HasParam(std::string(*name))) {
           return tf.Error("param_shapes lists '" + std::string(*name) + "' twice");
         }
+        auto numel = CheckedNumel(*shape);
+        if (!numel) {
+          return tf.Error("param '" + std::string(*name) + "' of shape " + ShapeString(*shape) +
+                          " has more than 2^62 elements");
+        }
         ParamInfo p;
         p.name = std::string(*name);
         p.shape = std::move(*shape);
-        p.numel = NumelOf(p.shape);
+        p.numel = *numel;
         p.partition_numel = PartitionNumel(p.numel, c_.world_size());
         p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
         p.offset = offset;
@@ -233,10 +250,15 @@ class CheckpointBuilder {
         auto name = doc.AsStr(k);
         auto shape = MatchShape(doc, v);
         if (!name || !shape) return tf.Error("frozen_param_shapes entry is not name -> torch.Size");
+        auto numel = CheckedNumel(*shape);
+        if (!numel) {
+          return tf.Error("frozen param '" + std::string(*name) + "' of shape " +
+                          ShapeString(*shape) + " has more than 2^62 elements");
+        }
         FrozenParamInfo f;
         f.name = std::string(*name);
         f.shape = std::move(*shape);
-        f.numel = NumelOf(f.shape);
+        f.numel = *numel;
         f.partition_numel = PartitionNumel(f.numel, c_.world_size());
         c_.frozen_.push_back(std::move(f));
       }
@@ -260,7 +282,8 @@ class CheckpointBuilder {
     }
     NodeId zero_cfg = doc.Get(doc.Get(root, "ds_config"), "zero_optimization");
     if (auto sgs = doc.AsNumber(doc.Get(zero_cfg, "sub_group_size")); sgs && *sgs >= 0) {
-      c_.sub_group_size_ = static_cast<uint64_t>(*sgs);
+      // A float in the JSON (1e20: never split) may not fit: as good as infinite.
+      c_.sub_group_size_ = *sgs < 0x1p64 ? static_cast<uint64_t>(*sgs) : UINT64_MAX;
     }
     // The module's entries are placeholders in the training dtype.
     if (auto module = doc.MappingItems(doc.Get(root, "module"))) {

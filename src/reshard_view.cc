@@ -191,10 +191,17 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
                 run.source_offset = scalar.extent.offset;
                 run.length = scalar.extent.length;
                 v = b.NewTensor(scalar.dtype, {}, false, {run});
+              } else if (scalar.dtype == DType::kFloat64) {
+                v = doc.AddFloat(scalar.value);
               } else {
-                v = scalar.dtype == DType::kFloat64
-                        ? doc.AddFloat(scalar.value)
-                        : doc.AddInt(static_cast<int64_t>(scalar.value));
+                // An int kept as a double by Checkpoint: only one that fits an
+                // int64 converts back (found by checkpoint_fuzz: 2^63 - 1).
+                if (!(scalar.value >= -0x1p63 && scalar.value < 0x1p63)) {
+                  return Status::NotSupported(path + ": scalar state '" + scalar.name + "' (" +
+                                              std::to_string(scalar.value) +
+                                              ") does not fit an int64");
+                }
+                v = doc.AddInt(static_cast<int64_t>(scalar.value));
               }
             }
           }

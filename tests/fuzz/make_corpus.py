@@ -8,6 +8,10 @@ Usage: make_corpus.py FIXTURES_DIR OUT_DIR
   OUT_DIR/zip/     the odd archives (deflated, legacy) of the sibling ../zip,
                    then up to 40 in all of the smallest .pt files of each kind
                    below FIXTURES_DIR
+  OUT_DIR/checkpoint/
+                   mutation programs for checkpoint_fuzz (checkpoint_fuzz.cc
+                   describes their format): every fixture unmutated, and one
+                   program for each kind of edit the target knows
 
 Seeds are named by the SHA-1 of their contents, as libFuzzer names the inputs
 it adds, so identical fixtures (the checkpoints repeat many files) collapse
@@ -26,6 +30,137 @@ import zipfile
 # Enough zip seeds to cover every kind of fixture file without making each
 # smoke run spend its time on near-duplicates.
 MAX_ZIP_SEEDS = 40
+
+# --- checkpoint_fuzz programs. These mirror checkpoint_fuzz.cc's decoder; a
+# seed that drifts from it is still a valid program, only another edit.
+# Fixtures are numbered in sorted order: 0 z3_bf16_ws2 ... 3 z3_fp32_ws2 ...
+# 6 z3_tricky_fp32_ws4. Byte 0 bit 7: also the universal view with CRCs.
+OP_EDIT, OP_REPAIR, OP_REPLACE, OP_TRUNCATE, OP_REMOVE = 0, 2, 3, 4, 5
+OP_FLIP, OP_RECORD, OP_LATEST, OP_ADD_RANK = 6, 7, 8, 9
+# Edit targets: bits 0-1 optim / model / both, bit 2 every rank, rest the rank.
+OPTIM0, MODEL0, ALL_OPTIM, ALL_MODEL, ALL_FILES = 0, 1, 4, 5, 6
+# Selectors, and the named paths of kPaths.
+SEL_ROOT, SEL_PATH, SEL_KIND, SEL_TENSOR, SEL_SIZE = 0, 1, 2, 3, 4
+PATH_ZERO_STAGE, PATH_PARTITION_COUNT, PATH_FLATS, PATH_FLAT = 1, 2, 3, 4
+PATH_STATE_ENTRY, PATH_PARAM_GROUP_PARAMS, PATH_SUB_GROUP_SIZE = 7, 10, 13
+PATH_PARAM_SHAPES, PATH_PARAM_SHAPES_GROUP, PATH_SHARED = 17, 18, 24
+PATH_BUFFER_NAMES, PATH_DP_WORLD_SIZE = 25, 26
+# Tensor parts (the tensor selector's k1).
+PART_CLASS, PART_KEY, PART_NUMEL, PART_OFFSET, PART_SIZE = 0, 1, 3, 4, 5
+# Actions.
+ACT_DESCEND, ACT_REPLACE, ACT_SCALAR, ACT_SEQUENCE, ACT_MAPPING = 0, 1, 2, 3, 4
+ACT_WRAP, ACT_UNWRAP, ACT_SET_GLOBAL = 5, 6, 7
+# Sequence modes; mapping modes are 12 + (a % 8).
+SEQ_DROP, SEQ_DUP, SEQ_APPEND, SEQ_REPEAT = 0, 1, 2, 7
+MAP_RENAME, MAP_ADD = 0, 5
+# Value generators.
+GEN_INT, GEN_STR = 2, 4
+
+
+def int_table(index):
+    """The byte that picks kInts[index]."""
+    return index // 3 * 10 + 7 + index % 3
+
+
+def str_table(index):
+    """The byte that picks kStrs[index]."""
+    return index // 3 * 12 + 9 + index % 3
+
+
+def edit(target, selector, k1, k2, *steps):
+    out = bytes([OP_EDIT, target, selector, k1, k2])
+    for s in steps:
+        out += s
+    return out
+
+
+def step(action, a=0, b=0, c=0, d=0, raw=None):
+    out = bytes([action, a, b])
+    if action != ACT_DESCEND:
+        out += bytes([c, d])
+    if raw is not None:
+        assert action in (ACT_REPLACE, ACT_SCALAR) and b & 0x80
+        out += raw.to_bytes(8, "little", signed=raw < 0)
+    return out
+
+
+def checkpoint_programs():
+    """(name, program) pairs: the seeds of checkpoint_fuzz."""
+    progs = [("fixture-%d" % i, bytes([i])) for i in range(7)]
+    progs.append(("fixture-6-crc", bytes([0x86])))
+    progs += [
+        # partition_count 2^31 in every optimizer file
+        ("partition-count-2p31", bytes([3]) + edit(
+            ALL_OPTIM, SEL_PATH, PATH_PARTITION_COUNT, 0,
+            step(ACT_SCALAR, int_table(15)))),
+        # dp_world_size 0 in rank 0's model states
+        ("dp-world-size-0", bytes([3]) + edit(
+            MODEL0, SEL_PATH, PATH_DP_WORLD_SIZE, 0, step(ACT_SCALAR, int_table(0)))),
+        # zero_stage a plain int 2
+        ("zero-stage-2", bytes([3]) + edit(
+            ALL_OPTIM, SEL_PATH, PATH_ZERO_STAGE, 0,
+            step(ACT_REPLACE, GEN_INT, 0, int_table(3)))),
+        # a param renamed '..' (a directory name in the universal view)
+        ("param-named-dotdot", bytes([3]) + edit(
+            MODEL0, SEL_PATH, PATH_PARAM_SHAPES_GROUP, 0,
+            step(ACT_MAPPING, MAP_RENAME, 0, 0, str_table(5)))),
+        # ... and '.wh.x' (a whiteout's name in a writable mount)
+        ("param-named-whiteout", bytes([6]) + edit(
+            MODEL0, SEL_PATH, PATH_PARAM_SHAPES_GROUP, 1,
+            step(ACT_MAPPING, MAP_RENAME, 0, 0, str_table(6)))),
+        # the first torch.Size gets one more dim of 3, then the optimizer
+        # files are repaired to fit
+        ("shape-rank-3-repaired", bytes([6]) + edit(
+            MODEL0, SEL_SIZE, 0, 0,
+            step(ACT_SEQUENCE, SEQ_APPEND, 0, GEN_INT, int_table(4)))
+            + bytes([OP_REPAIR, 3])),
+        # a param duplicated under a new name in its group, repaired
+        ("param-added-repaired", bytes([3]) + edit(
+            MODEL0, SEL_PATH, PATH_PARAM_SHAPES_GROUP, 0,
+            step(ACT_MAPPING, 1, 0, 0, str_table(1))) + bytes([OP_REPAIR, 1])),
+        # a whole sub-group repeated, repaired (more fp32_flat_groups)
+        ("sub-groups-repeated-repaired", bytes([6]) + edit(
+            MODEL0, SEL_PATH, PATH_PARAM_SHAPES, 0,
+            step(ACT_SEQUENCE, SEQ_REPEAT, 0, 2)) + bytes([OP_REPAIR, 3])),
+        # fp32 master weights as bfloat16 storages
+        ("flat-dtype-bf16", bytes([3]) + edit(
+            ALL_OPTIM, SEL_TENSOR, PART_CLASS, 0, step(ACT_SET_GLOBAL, 1))),
+        # a storage numel of 2^62 (times 4 bytes: 2^64)
+        ("storage-numel-2p62", bytes([3]) + edit(
+            OPTIM0, SEL_TENSOR, PART_NUMEL, 1, step(ACT_SCALAR, int_table(26)))),
+        # a storage offset one past the end
+        ("storage-offset-plus-1", bytes([3]) + edit(
+            OPTIM0, SEL_TENSOR, PART_OFFSET, 1, step(ACT_SCALAR, 0))),
+        # one fp32_flat_groups entry fewer
+        ("flat-groups-dropped", bytes([6]) + edit(
+            ALL_OPTIM, SEL_PATH, PATH_FLATS, 0, step(ACT_SEQUENCE, SEQ_DROP, 0))),
+        # a sub-group listed twice in param_groups[0]['params']
+        ("param-group-params-dup", bytes([6]) + edit(
+            OPTIM0, SEL_PATH, PATH_PARAM_GROUP_PARAMS, 0, step(ACT_SEQUENCE, SEQ_DUP, 0))),
+        # Adam's step a plain int 2^63 - 1
+        ("step-int-max", bytes([3]) + edit(
+            OPTIM0, SEL_PATH, PATH_STATE_ENTRY, 0,
+            step(ACT_REPLACE, GEN_INT, 0x80 | 0, 5, 0, raw=2**63 - 1))),
+        # sub_group_size 1: one param per sub-group at every N
+        ("sub-group-size-1", bytes([6]) + edit(
+            MODEL0, SEL_PATH, PATH_SUB_GROUP_SIZE, 0, step(ACT_SCALAR, int_table(1)))),
+        # a tied alias of something that is not a param
+        ("shared-param-added", bytes([6]) + edit(
+            MODEL0, SEL_PATH, PATH_SHARED, 0, step(ACT_MAPPING, MAP_ADD, 0, 0, 0))),
+        # the buffer named twice
+        ("buffer-named-twice", bytes([6]) + edit(
+            MODEL0, SEL_PATH, PATH_BUFFER_NAMES, 0, step(ACT_SEQUENCE, SEQ_DUP, 0))),
+        # file-level: rank 1's optimizer file cut in half; rank 0's model
+        # file replaced by rank 1's; a storage record halved; `latest`
+        # naming no tag; a fifth rank
+        ("truncated-rank-1", bytes([3, OP_TRUNCATE, 2, 0x00, 0x80])),
+        ("model-0-is-model-1", bytes([3, OP_REPLACE, 1, 3])),
+        ("record-halved", bytes([3, OP_RECORD, 0, 3, 1])),
+        ("latest-nope", bytes([3, OP_LATEST, 2])),
+        ("rank-added", bytes([6, OP_ADD_RANK, 0])),
+        ("zip-directory-flipped", bytes([3, OP_FLIP, 0, 0x10, 0x80, 0x41])),
+    ]
+    return progs
 
 
 def files_below(root, suffixes):
@@ -113,9 +248,16 @@ def main(argv):
             if write_seed(zip_out, f.read()):
                 zips += 1
 
-    print("make_corpus.py: %d pickle seeds in %s, %d zip seeds in %s"
-          % (pickles, pickle_out, zips, zip_out))
-    return 0 if pickles and zips else 1
+    checkpoint_out = os.path.join(out, "checkpoint")
+    reset_dir(checkpoint_out)
+    programs = 0
+    for _, program in checkpoint_programs():
+        if write_seed(checkpoint_out, program):
+            programs += 1
+
+    print("make_corpus.py: %d pickle seeds in %s, %d zip seeds in %s, %d checkpoint "
+          "programs in %s" % (pickles, pickle_out, zips, zip_out, programs, checkpoint_out))
+    return 0 if pickles and zips and programs else 1
 
 
 if __name__ == "__main__":
