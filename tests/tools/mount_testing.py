@@ -1,6 +1,7 @@
 """Helpers for the tests that go through a real `ucfs mount`."""
 import hashlib
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -61,6 +62,10 @@ class Mount:
             time.sleep(0.05)
 
     def close(self):
+        """Unmounts, and raises unless the daemon then exited with status 0 (or
+        had been killed with SIGKILL by the test): a daemon that crashed, or
+        aborted on a sanitizer report (a leak at its exit, say), fails the test
+        even when every read it served was right."""
         subprocess.run([self.ucfs, "umount", self.dir], check=False)
         try:
             self.proc.wait(timeout=20)
@@ -68,6 +73,9 @@ class Mount:
             if self.proc.poll() is None:
                 self.proc.kill()
         os.rmdir(self.dir)
+        status = self.proc.returncode
+        if status not in (0, -signal.SIGKILL):
+            raise RuntimeError(f"ucfs mount exited with {status} after the unmount: {self.proc.stderr.read()}")
 
     def log_text(self):
         with open(self.log) as f:
