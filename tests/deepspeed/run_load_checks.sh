@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Let real DeepSpeed 0.14.5 judge the universal view of `ucfs mount`.
-# Not run by CI (CI has no DeepSpeed); see README.md beside this file for the one-time setup.
+# CI runs it (.ci/run) after the test suite; see README.md beside this file for the one-time setup.
 #
 # usage: UCFS_BIN=/path/to/ucfs tests/deepspeed/run_load_checks.sh [FIXTURE...]
 #
@@ -55,6 +55,8 @@
 #   MOUNT_WAIT        seconds to wait for MNT/latest_universal (default 10)
 #   MODE              universal (default), native (mounts with --world-size N) or save (see above)
 #   CHECK_TIMEOUT     load_check.py --timeout (default 600)
+#   VARIANT           options of tests/tools/torch_variants.py (e.g. "--torch 2.7", "--legacy"): mount each
+#                     fixture's checkpoint re-written as that writer would write it, instead of the fixture's own
 #   KEEP_LOGS=1       keep the work dir (logs) even when everything passed (MODE=save: also every
 #                     passed row's run dir, with its upper DIR)
 set -u
@@ -249,7 +251,7 @@ save_check() {
 
   # 1. the writable view at N
   if mount_wait "$run/mnt" "$run/ucfs.stderr" --world-size "$N" --upper "$upper" \
-       --log-file "$run/ucfs.log" "$fx/checkpoint"; then
+       --log-file "$run/ucfs.log" "$src"; then
     s_mount=PASS
   else
     s_mount=FAIL
@@ -300,11 +302,11 @@ print("rank %s raised in %s: %s: %s" % (e["rank"], e["stage"], e["type"], " ".jo
       fails+=("umount: ucfs exit status ${last_ucfs_rc:-?}; $(tr '\n' ' ' <"$run/unmount.err") log: $(tail -n 2 "$run/ucfs.log" "$run/ucfs.stderr" 2>/dev/null | tr '\n' ' ')")
     fi
   fi
-  if [ "$(listing "$fx/checkpoint")" = "$before" ]; then
+  if [ "$(listing "$src")" = "$before" ]; then
     s_fixture=PASS
   else
     s_fixture=FAIL
-    diff <(echo "$before") <(listing "$fx/checkpoint") >"$run/fixture_modified.diff"
+    diff <(echo "$before") <(listing "$src") >"$run/fixture_modified.diff"
     fails+=("fixture: the fixture's checkpoint dir changed (see $run/fixture_modified.diff)")
   fi
   if [ $s_mount = PASS ]; then
@@ -406,7 +408,15 @@ print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).
     [ "$n" -ge 1 ] && [ "$n" -le 5 ] && [ $((GB % n)) -eq 0 ] && [ "$n" -ne "$W" ] && Ns+=("$n")
   done
   echo "== $name: saved at world size $W, global batch $GB, loader $loader, N in {${Ns[*]}}"
-  before=$(listing "$fx/checkpoint")
+  # The checkpoint mounted: the fixture's, or (VARIANT) the fixture re-written as another writer would.
+  src=$fx/checkpoint
+  if [ -n "${VARIANT:-}" ]; then
+    src=$work/variants/$name
+    # shellcheck disable=SC2086  # VARIANT is a list of options
+    "$PY" "$repo/tests/tools/torch_variants.py" rewrite "$fx/checkpoint" "$src" $VARIANT >/dev/null ||
+      { rows+=("$name|-|FAIL|0.0|torch_variants.py rewrite $VARIANT failed"); any_fail=1; continue; }
+  fi
+  before=$(listing "$src")
 
   for N in "${Ns[@]}"; do
     run=$work/${name}_N$N
@@ -428,9 +438,9 @@ print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).
     cur_log=$run/ucfs.log
     t0=$(date +%s.%N)
     if [ "$MODE" = native ]; then
-      "$UCFS_BIN" mount -f "$fx/checkpoint" "$run/mnt" --world-size "$N" >"$cur_log" 2>&1 &
+      "$UCFS_BIN" mount -f "$src" "$run/mnt" --world-size "$N" >"$cur_log" 2>&1 &
     else
-      "$UCFS_BIN" mount -f "$fx/checkpoint" "$run/mnt" >"$cur_log" 2>&1 &
+      "$UCFS_BIN" mount -f "$src" "$run/mnt" >"$cur_log" 2>&1 &
     fi
     cur_pid=$!
     cur_mnt=$run/mnt
@@ -478,7 +488,7 @@ print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).
     rows+=("$name|$N|$result|$secs|$detail")
   done
 
-  after=$(listing "$fx/checkpoint")
+  after=$(listing "$src")
   if [ "$before" != "$after" ]; then
     any_fail=1
     diff <(echo "$before") <(echo "$after") >"$work/${name}_modified.diff"
