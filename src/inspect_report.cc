@@ -63,6 +63,18 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
   return out;
 }
 
+// How rank 0's optimizer file was written: "torch >= 2.7 zip, 4096-byte
+// alignment", "torch legacy (non-zip)".
+std::string ContainerText(const Checkpoint& c) {
+  if (c.rank0_optim_summary().legacy) return "torch legacy (non-zip) format";
+  const ContainerStyle& style = c.container_style();
+  std::string text = std::string(StyleName(style)) + " zip";
+  if (style.alignment != ContainerStyle{}.alignment) {
+    text += ", " + std::to_string(style.alignment) + "-byte alignment";
+  }
+  return text;
+}
+
 }  // namespace
 
 nlohmann::ordered_json InspectJson(const Checkpoint& c) {
@@ -73,6 +85,7 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   j["tag_dir"] = c.files().tag_dir;
   j["ds_version"] = c.ds_version();
   j["zero_stage"] = c.zero_stage();
+  j["format"] = ContainerText(c);
   j["world_size"] = c.world_size();
   j["dtype"] = c.lp_dtype() ? json(Info(*c.lp_dtype()).torch_name) : json(nullptr);
   j["optimizer_file_prefix"] = c.files().optim_prefix;
@@ -144,6 +157,7 @@ std::string InspectText(const Checkpoint& c) {
       {"tag", c.files().tag + "  (" + c.files().tag_dir + ")"},
       {"DeepSpeed", (c.ds_version().empty() ? "?" : c.ds_version()) + ", ZeRO stage " +
                         std::to_string(c.zero_stage())},
+      {"format", ContainerText(c)},
       {"world size", std::to_string(c.world_size())},
       {"dtype", std::string(c.lp_dtype() ? Info(*c.lp_dtype()).torch_name : "?") + " (master " +
                     std::string(Info(c.states()[0].dtype).torch_name) + ")"},

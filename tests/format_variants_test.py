@@ -57,6 +57,17 @@ VARIANTS = [
 CASES = [("z3_bf16_ws3", 4), ("z3_tricky_fp32_ws4", 3)]
 
 
+def expected_format(options):
+    """What `ucfs inspect` says of the container a variant is written in."""
+    if options.get("legacy"):
+        return "torch legacy (non-zip) format"
+    version = tuple(int(x) for x in options["torch"].split("."))
+    if version >= (2, 7):
+        alignment = options.get("alignment", 64)
+        return "torch >= 2.7 zip" + (f", {alignment}-byte alignment" if alignment != 64 else "")
+    return "torch 2.1-2.6 zip" if version >= (2, 1) else "torch 1.6-2.0 zip"
+
+
 def run(*args):
     p = subprocess.run([UCFS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
@@ -145,8 +156,9 @@ def main():
                     got = run("inspect", ckpt).replace(ckpt, "CKPT")
                     want = inspect_original.replace(original, "CKPT")
                     lines = [(g, w) for g, w in zip(got.splitlines(), want.splitlines()) if g != w]
-                    # Only the DeepSpeed version line may differ.
-                    assert all(g.startswith("DeepSpeed") for g, _ in lines), lines
+                    # Only the DeepSpeed version and the container format may differ.
+                    assert all(g.startswith(("DeepSpeed", "format")) for g, _ in lines), lines
+                    assert f"\nformat      {expected_format(options)}\n" in got, got
                     assert len(got.splitlines()) == len(want.splitlines())
                     run("verify", ckpt)
                 results.check(f"{fixture} {variant}: inspect and verify", inspect_verify)
