@@ -66,6 +66,7 @@ Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path
   auto start = std::chrono::steady_clock::now();
   TorchFile tf;
   UCFS_ASSIGN_OR_RETURN(tf.summary, source.Summarize(path));
+  UCFS_RETURN_IF_ERROR(CheckByteOrder(tf.summary));
   auto doc = pickle::Parse(tf.summary.pickle);
   if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
   tf.doc = std::make_shared<Document>(std::move(doc).value());
@@ -348,6 +349,7 @@ class CheckpointBuilder {
                       std::string(BaseName(c_.files_.model_files[0])) + " has " +
                       std::to_string(groups) + " sub-groups");
     }
+    if (groups == 0) return tf.Error("no trainable parameters: param_shapes is empty");
     const NodeId inner = doc.Get(osd, "optimizer_state_dict");
     const NodeId state = doc.Get(inner, "state");
     auto state_items = doc.MappingItems(state);

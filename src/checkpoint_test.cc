@@ -274,6 +274,20 @@ TEST_F(BrokenCheckpointTest, CompressedStorageRecords) {
   EXPECT_NE(s.message().find("is compressed"), std::string::npos) << s.ToString();
 }
 
+// torch >= 2.1 records the byte order; ucfs serves storages as stored, so a
+// big-endian writer's files are refused, naming the file, by Open and verify.
+TEST_F(BrokenCheckpointTest, BigEndianFilesAreRefused) {
+  Load("z3_fp32_ws2");
+  const std::string name = Tag("zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  env_.WriteFile(name, testing::AddTorchRecord(*env_.Contents(name), "byteorder", "big"));
+  Status s = OpenStatus();
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported);
+  EXPECT_NE(
+      s.message().find(name + ": its storages are not little-endian (byteorder record 'big')"),
+      std::string::npos)
+      << s.ToString();
+}
+
 TEST_F(BrokenCheckpointTest, OtherZeroStage) {
   Load("z3_fp32_ws2");
   const std::string name = Tag("zero_pp_rank_0_mp_rank_00_optim_states.pt");

@@ -77,6 +77,16 @@ ContainerStyle StyleOf(const TorchFileSummary& s) {
   return style;
 }
 
+Status CheckByteOrder(const TorchFileSummary& s) {
+  const std::string* order = s.SmallRecord("byteorder");
+  if (order == nullptr && s.Find("byteorder") == nullptr) return Status::OK();
+  if (order != nullptr && *order == "little") return Status::OK();
+  return Status::NotSupported(
+      s.path + ": its storages are not little-endian (byteorder record " +
+      (order == nullptr ? std::string("unreadable") : "'" + order->substr(0, 16) + "'") +
+      "); ucfs serves tensor bytes as they are stored and supports little-endian files only");
+}
+
 std::string_view StyleName(const ContainerStyle& style) {
   switch (style.records) {
     case ContainerStyle::Records::kTorch16:

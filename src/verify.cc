@@ -250,8 +250,9 @@ class Verifier {
     f.optim = optim;
     f.path = optim ? files_.optim_files[rank] : files_.model_files[rank];
     auto summary = SummarizeTorchFile(env_, f.path);
-    if (!summary.ok()) {
-      Problem(Kind::kUnreadable, f.path, summary.status());
+    const Status readable = summary.ok() ? CheckByteOrder(*summary) : summary.status();
+    if (!readable.ok()) {
+      Problem(Kind::kUnreadable, f.path, readable);
       return f;
     }
     auto doc = pickle::Parse(summary->pickle);

@@ -212,6 +212,16 @@ class BrokenVerifyTest : public ::testing::Test {
 
 // Two missing ranks are both named, as missing, and nothing else is
 // reported (Checkpoint::Open's error says the same).
+TEST_F(BrokenVerifyTest, BigEndianRankFilesAreUnreadable) {
+  Load("z3_fp32_ws2");
+  env_.WriteFile(Model(1), testing::AddTorchRecord(*env_.Contents(Model(1)), "byteorder", "big"));
+  const VerifyReport r = Run();
+  ASSERT_EQ(r.problems.size(), 1u) << Describe(r);
+  EXPECT_EQ(r.problems[0].kind, Kind::kUnreadable);
+  EXPECT_EQ(r.problems[0].file, Model(1));
+  EXPECT_NE(r.problems[0].message.find("not little-endian"), std::string::npos) << Describe(r);
+}
+
 TEST_F(BrokenVerifyTest, EveryMissingRankIsNamed) {
   Load("z3_fp32_ws4");
   env_.RemoveFile(Optim(1));

@@ -92,6 +92,27 @@ std::string RepackTorchFile(const std::string& bytes,
   return layout->generated();  // every entry is inline, so this is the file
 }
 
+std::string AddTorchRecord(const std::string& bytes, const std::string& relative_name,
+                           const std::string& data) {
+  MemEnv env;
+  env.WriteFile("/f.pt", bytes);
+  auto file = env.Open("/f.pt");
+  auto archive = ZipArchive::Open(**file);
+  EXPECT_TRUE(archive.ok()) << archive.status().ToString();
+  if (!archive.ok()) return "";
+  std::vector<ZipEntrySpec> specs;
+  for (const auto& rec : archive->records()) {
+    std::string record = *ZipArchive::ReadRecord(**file, rec);
+    specs.push_back({rec.name, record.size(), record, 0});
+    if (rec.name.ends_with("/data.pkl")) {
+      specs.push_back({archive->prefix() + "/" + relative_name, data.size(), data, 0});
+    }
+  }
+  auto layout = ZipLayout::Plan(specs);
+  EXPECT_TRUE(layout.ok());
+  return layout->generated();  // every entry is inline, so this is the file
+}
+
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {
   std::string out;
   for (const Extent& e : extents) {

@@ -42,6 +42,11 @@ ReferenceTensor LoadReference(const nlohmann::json& entry);
 std::string RepackTorchFile(const std::string& bytes,
                             const std::function<void(pickle::Document*)>& edit);
 
+// A torch.save file's bytes with a stored record `relative_name` holding
+// `data` added right after data.pkl (where torch >= 2.1 puts `byteorder`).
+std::string AddTorchRecord(const std::string& bytes, const std::string& relative_name,
+                           const std::string& data);
+
 // The bytes of `extents` of `ckpt`'s source files, concatenated.
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
 

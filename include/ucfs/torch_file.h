@@ -61,6 +61,11 @@ struct ContainerStyle {
 };
 
 ContainerStyle StyleOf(const TorchFileSummary& summary);
+
+// OK for files whose storages are little-endian, as ucfs serves them: an
+// error naming the file for a `byteorder` record (torch >= 2.1) other than
+// "little".
+Status CheckByteOrder(const TorchFileSummary& summary);
 std::string_view StyleName(const ContainerStyle& style);
 
 // Reads a file's zip directory, data.pkl and small records (or the same of
