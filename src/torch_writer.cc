@@ -153,45 +153,9 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     }
     return a.key < b.key;
   });
-  // The first bytes of each storage, for the serialization id (read only
-  // with the CRCs, when every byte is read anyway).
+  // With CRCs every byte is read now; so are the first bytes of each
+  // storage, which the serialization id may need.
   std::vector<std::string> storage_heads(storages.size());
-  auto plan = [&]() -> Result<TorchFileContent> {
-    std::vector<ZipEntrySpec> entries;
-    std::vector<std::string> heads;  // of each entry's data
-    std::vector<int> storage_of_entry;
-    auto add_inline = [&](const std::string& name, std::string data) {
-      ZipEntrySpec e;
-      e.name = prefix + "/" + name;
-      e.size = data.size();
-      e.crc32 = crc_reader == nullptr ? 0 : Crc32Of(data);
-      heads.push_back(data.substr(0, 8));
-      e.inline_data = std::move(data);
-      entries.push_back(std::move(e));
-      storage_of_entry.push_back(-1);
-    };
-    add_inline("data.pkl", pickle);
-    if (style.records == Records::kTorch27) {
-      add_inline(".format_version", "1");
-      add_inline(".storage_alignment", std::to_string(style.alignment));
-    }
-    if (style.records != Records::kTorch16) add_inline("byteorder", "little");
-    for (size_t i = 0; i < storages.size(); ++i) {
-      ZipEntrySpec e;
-      e.name = prefix + "/data/" + storages[i].key;
-      e.size = storages[i].size();
-      e.crc32 = storages[i].crc32;
-      entries.push_back(std::move(e));
-      heads.push_back(storage_heads[i]);
-      storage_of_entry.push_back(static_cast<int>(i));
-    }
-    add_inline("version", "3\n");
-    if (style.records != Records::kTorch16) {
-      add_inline(".data/serialization_id", SerializationId(entries, prefix, heads));
-    }
-    UCFS_ASSIGN_OR_RETURN(ZipLayout layout, ZipLayout::Plan(std::move(entries), style.alignment));
-    return TorchFileContent(checkpoint, std::move(layout), storages, std::move(storage_of_entry));
-  };
   if (crc_reader != nullptr) {
     for (size_t i = 0; i < storages.size(); ++i) {
       StorageSpec& storage = storages[i];
@@ -204,8 +168,41 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
       UCFS_RETURN_IF_ERROR(crc_reader->Read(pieces, &storage_heads[i]));
     }
   }
-  UCFS_ASSIGN_OR_RETURN(TorchFileContent content, plan());
-  return std::make_shared<TorchFileContent>(std::move(content));
+  std::vector<ZipEntrySpec> entries;
+  std::vector<std::string> heads;  // of each entry's data
+  std::vector<int> storage_of_entry;
+  auto add_inline = [&](const std::string& name, std::string data) {
+    ZipEntrySpec e;
+    e.name = prefix + "/" + name;
+    e.size = data.size();
+    e.crc32 = crc_reader == nullptr ? 0 : Crc32Of(data);
+    heads.push_back(data.substr(0, 8));
+    e.inline_data = std::move(data);
+    entries.push_back(std::move(e));
+    storage_of_entry.push_back(-1);
+  };
+  add_inline("data.pkl", std::move(pickle));
+  if (style.records == Records::kTorch27) {
+    add_inline(".format_version", "1");
+    add_inline(".storage_alignment", std::to_string(style.alignment));
+  }
+  if (style.records != Records::kTorch16) add_inline("byteorder", "little");
+  for (size_t i = 0; i < storages.size(); ++i) {
+    ZipEntrySpec e;
+    e.name = prefix + "/data/" + storages[i].key;
+    e.size = storages[i].size();
+    e.crc32 = storages[i].crc32;
+    entries.push_back(std::move(e));
+    heads.push_back(storage_heads[i]);
+    storage_of_entry.push_back(static_cast<int>(i));
+  }
+  add_inline("version", "3\n");
+  if (style.records != Records::kTorch16) {
+    add_inline(".data/serialization_id", SerializationId(entries, prefix, heads));
+  }
+  UCFS_ASSIGN_OR_RETURN(ZipLayout layout, ZipLayout::Plan(std::move(entries), style.alignment));
+  return std::shared_ptr<TorchFileContent>(new TorchFileContent(
+      std::move(checkpoint), std::move(layout), std::move(storages), std::move(storage_of_entry)));
 }
 
 Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
