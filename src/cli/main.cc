@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
   export_cmd->add_flag("--fp32", x.fp32,
                        "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
                        "model.safetensors) instead");
-  export_cmd->add_flag("--crc", x.view.crc, "Write real CRC-32s into the zip records");
+  export_cmd->add_flag("--crc", x.view.crc,
+                       "Write real CRC-32s into the zip records of the universal view's files");
   export_cmd->add_option("-j,--threads", x.threads,
                          "Copy threads (default: one per CPU, at least 4)");
   export_cmd->add_flag("--no-sync", x.no_sync,

@@ -115,6 +115,7 @@ constexpr uint64_t kChunk = uint64_t{256} << 10;            // one Plan call of 
 constexpr uint64_t kEdgeBytes = uint64_t{64} << 10;         // head/tail of a file too big to read
 constexpr size_t kMaxItems = 4096;                          // a sequence edit never grows past this
 constexpr uint64_t kMaxRepairElements = uint64_t{1} << 16;  // per flat buffer
+constexpr size_t kMaxRepairGroups = 256;                    // sub-groups repair makes
 constexpr uint64_t kMaxRecordBytes = uint64_t{16} << 20;
 const std::string kRoot = "/ckpt";
 
@@ -1454,11 +1455,11 @@ void ResizeFlat(Archive& ar, NodeId id, uint64_t n) {
   ar.dirty = true;
 }
 
-// A copy of the subgraph at `id` inside the same Document, globals shared;
+// A copy of the subgraph at `id` of `snapshot` (a copy of ar.doc: CopyFrom
+// needs a source that does not grow under it) into ar.doc, globals shared;
 // every storage it names gets a new key and a copy of its record.
-NodeId CopyWithNewStorages(Archive& ar, NodeId id, uint64_t* next_key) {
+NodeId CopyWithNewStorages(Archive& ar, const Document& snapshot, NodeId id, uint64_t* next_key) {
   Document& doc = ar.doc;
-  const Document snapshot = doc;  // CopyFrom reads a stable source
   std::vector<NodeId> copied;
   const size_t before = doc.size();
   const NodeId root = doc.CopyFrom(snapshot, id, &copied);
@@ -1568,7 +1569,8 @@ void RepairOptim(Archive& ar, const std::vector<uint64_t>& sizes, uint8_t flags)
       }
     }
     ar.dirty = true;
-  } else if (have < want && have > 0) {
+  } else if (have < want && have > 0 && want <= kMaxRepairGroups) {
+    const Document snapshot = doc;
     const NodeId flat0 = doc.node(flats).items[0];
     NodeId state0 = kNoNode;
     if (auto items = doc.MappingItems(state)) {
@@ -1577,10 +1579,10 @@ void RepairOptim(Archive& ar, const std::vector<uint64_t>& sizes, uint8_t flags)
       }
     }
     for (size_t k = have; k < want; ++k) {
-      const NodeId t = CopyWithNewStorages(ar, flat0, &next_key);
+      const NodeId t = CopyWithNewStorages(ar, snapshot, flat0, &next_key);
       doc.Append(flats, t);
       if (state0 != kNoNode && doc.node(state).kind == Kind::kDict) {
-        const NodeId s = CopyWithNewStorages(ar, state0, &next_key);
+        const NodeId s = CopyWithNewStorages(ar, snapshot, state0, &next_key);
         doc.AppendPair(state, doc.AddInt(static_cast<int64_t>(k)), s);
       }
       if (auto gs = doc.SequenceItems(groups); gs && !gs->empty()) {
