@@ -119,6 +119,27 @@ constexpr size_t kMaxRepairGroups = 256;                    // sub-groups repair
 constexpr uint64_t kMaxRecordBytes = uint64_t{16} << 20;
 const std::string kRoot = "/ckpt";
 
+// How far inputs get, printed at exit with UCFS_FUZZ_STATS=1 (replaying a
+// corpus with -runs=0 shows how much of it reaches the views).
+struct Stats {
+  uint64_t inputs = 0, mutated = 0, opened = 0, views_built = 0, views_failed = 0;
+  uint64_t files_read = 0, read_errors = 0, bytes_read = 0, verify_clean = 0;
+  ~Stats() {
+    if (std::getenv("UCFS_FUZZ_STATS") == nullptr) return;
+    std::fprintf(
+        stderr,
+        "checkpoint_fuzz stats: %llu inputs, %llu mutated, %llu opened, views %llu "
+        "built / %llu failed, %llu files read (%llu failed, %llu bytes), %llu verify "
+        "clean\n",
+        static_cast<unsigned long long>(inputs), static_cast<unsigned long long>(mutated),
+        static_cast<unsigned long long>(opened), static_cast<unsigned long long>(views_built),
+        static_cast<unsigned long long>(views_failed), static_cast<unsigned long long>(files_read),
+        static_cast<unsigned long long>(read_errors), static_cast<unsigned long long>(bytes_read),
+        static_cast<unsigned long long>(verify_clean));
+  }
+};
+Stats g_stats;
+
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "checkpoint_fuzz: %s\n", what.c_str());
   std::abort();
@@ -1794,6 +1815,11 @@ struct Reader {
   void Check(const ucfs::Status& s, const std::string& what) const {
     if (strict && !s.ok()) Fail("unmutated fixture: " + what + ": " + s.ToString());
   }
+  // A view's build: counted, and checked as Check does.
+  void Built(const ucfs::Status& s, const std::string& what) const {
+    ++(s.ok() ? g_stats.views_built : g_stats.views_failed);
+    Check(s, what);
+  }
 
   // Bytes [offset, offset + length) of a view file, checking the pieces.
   ucfs::Status ReadRange(ucfs::View& view, ucfs::InodeId inode, uint64_t size, uint64_t offset,
@@ -1859,6 +1885,7 @@ struct Reader {
     std::string all;
     if (whole) {
       budget -= size;
+      g_stats.bytes_read += size;
       for (uint64_t at = 0; at < size; at += kChunk) {
         UCFS_RETURN_IF_ERROR(ReadRange(view, inode, size, at, kChunk, files, what, &chunk));
         all += chunk;
@@ -1909,7 +1936,10 @@ struct Reader {
         }
         auto again = view.GetAttr(attr.inode);
         if (!again.ok() || again->size != attr.size) Fail(what + ": " + child + " changes size");
-        Check(ReadFile(view, attr.inode, attr.size, what + " " + child), what + " read " + child);
+        const ucfs::Status read = ReadFile(view, attr.inode, attr.size, what + " " + child);
+        ++g_stats.files_read;
+        if (!read.ok()) ++g_stats.read_errors;
+        Check(read, what + " read " + child);
       }
     }
   }
@@ -1941,7 +1971,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
                    bool crc) {
   {
     auto view = ucfs::BuildUniversalView(env, ckpt);
-    reader.Check(view.status(), "universal view");
+    reader.Built(view.status(), "universal view");
     if (view.ok()) reader.ReadTree(**view, "universal view");
   }
   if (crc) {
@@ -1960,7 +1990,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
       ucfs::UniversalViewOptions options;
       options.compute_crc = true;
       auto view = ucfs::BuildUniversalView(env, ckpt, options);
-      reader.Check(view.status(), "universal view with CRCs");
+      reader.Built(view.status(), "universal view with CRCs");
       if (view.ok()) reader.ReadTree(**view, "universal view with CRCs");
     }
   }
@@ -1972,7 +2002,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
     options.world_size = n;
     options.cached_files = 2;  // small, so rank files are rebuilt after eviction
     auto view = ucfs::BuildReshardView(env, ckpt, options);
-    reader.Check(view.status(), "reshard view at " + std::to_string(n));
+    reader.Built(view.status(), "reshard view at " + std::to_string(n));
     if (view.ok()) reader.ReadTree(**view, "reshard view at " + std::to_string(n));
   }
   {
@@ -1983,6 +2013,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
     ucfs::ConsolidatedOptions options;
     options.max_shard_bytes = 256;
     ucfs::Status s = ucfs::AddConsolidatedDir(env, view, ucfs::kRootInode, ckpt, options);
+    ++(s.ok() ? g_stats.views_built : g_stats.views_failed);
     if (s.ok()) reader.ReadTree(view, "sharded consolidated weights");
   }
 }
@@ -2007,6 +2038,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   ucfs::MemEnv env;
   const bool mutated = work.Install(&env);
+  ++g_stats.inputs;
+  if (mutated) ++g_stats.mutated;
   Reader reader{env, !mutated};
 
   uint64_t sink = 0;
@@ -2015,6 +2048,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ckpt.ok()) {
     auto shared = std::make_shared<const ucfs::Checkpoint>(std::move(*ckpt));
     CheckModel(*shared);
+    ++g_stats.opened;
     // inspect
     sink += ucfs::InspectJson(*shared)
                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -2038,6 +2072,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
            report->problems.front().message);
     }
     sink += report->problems.size();
+    if (report->ok()) ++g_stats.verify_clean;
   }
   if (sink == 0xdeadbeefdeadbeefULL) std::fputc('\0', stderr);
   return 0;
