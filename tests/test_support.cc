@@ -68,8 +68,13 @@ ReferenceTensor LoadReference(const nlohmann::json& entry) {
   return t;
 }
 
-std::string RepackTorchFile(const std::string& bytes,
-                            const std::function<void(pickle::Document*)>& edit) {
+namespace {
+
+// A torch.save file re-made with every record inline: `edit` gets the
+// records (full names, CRC 0) and the archive's prefix.
+std::string RewriteRecords(
+    const std::string& bytes,
+    const std::function<void(const std::string& prefix, std::vector<ZipEntrySpec>*)>& edit) {
   MemEnv env;
   env.WriteFile("/f.pt", bytes);
   auto file = env.Open("/f.pt");
@@ -79,38 +84,38 @@ std::string RepackTorchFile(const std::string& bytes,
   std::vector<ZipEntrySpec> specs;
   for (const auto& rec : archive->records()) {
     std::string data = *ZipArchive::ReadRecord(**file, rec);
-    if (rec.name.ends_with("/data.pkl")) {
-      auto doc = pickle::Parse(data);
-      EXPECT_TRUE(doc.ok());
-      edit(&*doc);
-      data = *pickle::Write(*doc);
-    }
-    specs.push_back({rec.name, data.size(), data, 0});
+    specs.push_back({rec.name, data.size(), std::move(data), 0});
   }
+  edit(archive->prefix(), &specs);
   auto layout = ZipLayout::Plan(specs);
   EXPECT_TRUE(layout.ok());
   return layout->generated();  // every entry is inline, so this is the file
 }
 
+}  // namespace
+
+std::string RepackTorchFile(const std::string& bytes,
+                            const std::function<void(pickle::Document*)>& edit) {
+  return RewriteRecords(bytes, [&](const std::string&, std::vector<ZipEntrySpec>* specs) {
+    for (ZipEntrySpec& spec : *specs) {
+      if (!spec.name.ends_with("/data.pkl")) continue;
+      auto doc = pickle::Parse(*spec.inline_data);
+      EXPECT_TRUE(doc.ok());
+      edit(&*doc);
+      spec.inline_data = *pickle::Write(*doc);
+      spec.size = spec.inline_data->size();
+    }
+  });
+}
+
 std::string AddTorchRecord(const std::string& bytes, const std::string& relative_name,
                            const std::string& data) {
-  MemEnv env;
-  env.WriteFile("/f.pt", bytes);
-  auto file = env.Open("/f.pt");
-  auto archive = ZipArchive::Open(**file);
-  EXPECT_TRUE(archive.ok()) << archive.status().ToString();
-  if (!archive.ok()) return "";
-  std::vector<ZipEntrySpec> specs;
-  for (const auto& rec : archive->records()) {
-    std::string record = *ZipArchive::ReadRecord(**file, rec);
-    specs.push_back({rec.name, record.size(), record, 0});
-    if (rec.name.ends_with("/data.pkl")) {
-      specs.push_back({archive->prefix() + "/" + relative_name, data.size(), data, 0});
-    }
-  }
-  auto layout = ZipLayout::Plan(specs);
-  EXPECT_TRUE(layout.ok());
-  return layout->generated();  // every entry is inline, so this is the file
+  return RewriteRecords(bytes, [&](const std::string& prefix, std::vector<ZipEntrySpec>* specs) {
+    auto pkl = std::find_if(specs->begin(), specs->end(),
+                            [](const ZipEntrySpec& e) { return e.name.ends_with("/data.pkl"); });
+    specs->insert(pkl == specs->end() ? pkl : pkl + 1,
+                  {prefix + "/" + relative_name, data.size(), data, 0});
+  });
 }
 
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {
