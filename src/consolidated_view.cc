@@ -191,8 +191,18 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
         WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
     out.push_back(std::move(t));
   }
+  // A name twice (a buffer listed twice, a buffer or frozen param with a
+  // trainable param's name, an alias naming a tensor) would make a
+  // safetensors header that drops one of them: refused (found by
+  // checkpoint_fuzz).
   std::map<std::string, int> index;
-  for (size_t i = 0; i < out.size(); ++i) index[out[i].name] = static_cast<int>(i);
+  auto add_name = [&](size_t i) -> Status {
+    if (!index.emplace(out[i].name, static_cast<int>(i)).second) {
+      return Status::Corruption("'" + out[i].name + "' is twice in the state dict");
+    }
+    return Status::OK();
+  };
+  for (size_t i = 0; i < out.size(); ++i) UCFS_RETURN_IF_ERROR(add_name(i));
   for (const TiedParam& tied : c.tied_params()) {
     auto it = index.find(tied.canonical);
     if (it == index.end()) continue;  // as zero_to_fp32: only params it has
@@ -200,6 +210,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     t.name = tied.alias;
     t.alias_of = it->second;
     out.push_back(std::move(t));
+    UCFS_RETURN_IF_ERROR(add_name(out.size() - 1));
   }
   for (ConsolidatedTensor& t : out) t.storage.FillRunStarts();
   return out;

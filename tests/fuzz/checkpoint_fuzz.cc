@@ -74,6 +74,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -1807,6 +1808,115 @@ void RunProgram(Program& prog, Work& w) {
 // ---------------------------------------------------------------------------
 // Reading views.
 
+// --- files ucfs made must be well-formed -------------------------------------
+
+// A safetensors file as a strict reader takes it: the header parses, every
+// tensor's dtype and shape match its data_offsets, and the offsets tile the
+// data exactly (a name written twice leaves a gap).
+void CheckSafetensors(const std::string& what, const std::string& bytes) {
+  if (bytes.size() < 8) Fail(what + ": shorter than a safetensors header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
+  if (n > bytes.size() - 8) Fail(what + ": header length past the end of the file");
+  const auto header = nlohmann::json::parse(bytes.substr(8, static_cast<size_t>(n)), nullptr,
+                                            /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) Fail(what + ": header is not a JSON object");
+  static const std::map<std::string, uint64_t> kSizes = {
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  const uint64_t data = bytes.size() - 8 - n;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = what + ": tensor '" + name + "'";
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
+        !t.contains("data_offsets") || !t["dtype"].is_string() || !t["shape"].is_array() ||
+        !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
+      Fail(where + " lacks dtype, shape or data_offsets");
+    }
+    auto es = kSizes.find(t["dtype"].get<std::string>());
+    if (es == kSizes.end()) Fail(where + " has dtype " + t["dtype"].get<std::string>());
+    uint64_t numel = 1;
+    for (const auto& d : t["shape"]) {
+      if (!d.is_number_unsigned() || __builtin_mul_overflow(numel, d.get<uint64_t>(), &numel)) {
+        Fail(where + " has a bad shape");
+      }
+    }
+    const auto& off = t["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      Fail(where + " has bad data_offsets");
+    }
+    const uint64_t a = off[0].get<uint64_t>(), b = off[1].get<uint64_t>();
+    uint64_t size = 0;
+    if (a > b || b > data || __builtin_mul_overflow(numel, es->second, &size) || b - a != size) {
+      Fail(where + ": data_offsets [" + std::to_string(a) + ", " + std::to_string(b) +
+           ") do not hold " + std::to_string(numel) + " elements of " + es->first + " in " +
+           std::to_string(data) + " bytes of data");
+    }
+    spans.emplace_back(a, b);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (const auto& [a, b] : spans) {
+    if (a != at) {
+      Fail(what + ": data_offsets leave a gap or overlap at " + std::to_string(at) + " (next [" +
+           std::to_string(a) + ", " + std::to_string(b) + "))");
+    }
+    at = b;
+  }
+  if (at != data)
+    Fail(what + ": " + std::to_string(data - at) + " bytes of data belong to no tensor");
+}
+
+// A torch.save file ucfs wrote: a zip whose data.pkl parses and whose every
+// persistent id names a storage record it has. A universal per-param file
+// is moreover one flat tensor filling its one record.
+void CheckTorchFile(const std::string& what, const std::string& path, const std::string& bytes) {
+  StringFile file(bytes);
+  auto zip = ucfs::ZipArchive::Open(file);
+  if (!zip.ok()) Fail(what + ": not a zip ucfs can read: " + zip.status().ToString());
+  const ucfs::ZipRecord* pkl = zip->Find("data.pkl");
+  if (pkl == nullptr) Fail(what + ": no data.pkl");
+  auto pickle = ucfs::ZipArchive::ReadRecord(file, *pkl, kMaxRecordBytes * 4);
+  if (!pickle.ok()) Fail(what + ": data.pkl unreadable: " + pickle.status().ToString());
+  ucfs::pickle::ParseLimits limits;
+  limits.max_nodes = uint64_t{1} << 22;
+  auto doc = ucfs::pickle::Parse(*pickle, limits);
+  if (!doc.ok()) Fail(what + ": data.pkl does not parse: " + doc.status().ToString());
+  for (NodeId i = 0; i < doc->size(); ++i) {
+    if (doc->node(i).kind != Kind::kPersistentId) continue;
+    auto fields = doc->SequenceItems(doc->node(i).a);
+    auto key = fields && fields->size() >= 5 ? doc->AsStr((*fields)[2]) : std::nullopt;
+    if (!key) Fail(what + ": a persistent id is not ('storage', ...)");
+    if (zip->Find("data/" + std::string(*key)) == nullptr) {
+      Fail(what + ": no record for storage '" + std::string(*key) + "'");
+    }
+  }
+  // "/<tag>_universal/zero/<param>/<state>.pt"
+  if (std::count(path.begin(), path.end(), '/') == 4 &&
+      path.find("_universal/zero/") != std::string::npos) {
+    auto t = ucfs::MatchTensor(*doc, doc->root());
+    if (!t.ok() || !t->has_value()) Fail(what + ": not a bare tensor");
+    const ucfs::ZipRecord* rec = zip->Find("data/" + (*t)->storage_key);
+    if ((*t)->shape.size() != 1 || !(*t)->contiguous() || (*t)->storage_offset != 0 ||
+        rec == nullptr || rec->size != (*t)->byte_size() || (*t)->storage_numel != (*t)->numel()) {
+      Fail(what + ": not a flat tensor filling its record: shape " +
+           ucfs::ShapeString((*t)->shape) + ", record of " +
+           (rec ? std::to_string(rec->size) : std::string("no")) + " bytes");
+    }
+  }
+}
+
+void CheckGenerated(const std::string& what, const std::string& path, const std::string& bytes) {
+  if (path.ends_with(".safetensors")) {
+    CheckSafetensors(what, bytes);
+  } else if (path.ends_with(".pt") || path.ends_with(".bin")) {
+    CheckTorchFile(what, path, bytes);
+  } else if (path.ends_with(".json")) {
+    if (nlohmann::json::parse(bytes, nullptr, false).is_discarded()) Fail(what + ": not JSON");
+  }
+}
+
 struct Reader {
   ucfs::Env& env;
   bool strict;  // an unmutated fixture: every build and read must succeed
@@ -1877,12 +1987,14 @@ struct Reader {
 
   // Reads one file as export does, in chunks, then a few odd reads that must
   // agree with it.
+  // `all` gets the whole file, when it is read whole (else stays empty).
   ucfs::Status ReadFile(ucfs::View& view, ucfs::InodeId inode, uint64_t size,
-                        const std::string& what) {
+                        const std::string& what, std::string* all_out) {
     std::map<uint32_t, std::unique_ptr<ucfs::RandomAccessFile>> files;
     std::string chunk;
     const bool whole = size <= budget;
-    std::string all;
+    std::string& all = *all_out;
+    all.clear();
     if (whole) {
       budget -= size;
       g_stats.bytes_read += size;
@@ -1913,8 +2025,11 @@ struct Reader {
     return ucfs::Status::OK();
   }
 
-  // Every file of a view, as ListExport + Export walk it.
-  void ReadTree(ucfs::View& view, const std::string& what) {
+  // Every file of a view, as ListExport + Export walk it. Files below the
+  // `generated` prefixes ("/global_step4_universal/zero/") are ucfs's own,
+  // and must be well-formed.
+  void ReadTree(ucfs::View& view, const std::string& what,
+                const std::vector<std::string>& generated) {
     std::vector<std::pair<ucfs::InodeId, std::string>> stack = {{ucfs::kRootInode, ""}};
     while (!stack.empty()) {
       auto [dir, path] = stack.back();
@@ -1936,10 +2051,16 @@ struct Reader {
         }
         auto again = view.GetAttr(attr.inode);
         if (!again.ok() || again->size != attr.size) Fail(what + ": " + child + " changes size");
-        const ucfs::Status read = ReadFile(view, attr.inode, attr.size, what + " " + child);
+        std::string bytes;
+        const ucfs::Status read = ReadFile(view, attr.inode, attr.size, what + " " + child, &bytes);
         ++g_stats.files_read;
         if (!read.ok()) ++g_stats.read_errors;
         Check(read, what + " read " + child);
+        const bool ours = std::any_of(generated.begin(), generated.end(),
+                                      [&](const std::string& g) { return child.starts_with(g); });
+        if (read.ok() && ours && bytes.size() == attr.size) {
+          CheckGenerated(what + " " + child, child, bytes);
+        }
       }
     }
   }
@@ -1969,10 +2090,13 @@ void CheckModel(const ucfs::Checkpoint& c) {
 // The views of an opened checkpoint, built and read in full.
 void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ckpt, Reader& reader,
                    bool crc) {
+  // The directories of files ucfs makes (the rest is the source, passed through).
+  const std::string utag = "/" + ucfs::UniversalTag(ckpt->files().tag) + "/zero/";
+  const std::string fp32 = "/" + ucfs::ConsolidatedDirName(ckpt->files().tag) + "/";
   {
     auto view = ucfs::BuildUniversalView(env, ckpt);
     reader.Built(view.status(), "universal view");
-    if (view.ok()) reader.ReadTree(**view, "universal view");
+    if (view.ok()) reader.ReadTree(**view, "universal view", {utag, fp32});
   }
   if (crc) {
     // CRCs read every tensor byte at build time: only within the budget.
@@ -1991,7 +2115,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
       options.compute_crc = true;
       auto view = ucfs::BuildUniversalView(env, ckpt, options);
       reader.Built(view.status(), "universal view with CRCs");
-      if (view.ok()) reader.ReadTree(**view, "universal view with CRCs");
+      if (view.ok()) reader.ReadTree(**view, "universal view with CRCs", {utag, fp32});
     }
   }
   const uint32_t w = ckpt->world_size();
@@ -2003,7 +2127,10 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
     options.cached_files = 2;  // small, so rank files are rebuilt after eviction
     auto view = ucfs::BuildReshardView(env, ckpt, options);
     reader.Built(view.status(), "reshard view at " + std::to_string(n));
-    if (view.ok()) reader.ReadTree(**view, "reshard view at " + std::to_string(n));
+    if (view.ok()) {
+      reader.ReadTree(**view, "reshard view at " + std::to_string(n),
+                      {"/" + ckpt->files().tag + "/", fp32});
+    }
   }
   {
     // The consolidated weights on their own, split into tiny shards.
@@ -2014,7 +2141,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
     options.max_shard_bytes = 256;
     ucfs::Status s = ucfs::AddConsolidatedDir(env, view, ucfs::kRootInode, ckpt, options);
     ++(s.ok() ? g_stats.views_built : g_stats.views_failed);
-    if (s.ok()) reader.ReadTree(view, "sharded consolidated weights");
+    if (s.ok()) reader.ReadTree(view, "sharded consolidated weights", {fp32});
   }
 }
 
