@@ -435,7 +435,18 @@ class Verifier {
     for (uint32_t r = 1; r < files_.world_size; ++r) {
       any_model_beyond_rank0 |= !files_.model_files[r].empty();
     }
-    for (uint32_t r = 0; r < world; ++r) {
+    // Ranks past the files are missing one by one up to a point, then as one
+    // range: files may claim a world of 2^31 (found by checkpoint_fuzz).
+    constexpr uint32_t kListedBeyondFiles = 64;
+    const auto listed = static_cast<uint32_t>(
+        std::min<uint64_t>(world, uint64_t{files_.world_size} + kListedBeyondFiles));
+    if (listed < world) {
+      Problem(Kind::kMissing, files_.tag_dir,
+              "missing: the files of ranks " + std::to_string(listed) + " to " +
+                  std::to_string(world - 1) + " of world size " + std::to_string(world) + " (" +
+                  std::to_string(world - listed) + " ranks)");
+    }
+    for (uint32_t r = 0; r < listed; ++r) {
       const bool have_optim = r < files_.world_size && !files_.optim_files[r].empty();
       const bool have_model = r < files_.world_size && !files_.model_files[r].empty();
       if (!have_optim) {

@@ -307,6 +307,31 @@ TEST_F(BrokenVerifyTest, PartitionCountDisagrees) {
   EXPECT_NE(r.problems[0].message.find("partition_count is 5"), std::string::npos);
 }
 
+// Files that all claim a world of 2^31 make one problem for the ranks far
+// past the files, not one per rank (found by checkpoint_fuzz: verify ran out
+// of memory).
+TEST_F(BrokenVerifyTest, AbsurdWorldSizeIsOneRangeOfMissingRanks) {
+  Load("z3_fp32_ws2");
+  const int64_t claim = int64_t{1} << 31;
+  for (uint32_t r = 0; r < 2; ++r) {
+    Edit(Optim(r), [&](Document* doc) {
+      NodeId pc = doc->Get(doc->Get(doc->root(), "optimizer_state_dict"), "partition_count");
+      doc->mutable_node(pc).scalar = claim;
+    });
+    Edit(Model(r), [&](Document* doc) {
+      doc->mutable_node(doc->Get(doc->root(), "dp_world_size")).scalar = claim;
+    });
+  }
+  const VerifyReport r = Run();
+  EXPECT_EQ(r.world_size, uint32_t{1} << 31);
+  // Ranks 2 to 65 one by one (two files each), the rest as one range.
+  const auto missing = Of(r, Kind::kMissing);
+  ASSERT_EQ(missing.size(), 1u + 2 * 64) << Describe(r);
+  EXPECT_EQ(missing[0]->file, r.tag_dir);
+  EXPECT_NE(missing[0]->message.find("ranks 66 to 2147483647"), std::string::npos)
+      << missing[0]->message;
+}
+
 TEST_F(BrokenVerifyTest, DpWorldSizeDisagreesInAFileOpenNeverReads) {
   Load("z3_fp32_ws3");
   Edit(Model(2),
