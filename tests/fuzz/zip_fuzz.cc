@@ -1,4 +1,5 @@
-// Fuzz target: the zip reader, and the zip planner fed with what it read.
+// Fuzz target: the zip reader, and the zip planner fed with what it read;
+// and the legacy-format reader on the same input.
 //
 // Any input may be rejected, but none may crash. When an archive opens, its
 // records are read back (small ones), its data.pkl is parsed and matched for
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "ucfs/env.h"
+#include "ucfs/legacy_format.h"
 #include "ucfs/pickle.h"
 #include "ucfs/status.h"
 #include "ucfs/torch_tensor.h"
@@ -163,8 +165,28 @@ void CheckReplan(const ucfs::ZipArchive& archive, std::vector<ucfs::ZipEntrySpec
 
 }  // namespace
 
+// The legacy (non-zip) reader on the same input: its storages must lie in
+// the file, in order, each after its 8-byte count, and its pickle parse.
+void CheckLegacy(const InputFile& file) {
+  auto legacy = ucfs::ReadLegacyArchive(file);
+  if (!legacy.ok()) return;
+  uint64_t end = 0;
+  for (const ucfs::ZipRecord& record : legacy->records) {
+    if (record.data_offset < end + 8 || record.data_offset > file.Size() ||
+        record.size > file.Size() - record.data_offset) {
+      Fail("legacy storage '" + record.name + "' at " + std::to_string(record.data_offset) + " (+" +
+           std::to_string(record.size) + ") out of place in a file of " +
+           std::to_string(file.Size()));
+    }
+    end = record.data_offset + record.size;
+  }
+  if (end != 0 && end != file.Size()) Fail("legacy storages end before the file");
+  (void)ucfs::pickle::Parse(legacy->pickle);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   InputFile file(std::string_view(reinterpret_cast<const char*>(data), size));
+  CheckLegacy(file);
   auto archive = ucfs::ZipArchive::Open(file);
   if (!archive.ok()) return 0;
 
