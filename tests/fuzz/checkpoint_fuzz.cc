@@ -2,9 +2,12 @@
 // but a small mutation program applied to a real DeepSpeed checkpoint (one
 // of tests/data/fixtures, held in a MemEnv: nothing is written to disk):
 //
-//   byte 0      which fixture (mod their number); bit 7: also build the
+//   byte 0      which fixture (bits 0-5, mod their number); bit 6: open the
+//               tag directory instead of the root; bit 7: also build the
 //               universal view with real CRCs
-//   then ops    each an opcode byte and its operands (below), at most kMaxOps;
+//   then ops    each an opcode byte (mod kNumOps: programs written by hand,
+//               as make_corpus.py's, use the values below kNumOps, which stay
+//               put when ops are added) and its operands, at most kMaxOps;
 //               a program that runs out of bytes reads zeros
 //
 // Ops edit the rank files' pickles structurally (pickle::Parse -> edit the
@@ -32,11 +35,17 @@
 //                records, sub-groups added or dropped, param_groups fixed,
 //                frozen fragments resized), so shape edits reach the views
 //                instead of stopping at Checkpoint::Open.
+//   kRetype      a family of tensors in another storage class, in one or all
+//                files (every flat buffer, every exp_avg, every per-element
+//                state, the module's placeholders, frozen fragments, buffers).
+//   kAddRecord   a record torch >= 2.1 writes (byteorder, .format_version,
+//                .storage_alignment, .data/serialization_id) or another,
+//                added to a rank file or rewritten.
 //   kReplace, kTruncate, kRemove, kFlipByte, kRecord, kLatest, kAddRank:
 //                a rank file replaced by another's, truncated, removed, a
 //                byte of it flipped, one of its storage records resized or
-//                dropped, `latest` rewritten, a rank added (more files than
-//                partition_count says).
+//                dropped, `latest` rewritten or removed, a rank added (more
+//                files than partition_count says).
 //
 // Then: Checkpoint::Open (no index), inspect (text, JSON, Describe of rank
 // 0's pickles) and verify on the result; and when it opens, every view —
@@ -52,7 +61,13 @@
 //   * a kBytes piece holds `length` bytes; a kSource piece names a source
 //     of the view and lies inside that file as it was when the view was
 //     built (the MemEnv never changes underneath);
-//   * reading a file in one pass and in odd small pieces gives the same bytes.
+//   * reading a file in one pass and in odd small pieces gives the same bytes;
+//   * files ucfs makes are well-formed: safetensors as a strict reader wants
+//     them, torch files a zip whose data.pkl parses and whose storages all
+//     have records (a universal per-param file: one flat tensor filling its
+//     record), JSON indexes JSON;
+//   * Checkpoint::Open accepts no shape of more than 2^62 elements;
+//   * every rank file's summary (what the index keeps) survives its encoding.
 //
 // Bounded work per input: at most 64 MiB read through the views in all;
 // a file that does not fit in what is left is read only at its head, its
@@ -91,6 +106,7 @@
 #include "ucfs/pickle.h"
 #include "ucfs/reshard_view.h"
 #include "ucfs/status.h"
+#include "ucfs/torch_file.h"
 #include "ucfs/torch_tensor.h"
 #include "ucfs/universal_view.h"
 #include "ucfs/verify.h"
@@ -422,6 +438,7 @@ class Work {
   }
 
   void SetOther(const std::string& path, std::string bytes) { other_[path] = std::move(bytes); }
+  void RemoveOther(const std::string& path) { other_.erase(path); }
 
   // A new rank W, a copy of rank `from`'s files.
   void AddRank(uint32_t from) {
@@ -1687,8 +1704,107 @@ enum Op : uint8_t {
   kRecord,
   kLatest,
   kAddRank,
+  kRetype,
+  kAddRecord,
   kNumOps,
 };
+
+// Every tensor call at or below `id`.
+std::vector<NodeId> TensorsBelow(const Document& doc, NodeId id) {
+  std::vector<NodeId> out;
+  std::vector<bool> seen(doc.size());
+  std::vector<NodeId> stack = {id};
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (n == kNoNode || n >= doc.size() || seen[n]) continue;
+    seen[n] = true;
+    if (IsTensorCall(doc, n)) {
+      out.push_back(n);
+      continue;
+    }
+    const Node& node = doc.node(n);
+    stack.push_back(node.a);
+    stack.push_back(node.b);
+    stack.push_back(node.state);
+    stack.insert(stack.end(), node.items.begin(), node.items.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A family of tensors of a rank file, for retyping them all at once (a
+// checkpoint in another dtype is many consistent edits).
+std::vector<NodeId> TensorFamily(const Document& doc, uint8_t which) {
+  const NodeId root = doc.root();
+  const NodeId osd = doc.Get(root, "optimizer_state_dict");
+  const NodeId state = doc.Get(doc.Get(osd, "optimizer_state_dict"), "state");
+  std::vector<NodeId> out;
+  auto state_entries = [&](std::optional<std::string_view> name) {
+    for (const auto& [k, per_group] :
+         doc.MappingItems(state).value_or(std::vector<std::pair<NodeId, NodeId>>{})) {
+      for (const auto& [key, v] :
+           doc.MappingItems(per_group).value_or(std::vector<std::pair<NodeId, NodeId>>{})) {
+        auto t = ucfs::MatchTensor(doc, v);
+        if (!t.ok() || !t->has_value()) continue;
+        if (name ? doc.AsStr(key) == name : (*t)->shape.size() == 1) out.push_back(v);
+      }
+    }
+  };
+  switch (which % 8) {
+    case 0:
+      return TensorsBelow(doc, doc.Get(osd, "fp32_flat_groups"));
+    case 1:
+      state_entries("exp_avg");
+      return out;
+    case 2:
+      state_entries("exp_avg_sq");
+      return out;
+    case 3:
+      state_entries(std::nullopt);  // every per-element state
+      return out;
+    case 4:
+      return TensorsBelow(doc, root);
+    case 5:
+      return TensorsBelow(doc, doc.Get(root, "module"));
+    case 6:
+      return TensorsBelow(doc, doc.Get(root, "frozen_param_fragments"));
+    default:
+      for (NodeId n :
+           doc.SequenceItems(doc.Get(root, "buffer_names")).value_or(std::vector<NodeId>{})) {
+        if (auto name = doc.AsStr(n)) {
+          const NodeId t = doc.Get(doc.Get(root, "module"), *name);
+          if (IsTensorCall(doc, t)) out.push_back(t);
+        }
+      }
+      return out;
+  }
+}
+
+// Sets the storage class of a tensor (new pid tuple items, as a shared tuple
+// would otherwise change other tensors too).
+void SetStorageClass(Document& doc, NodeId tensor, NodeId cls) {
+  const NodeId call = PlainCall(doc, tensor);
+  if (call == kNoNode) return;
+  auto args = doc.SequenceItems(doc.node(call).b);
+  if (!args || args->empty() || doc.node((*args)[0]).kind != Kind::kPersistentId) return;
+  const NodeId pid = (*args)[0];
+  const NodeId tuple = doc.node(pid).a;
+  if (tuple == kNoNode || doc.node(tuple).items.size() < 5) return;
+  doc.mutable_node(tuple).items[1] = cls;
+}
+
+// Zip records a torch.save container may have besides data.pkl and data/*.
+constexpr const char* kRecordNames[] = {"byteorder",
+                                        ".format_version",
+                                        ".storage_alignment",
+                                        ".data/serialization_id",
+                                        ".data/version",
+                                        "version",
+                                        "data/99",
+                                        "extra/x"};
+constexpr const char* kRecordContents[] = {"little", "big", "1",   "64",    "4096", "65535", "3",
+                                           "0",      "",    "3\n", "65536", "\xff", "2",     "08"};
 
 void RunProgram(Program& prog, Work& w) {
   for (size_t ops = 0; ops < kMaxOps && !prog.done(); ++ops) {
@@ -1793,12 +1909,50 @@ void RunProgram(Program& prog, Work& w) {
                                                     ".",
                                                     "/",
                                                     "global_step4_universal"};
-        w.SetOther(kRoot + "/latest", kLatestValues[prog.U8() % std::size(kLatestValues)]);
+        // One past the values: no `latest` at all (a tag directory alone).
+        const size_t which = prog.U8() % (std::size(kLatestValues) + 1);
+        if (which == std::size(kLatestValues)) {
+          w.RemoveOther(kRoot + "/latest");
+        } else {
+          w.SetOther(kRoot + "/latest", kLatestValues[which]);
+        }
         break;
       }
       case kAddRank:
         w.AddRank(prog.U8());
         break;
+      case kRetype: {  // a family of tensors in another dtype, in one or all files
+        const uint8_t target = prog.U8();
+        const uint8_t family = prog.U8();
+        auto [module, name] = GlobalValue(prog.U8() % 19);  // the storage classes
+        for (Slot* s : Targets(w, target)) {
+          Archive* ar = w.Edit(*s);
+          if (ar == nullptr) continue;
+          const NodeId cls = ar->doc.Global(module, name);
+          for (NodeId t : TensorFamily(ar->doc, family)) SetStorageClass(ar->doc, t, cls);
+          ar->dirty = true;
+        }
+        break;
+      }
+      case kAddRecord: {  // a record torch >= 2.1 writes, or another, added or rewritten
+        Slot& s = OneTarget(w, prog.U8());
+        const std::string name = kRecordNames[prog.U8() % std::size(kRecordNames)];
+        const std::string contents = kRecordContents[prog.U8() % std::size(kRecordContents)];
+        Archive* ar = w.Edit(s);
+        if (ar == nullptr) break;
+        const std::string full = ar->prefix + "/" + name;
+        auto it = std::find_if(ar->records.begin(), ar->records.end(),
+                               [&](const auto& r) { return r.first == full; });
+        if (it != ar->records.end()) {
+          it->second = contents;
+        } else {
+          // After data.pkl, where torch puts them (the order is torch's to choose).
+          ar->records.insert(ar->records.begin() + static_cast<std::ptrdiff_t>(ar->pickle) + 1,
+                             {full, contents});
+        }
+        ar->dirty = true;
+        break;
+      }
       default:
         break;
     }
@@ -2066,6 +2220,21 @@ struct Reader {
   }
 };
 
+// What the index would keep of every rank file comes back from its encoding
+// as it was (a second mount reads the checkpoint from these).
+void CheckSummaries(ucfs::Env& env, Work& work) {
+  for (const Slot& s : work.slots()) {
+    if (!s.bytes) continue;
+    auto summary = ucfs::SummarizeTorchFile(env, s.path);
+    if (!summary.ok()) continue;
+    const std::string encoded = ucfs::EncodeSummary(*summary);
+    auto decoded = ucfs::DecodeSummary(encoded);
+    if (!decoded.ok())
+      Fail(s.path + ": its summary does not decode: " + decoded.status().ToString());
+    if (ucfs::EncodeSummary(*decoded) != encoded) Fail(s.path + ": its summary decodes to another");
+  }
+}
+
 // What Checkpoint::Open accepted: every param's shape has as many elements
 // as its numel says, and no more than 2^62 (as MatchTensor demands of
 // tensors), so numel * element size cannot wrap either.
@@ -2159,7 +2328,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& fixtures = Fixtures();
   Program prog(data, size);
   const uint8_t head = prog.U8();
-  const Fixture& fixture = fixtures[(head & 0x7f) % fixtures.size()];
+  const Fixture& fixture = fixtures[(head & 0x3f) % fixtures.size()];
+  // Bit 6: the checkpoint named by its tag directory, as `ucfs mount
+  // .../global_step4` does (a view without the root's other entries).
+  const std::string path = head & 0x40 ? fixture.tag_dir : kRoot;
   Work work(fixture);
   RunProgram(prog, work);
 
@@ -2170,7 +2342,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Reader reader{env, !mutated};
 
   uint64_t sink = 0;
-  auto ckpt = ucfs::Checkpoint::Open(env, kRoot);
+  CheckSummaries(env, work);
+  auto ckpt = ucfs::Checkpoint::Open(env, path);
   reader.Check(ckpt.status(), "Checkpoint::Open");
   if (ckpt.ok()) {
     auto shared = std::make_shared<const ucfs::Checkpoint>(std::move(*ckpt));
@@ -2191,7 +2364,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // verify, on whatever the files are now
   ucfs::VerifyOptions options;
   options.threads = 1;
-  auto report = ucfs::Verify(env, kRoot, options);
+  auto report = ucfs::Verify(env, path, options);
   reader.Check(report.status(), "verify");
   if (report.ok()) {
     if (!mutated && !report->ok()) {

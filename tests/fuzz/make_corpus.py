@@ -34,9 +34,17 @@ MAX_ZIP_SEEDS = 40
 # --- checkpoint_fuzz programs. These mirror checkpoint_fuzz.cc's decoder; a
 # seed that drifts from it is still a valid program, only another edit.
 # Fixtures are numbered in sorted order: 0 z3_bf16_ws2 ... 3 z3_fp32_ws2 ...
-# 6 z3_tricky_fp32_ws4. Byte 0 bit 7: also the universal view with CRCs.
+# 6 z3_tricky_fp32_ws4. Byte 0 bit 7: also the universal view with CRCs;
+# bit 6: open the tag directory instead of the root.
+CRC, TAG_DIR = 0x80, 0x40
 OP_EDIT, OP_REPAIR, OP_REPLACE, OP_TRUNCATE, OP_REMOVE = 0, 2, 3, 4, 5
-OP_FLIP, OP_RECORD, OP_LATEST, OP_ADD_RANK = 6, 7, 8, 9
+OP_FLIP, OP_RECORD, OP_LATEST, OP_ADD_RANK, OP_RETYPE, OP_ADD_RECORD = 6, 7, 8, 9, 10, 11
+# kRetype's tensor families and storage classes (GlobalValue's first entries).
+FAM_FLATS, FAM_STATES, FAM_MODULE, FAM_FROZEN, FAM_BUFFERS = 0, 3, 5, 6, 7
+CLS_BF16, CLS_HALF, CLS_LONG, CLS_BOOL = 1, 2, 4, 9
+# kAddRecord's names and contents.
+REC_BYTEORDER, REC_FORMAT_VERSION, REC_ALIGNMENT, REC_SERIALIZATION_ID = 0, 1, 2, 3
+TXT_LITTLE, TXT_BIG, TXT_1, TXT_4096, TXT_65535, TXT_0 = 0, 1, 2, 4, 5, 7
 # Edit targets: bits 0-1 optim / model / both, bit 2 every rank, rest the rank.
 OPTIM0, MODEL0, ALL_OPTIM, ALL_MODEL, ALL_FILES = 0, 1, 4, 5, 6
 # Selectors, and the named paths of kPaths.
@@ -159,6 +167,33 @@ def checkpoint_programs():
         ("latest-nope", bytes([3, OP_LATEST, 2])),
         ("rank-added", bytes([6, OP_ADD_RANK, 0])),
         ("zip-directory-flipped", bytes([3, OP_FLIP, 0, 0x10, 0x80, 0x41])),
+        # named by the tag directory
+        ("tag-dir", bytes([TAG_DIR | 3])),
+        ("tag-dir-tricky", bytes([TAG_DIR | 6])),
+        # ... without `latest`: a tag directory on its own
+        ("tag-dir-alone", bytes([TAG_DIR | 3, OP_LATEST, 9])),
+        # every per-element state and flat buffer in bfloat16 or float16
+        ("states-bf16", bytes([3, OP_RETYPE, ALL_OPTIM, FAM_STATES, CLS_BF16,
+                               OP_RETYPE, ALL_OPTIM, FAM_FLATS, CLS_BF16])),
+        ("states-half", bytes([6, OP_RETYPE, ALL_OPTIM, FAM_STATES, CLS_HALF,
+                               OP_RETYPE, ALL_OPTIM, FAM_FLATS, CLS_HALF])),
+        # the buffer in float16 and bool (zero_to_fp32 makes them float32)
+        ("buffer-half", bytes([6, OP_RETYPE, MODEL0, FAM_BUFFERS, CLS_HALF])),
+        ("buffer-bool", bytes([6, OP_RETYPE, MODEL0, FAM_BUFFERS, CLS_BOOL])),
+        # the module's placeholders (the training dtype) and frozen fragments
+        ("module-bf16", bytes([3, OP_RETYPE, ALL_MODEL, FAM_MODULE, CLS_BF16])),
+        ("frozen-half", bytes([6, OP_RETYPE, ALL_MODEL, FAM_FROZEN, CLS_HALF])),
+        # rank 0's files as torch >= 2.7 (4096-aligned) and 2.1 wrote them
+        ("torch27-4096", bytes([3, OP_ADD_RECORD, OPTIM0, REC_FORMAT_VERSION, TXT_1,
+                                OP_ADD_RECORD, OPTIM0, REC_ALIGNMENT, TXT_4096,
+                                OP_ADD_RECORD, OPTIM0, REC_BYTEORDER, TXT_LITTLE])),
+        ("torch27-65535", bytes([6, OP_ADD_RECORD, OPTIM0, REC_FORMAT_VERSION, TXT_1,
+                                 OP_ADD_RECORD, OPTIM0, REC_ALIGNMENT, TXT_65535,
+                                 OP_ADD_RECORD, MODEL0, REC_FORMAT_VERSION, TXT_1,
+                                 OP_ADD_RECORD, MODEL0, REC_ALIGNMENT, TXT_65535])),
+        ("torch21", bytes([3, OP_ADD_RECORD, OPTIM0, REC_BYTEORDER, TXT_LITTLE,
+                           OP_ADD_RECORD, OPTIM0, REC_SERIALIZATION_ID, TXT_0])),
+        ("byteorder-big", bytes([3, OP_ADD_RECORD, 2, REC_BYTEORDER, TXT_BIG])),
     ]
     return progs
 
