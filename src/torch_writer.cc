@@ -309,10 +309,17 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
     if (!key) return Status::Corruption(summary.path + ": a storage id is not ('storage', ...)");
     // The legacy format's ids carry a sixth field (view metadata, None);
     // the zip format's persistent_load takes exactly five.
-    if (fields->size() > 5) {
-      fields->resize(5);
-      doc_.mutable_node(pid).a = doc_.AddTuple(*fields);
-    }
+    fields->resize(5);
+    // The id gets a tuple of its own, a key string of its own (shared only by
+    // the ids of one storage) and the one 'cpu' string: Finish renames keys
+    // in place, and the source may share the nodes it had there with anything
+    // (found by checkpoint_fuzz: an id with a storage class global where the
+    // location goes had Finish rename that global, every tensor's, to cpu).
+    auto [own, added] = own_keys_.try_emplace((*fields)[2], pickle::kNoNode);
+    if (added) own->second = doc_.AddStr(std::string(*key));
+    (*fields)[2] = own->second;
+    (*fields)[3] = CpuString();
+    doc_.mutable_node(pid).a = doc_.AddTuple(*fields);
     const pickle::NodeId key_node = (*fields)[2];
     if (storages_.count(key_node)) continue;
     const ZipRecord* rec = summary.Find("data/" + std::string(*key));
@@ -330,12 +337,17 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
   return root;
 }
 
+pickle::NodeId TorchPickleBuilder::CpuString() {
+  if (cpu_str_ == pickle::kNoNode) cpu_str_ = doc_.AddStr("cpu");
+  return cpu_str_;
+}
+
 pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int64_t>& shape,
                                              bool requires_grad, std::vector<StorageRun> runs) {
   using pickle::NodeId;
   // torch.save shares one 'storage' and one location string between ids.
   if (storage_str_ == pickle::kNoNode) storage_str_ = doc_.AddStr("storage");
-  if (cpu_str_ == pickle::kNoNode) cpu_str_ = doc_.AddStr("cpu");
+  CpuString();
   uint64_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
   const NodeId key = doc_.AddStr("new" + std::to_string(new_key_count_++));
@@ -369,7 +381,6 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
   std::vector<StorageSpec> specs;
   for (pickle::NodeId pid : pids) {
     auto fields = *doc_.SequenceItems(doc_.node(pid).a);
-    doc_.mutable_node(fields[3]).text = "cpu";
     const pickle::NodeId key = fields[2];
     if (names.count(key)) continue;
     auto runs = storages_.find(key);

@@ -136,11 +136,16 @@ class TorchPickleBuilder {
                                                    PieceReader* crc_reader = nullptr);
 
  private:
+  // The one location string of every id ("cpu").
+  pickle::NodeId CpuString();
+
   pickle::Document doc_;
   // What each storage key node of doc_ holds.
   std::unordered_map<pickle::NodeId, std::vector<StorageRun>> storages_;
   pickle::NodeId storage_str_ = pickle::kNoNode;
   pickle::NodeId cpu_str_ = pickle::kNoNode;
+  // A copied id's key node -> the key node of its own that replaced it.
+  std::unordered_map<pickle::NodeId, pickle::NodeId> own_keys_;
   pickle::NodeId new_key_count_ = 0;
 };
 
