@@ -175,7 +175,10 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
                            : std::nullopt;
         NodeId v = value;
         if (name) {
-          if (auto s = c.FindState(*name)) {
+          // State 0 is the master weights, in fp32_flat_groups: a state
+          // dict entry of the same name ("fp32") is another thing (found by
+          // checkpoint_fuzz: a scalar of that name became a flat buffer).
+          if (auto s = c.FindState(*name); s && *s > 0) {
             const StateInfo& info = c.states()[*s];
             v = b.NewTensor(
                 info.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
