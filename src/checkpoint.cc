@@ -184,7 +184,9 @@ class CheckpointBuilder {
       SourceFile& src = c_.sources_[w + r];
       if (src.path.empty() && !c_.files_.model_files[r].empty()) {
         src.path = c_.files_.model_files[r];
-        UCFS_ASSIGN_OR_RETURN(src.identity, env_.Stat(src.path));
+        UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(src.path));
+        src.identity = st.identity;
+        src.access = st.access;
       }
     }
     return std::move(c_);
@@ -194,7 +196,7 @@ class CheckpointBuilder {
   // Summarises source `index` and parses its pickle.
   Result<TorchFile> Load(uint32_t index, const std::string& path) {
     UCFS_ASSIGN_OR_RETURN(TorchFile tf, LoadTorchFile(source_, path));
-    c_.sources_[index] = SourceFile{path, tf.summary.identity};
+    c_.sources_[index] = SourceFile{path, tf.summary.identity, tf.summary.access};
     return tf;
   }
 

@@ -2,14 +2,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+
+#include "ucfs/unique_fd.h"
 
 namespace ucfs {
 
@@ -22,6 +27,13 @@ Status RandomAccessFile::ReadExact(uint64_t offset, size_t n, char* buf) const {
                               std::to_string(Size()) + " bytes");
   }
   return Status::OK();
+}
+
+Result<FileStat> RandomAccessFile::Stat() const {
+  FileStat st;
+  st.identity.size = Size();
+  st.access = FileAccess{0444, 0, 0};
+  return st;
 }
 
 Result<std::string> RandomAccessFile::ReadString(uint64_t offset, size_t n) const {
@@ -38,6 +50,11 @@ Result<std::string> Env::ReadSmallFile(const std::string& path, size_t max_bytes
                                    " expected of this file");
   }
   return file->ReadString(0, file->Size());
+}
+
+bool Env::IsDirectory(const std::string& path) {
+  auto st = Stat(path);
+  return st.ok() && st->is_dir;
 }
 
 std::string JoinPath(std::string_view dir, std::string_view name) {
@@ -59,16 +76,40 @@ std::string_view BaseName(std::string_view path) {
 
 namespace {
 
+int64_t Nanos(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+FileStat StatOf(const struct stat& st) {
+  FileStat out;
+  out.identity.size = static_cast<uint64_t>(st.st_size);
+  out.identity.mtime_ns = Nanos(st.st_mtim);
+  out.identity.ctime_ns = Nanos(st.st_ctim);
+  out.identity.inode = st.st_ino;
+  out.identity.device = st.st_dev;
+  out.access = FileAccess{static_cast<uint32_t>(st.st_mode & 07777), st.st_uid, st.st_gid};
+  out.is_dir = S_ISDIR(st.st_mode);
+  return out;
+}
+
+const char* KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
 class PosixFile final : public RandomAccessFile {
  public:
-  PosixFile(std::string path, int fd, uint64_t size)
-      : path_(std::move(path)), fd_(fd), size_(size) {}
-  ~PosixFile() override { ::close(fd_); }
+  PosixFile(std::string path, UniqueFd fd, uint64_t size)
+      : path_(std::move(path)), fd_(std::move(fd)), size_(size) {}
 
   Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
     size_t done = 0;
     while (done < n) {
-      ssize_t r = ::pread(fd_, buf + done, n - done, static_cast<off_t>(offset + done));
+      ssize_t r = ::pread(fd_.get(), buf + done, n - done, static_cast<off_t>(offset + done));
       if (r < 0) {
         if (errno == EINTR) continue;
         *bytes_read = done;
@@ -82,68 +123,147 @@ class PosixFile final : public RandomAccessFile {
     return Status::OK();
   }
   uint64_t Size() const override { return size_; }
+  Result<FileStat> Stat() const override {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) return Status::FromErrno(path_, errno);
+    return StatOf(st);
+  }
   const std::string& path() const override { return path_; }
-  int fd() const override { return fd_; }
+  int fd() const override { return fd_.get(); }
 
  private:
   std::string path_;
-  int fd_;
+  UniqueFd fd_;
   uint64_t size_;
 };
+
+// The error for an open(2) or stat(2) of `path` that failed with `err`,
+// saying what a confined resolution refused.
+Status OpenError(const std::string& path, int err) {
+  if (err == EXDEV) {
+    return Status::Posix(EACCES, path + ": a symlink leads out of the checkpoint root; refused");
+  }
+  if (err == ELOOP) return Status::Posix(ELOOP, path + ": too many levels of symbolic links");
+  return Status::FromErrno(path, err);
+}
+
+// Opening never blocks: O_NONBLOCK makes open(2) of a FIFO without a writer
+// return at once (the fstat then refuses it), and O_NOCTTY keeps a terminal
+// device from becoming ours. Neither changes reads of a regular file.
+constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+
+Result<std::unique_ptr<RandomAccessFile>> FinishOpen(const std::string& path, UniqueFd fd) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(path + ": " + KindOf(st.st_mode) + ", not a regular file");
+  }
+  return std::unique_ptr<RandomAccessFile>(
+      new PosixFile(path, std::move(fd), static_cast<uint64_t>(st.st_size)));
+}
+
+Result<std::vector<DirEntry>> ListOpenDir(const std::string& path, UniqueFd fd) {
+  DIR* dir = ::fdopendir(fd.get());
+  if (dir == nullptr) return Status::FromErrno(path, errno);
+  const int dir_fd = fd.release();  // owned by `dir` now
+  std::vector<DirEntry> out;
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string_view name(e->d_name);
+    if (name == "." || name == "..") continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+      // A symlink counts as what it points to, resolved from this
+      // directory (a dangling or escaping one is listed as a file, and
+      // refused when opened).
+      struct stat st {};
+      is_dir = ::fstatat(dir_fd, e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+    }
+    out.push_back({std::string(name), is_dir});
+  }
+  ::closedir(dir);
+  std::sort(out.begin(), out.end(),
+            [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  return out;
+}
 
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
     // O_RDONLY always: ucfs never opens a source file for writing.
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(path, errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::FromErrno(path, err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return Status::InvalidArgument(path + ": not a regular file");
-    }
-    return std::unique_ptr<RandomAccessFile>(
-        new PosixFile(path, fd, static_cast<uint64_t>(st.st_size)));
+    UniqueFd fd(::open(path.c_str(), kReadFlags | O_NOATIME));
+    if (!fd && errno == EPERM) fd.reset(::open(path.c_str(), kReadFlags));  // not our file
+    if (!fd) return OpenError(path, errno);
+    return FinishOpen(path, std::move(fd));
   }
 
-  Result<FileIdentity> Stat(const std::string& path) override {
+  Result<FileStat> Stat(const std::string& path) override {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(path, errno);
-    FileIdentity id;
-    id.size = static_cast<uint64_t>(st.st_size);
-    id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-    id.inode = st.st_ino;
-    id.device = st.st_dev;
-    return id;
-  }
-
-  bool IsDirectory(const std::string& path) override {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    if (::stat(path.c_str(), &st) != 0) return OpenError(path, errno);
+    return StatOf(st);
   }
 
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
-    DIR* dir = ::opendir(path.c_str());
-    if (dir == nullptr) return Status::FromErrno(path, errno);
-    std::vector<DirEntry> out;
-    while (struct dirent* e = ::readdir(dir)) {
-      std::string_view name(e->d_name);
-      if (name == "." || name == "..") continue;
-      bool is_dir = e->d_type == DT_DIR;
-      if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK)
-        is_dir = IsDirectory(JoinPath(path, name));
-      out.push_back({std::string(name), is_dir});
-    }
-    ::closedir(dir);
-    std::sort(out.begin(), out.end(),
-              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
-    return out;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return OpenError(path, errno);
+    return ListOpenDir(path, std::move(fd));
   }
+};
+
+// PosixEnv below a root: every path is resolved by openat2 from the root's
+// descriptor with RESOLVE_BENEATH, which fails (EXDEV) on any step — a
+// "..", an absolute or a relative symlink — that would leave it.
+class ConfinedPosixEnv final : public Env {
+ public:
+  ConfinedPosixEnv(std::string root, UniqueFd root_fd)
+      : root_(std::move(root)), root_fd_(std::move(root_fd)) {}
+
+  Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
+    UCFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(path, kReadFlags | O_NOATIME));
+    return FinishOpen(path, std::move(fd));
+  }
+
+  Result<FileStat> Stat(const std::string& path) override {
+    UCFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(path, O_PATH | O_CLOEXEC));
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path, errno);
+    return StatOf(st);
+  }
+
+  Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
+    UCFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return ListOpenDir(path, std::move(fd));
+  }
+
+ private:
+  Result<UniqueFd> OpenBeneath(const std::string& path, int flags) const {
+    std::string_view rel(path);
+    if (rel == root_) {
+      rel = ".";
+    } else if (rel.size() > root_.size() && rel.starts_with(root_) &&
+               (root_ == "/" || rel[root_.size()] == '/')) {
+      rel.remove_prefix(root_ == "/" ? 1 : root_.size() + 1);
+    } else {
+      return Status::Posix(EACCES, path + ": outside the checkpoint root " + root_ + "; refused");
+    }
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    const std::string rel_path(rel);
+    for (;;) {
+      UniqueFd fd(static_cast<int>(
+          ::syscall(SYS_openat2, root_fd_.get(), rel_path.c_str(), &how, sizeof(how))));
+      if (fd) return fd;
+      if (errno == EPERM && (flags & O_NOATIME) != 0) {  // O_NOATIME on another's file
+        how.flags &= ~static_cast<uint64_t>(O_NOATIME);
+        continue;
+      }
+      if (errno == EAGAIN || errno == EINTR) continue;  // a rename raced the lookup
+      return OpenError(path, errno);
+    }
+  }
+
+  const std::string root_;
+  const UniqueFd root_fd_;
 };
 
 }  // namespace
@@ -153,6 +273,31 @@ Env* Env::Posix() {
   return &env;
 }
 
+Result<std::unique_ptr<Env>> NewConfinedPosixEnv(const std::string& root) {
+  if (root.empty() || root[0] != '/') {
+    return Status::InvalidArgument(root + ": the confinement root must be an absolute path");
+  }
+  UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return Status::FromErrno(root, errno);
+  return std::unique_ptr<Env>(new ConfinedPosixEnv(root, std::move(fd)));
+}
+
+Result<std::string> ResolveCheckpointRoot(const std::string& path) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) return Status::FromErrno(path, errno);
+  std::string dir(resolved);
+  std::free(resolved);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(path, errno);
+  if (!S_ISDIR(st.st_mode)) return dir;  // reported by the checkpoint's Open
+  // A tag directory (no `latest` of its own) whose parent is the root.
+  if (::lstat(JoinPath(dir, "latest").c_str(), &st) == 0 || dir == "/") return dir;
+  std::string parent = dir.substr(0, dir.rfind('/'));
+  if (parent.empty()) parent = "/";
+  if (::lstat(JoinPath(parent, "latest").c_str(), &st) == 0) return parent;
+  return dir;
+}
+
 // ---------------------------------------------------------------------------
 // MemEnv
 
@@ -160,8 +305,9 @@ namespace {
 
 class MemFile final : public RandomAccessFile {
  public:
-  MemFile(std::string path, std::shared_ptr<const std::string> data)
-      : path_(std::move(path)), data_(std::move(data)) {}
+  MemFile(std::string path, std::shared_ptr<const std::string> data, const MemEnv* env,
+          FileStat at_open)
+      : path_(std::move(path)), data_(std::move(data)), env_(env), at_open_(at_open) {}
   Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
     if (offset >= data_->size()) {
       *bytes_read = 0;
@@ -173,11 +319,19 @@ class MemFile final : public RandomAccessFile {
     return Status::OK();
   }
   uint64_t Size() const override { return data_->size(); }
+  // Like an fstat: the file as it is now if it is still at its path (an
+  // in-place edit shows), else as it was (a replaced or removed file's
+  // open descriptor keeps the old inode).
+  Result<FileStat> Stat() const override {
+    return env_->StatIfSame(path_, at_open_.identity.inode).value_or(at_open_);
+  }
   const std::string& path() const override { return path_; }
 
  private:
   std::string path_;
   std::shared_ptr<const std::string> data_;
+  const MemEnv* env_;
+  FileStat at_open_;
 };
 
 std::string StripTrailingSlash(std::string path) {
@@ -193,6 +347,33 @@ void MemEnv::WriteFile(const std::string& path, std::string contents) {
   if (f.inode == 0) f.inode = next_inode_++;
   f.data = std::make_shared<const std::string>(std::move(contents));
   f.version = clock_++;
+  f.ctime = f.version;
+}
+
+void MemEnv::TouchCtime(const std::string& path) {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(path);
+  if (it != files_.end()) it->second.ctime = clock_++;
+}
+
+void MemEnv::SetAccess(const std::string& path, FileAccess access) {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(path);
+  if (it != files_.end()) it->second.access = access;
+}
+
+FileStat MemEnv::StatOf(const File& f) {
+  FileStat st;
+  st.identity = FileIdentity{f.data->size(), f.version, f.ctime, f.inode, 0};
+  st.access = f.access;
+  return st;
+}
+
+std::optional<FileStat> MemEnv::StatIfSame(const std::string& path, uint64_t inode) const {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end() || it->second.inode != inode) return std::nullopt;
+  return StatOf(it->second);
 }
 
 bool MemEnv::RemoveFile(const std::string& path) {
@@ -223,22 +404,32 @@ Status MemEnv::CopyTreeFrom(const std::string& dir, const std::string& prefix) {
 Result<std::unique_ptr<RandomAccessFile>> MemEnv::Open(const std::string& path) {
   std::lock_guard lock(mu_);
   auto it = files_.find(path);
-  if (it == files_.end()) return Status::NotFound(path + ": No such file or directory");
-  return std::unique_ptr<RandomAccessFile>(new MemFile(path, it->second.data));
+  if (it == files_.end()) {
+    std::string prefix = StripTrailingSlash(path) + "/";
+    auto below = files_.lower_bound(prefix);
+    if (below != files_.end() && below->first.compare(0, prefix.size(), prefix) == 0) {
+      return Status::InvalidArgument(path + ": a directory, not a regular file");
+    }
+    return Status::NotFound(path + ": No such file or directory");
+  }
+  return std::unique_ptr<RandomAccessFile>(
+      new MemFile(path, it->second.data, this, StatOf(it->second)));
 }
 
-Result<FileIdentity> MemEnv::Stat(const std::string& path) {
+Result<FileStat> MemEnv::Stat(const std::string& path) {
   std::lock_guard lock(mu_);
   auto it = files_.find(path);
-  if (it == files_.end()) return Status::NotFound(path + ": No such file or directory");
-  return FileIdentity{it->second.data->size(), it->second.version, it->second.inode, 0};
-}
-
-bool MemEnv::IsDirectory(const std::string& path) {
-  std::lock_guard lock(mu_);
+  if (it != files_.end()) return StatOf(it->second);
+  // Directories exist as prefixes of file paths.
   std::string prefix = StripTrailingSlash(path) + "/";
-  auto it = files_.lower_bound(prefix);
-  return it != files_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+  auto below = files_.lower_bound(prefix);
+  if (below == files_.end() || below->first.compare(0, prefix.size(), prefix) != 0) {
+    return Status::NotFound(path + ": No such file or directory");
+  }
+  FileStat st;
+  st.is_dir = true;
+  st.access = FileAccess{0755, 0, 0};
+  return st;
 }
 
 Result<std::vector<DirEntry>> MemEnv::ListDir(const std::string& path) {

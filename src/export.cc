@@ -12,6 +12,9 @@
 #include <mutex>
 #include <thread>
 
+#include "ucfs/source_files.h"
+#include "ucfs/unique_fd.h"
+
 namespace ucfs {
 namespace {
 
@@ -24,49 +27,14 @@ std::string TempPathFor(const std::string& final_path) {
   return (p.parent_path() / ("." + p.filename().string() + ".ucfs-export")).string();
 }
 
-// Source files opened once, checked against what the view was built from.
-class Sources {
- public:
-  explicit Sources(View& view) : view_(view) {}
-  ~Sources() {
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-  Result<int> Get(uint32_t index) {
-    std::lock_guard lock(mu_);
-    if (fds_.size() <= index) fds_.resize(index + 1, -1);
-    if (fds_[index] >= 0) return fds_[index];
-    const SourceFile src = view_.source(index);
-    const int fd = ::open(src.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Errno(src.path);
-    struct stat st {};
-    const int64_t mtime =
-        ::fstat(fd, &st) == 0
-            ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec
-            : -1;
-    if (static_cast<uint64_t>(st.st_size) != src.identity.size || mtime != src.identity.mtime_ns) {
-      ::close(fd);
-      return Status::IOError(src.path + ": changed since the checkpoint was read; start again");
-    }
-    fds_[index] = fd;
-    return fd;
-  }
-
- private:
-  View& view_;
-  std::mutex mu_;
-  std::vector<int> fds_;
-};
-
 // Copies [in_off, +length) of `in` to `out` at `out_off`: in the kernel
 // where it can, else through a buffer.
-Status CopyRange(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t length,
-                 const std::string& what) {
+Status CopyRange(const RandomAccessFile& in, uint64_t in_off, int out, uint64_t out_off,
+                 uint64_t length, const std::string& what) {
   static std::atomic<bool> kernel_copy{true};
-  while (length > 0 && kernel_copy.load(std::memory_order_relaxed)) {
+  while (length > 0 && in.fd() >= 0 && kernel_copy.load(std::memory_order_relaxed)) {
     loff_t a = static_cast<loff_t>(in_off), b = static_cast<loff_t>(out_off);
-    const ssize_t n = ::copy_file_range(in, &a, out, &b, length, 0);
+    const ssize_t n = ::copy_file_range(in.fd(), &a, out, &b, length, 0);
     if (n > 0) {
       in_off += static_cast<uint64_t>(n);
       out_off += static_cast<uint64_t>(n);
@@ -83,11 +51,11 @@ Status CopyRange(int in, uint64_t in_off, int out, uint64_t out_off, uint64_t le
   }
   std::vector<char> buf(std::min<uint64_t>(length, uint64_t{8} << 20));
   while (length > 0) {
-    const ssize_t n =
-        ::pread(in, buf.data(), std::min<uint64_t>(length, buf.size()), static_cast<off_t>(in_off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno(what);
-    if (n == 0) return Status::Corruption(what + ": source ends early");
+    const size_t want = std::min<uint64_t>(length, buf.size());
+    size_t got = 0;
+    UCFS_RETURN_IF_ERROR(in.Read(in_off, want, buf.data(), &got));
+    if (got == 0) return Status::Corruption(what + ": source ends early");
+    const auto n = static_cast<ssize_t>(got);
     for (ssize_t done = 0; done < n;) {
       const ssize_t w = ::pwrite(out, buf.data() + done, static_cast<size_t>(n - done),
                                  static_cast<off_t>(out_off) + done);
@@ -118,7 +86,7 @@ struct Target {
   const ExportFile* file = nullptr;
   std::string final_path;
   std::string temp_path;
-  int fd = -1;
+  UniqueFd fd;
   std::atomic<uint64_t> chunks_left{0};
   std::mutex mu;
   Status status;
@@ -131,7 +99,7 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
   auto walk = [&](auto&& self, InodeId node, const std::string& path) -> Status {
     UCFS_ASSIGN_OR_RETURN(Attr attr, view.GetAttr(node));
     if (!attr.is_dir) {
-      out.push_back(ExportFile{path, node, attr.size, attr.mtime_ns});
+      out.push_back(ExportFile{path, node, attr.size, attr.mtime_ns, attr.mode});
       return Status::OK();
     }
     UCFS_ASSIGN_OR_RETURN(auto entries, view.ReadDir(node));
@@ -161,7 +129,7 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
   // A failure before the copying starts leaves no temporaries behind.
   auto abandon = [&](Status s) {
     for (const auto& t : targets) {
-      if (t->fd >= 0) ::close(t->fd);
+      t->fd.reset();
       ::unlink(t->temp_path.c_str());
     }
     return s;
@@ -186,12 +154,15 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
       return abandon(Status::FromErrno(fs::path(t->final_path).parent_path().string(), ec.value()));
     }
     t->temp_path = TempPathFor(t->final_path);
-    t->fd = ::open(t->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (t->fd < 0) return abandon(Errno(t->temp_path));
+    // Readable by whom the view's file is, and no one else: an export of a
+    // 0600 checkpoint is not left for anyone to read.
+    t->fd.reset(::open(t->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                       static_cast<mode_t>(f.mode & 0666)));
+    if (!t->fd) return abandon(Errno(t->temp_path));
     targets.push_back(std::move(t));
     Target* target = targets.back().get();
     // Zero pieces are left as holes: the size is set first.
-    if (::ftruncate(target->fd, static_cast<off_t>(f.size)) != 0) {
+    if (::ftruncate(target->fd.get(), static_cast<off_t>(f.size)) != 0) {
       return abandon(Errno(target->temp_path));
     }
     const uint64_t chunks = std::max<uint64_t>(1, (f.size + kChunk - 1) / kChunk);
@@ -201,7 +172,7 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
     }
   }
 
-  Sources sources(view);
+  SourceFiles sources(view);
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> written{0};
   auto finish = [&](Target& t) {
@@ -210,15 +181,14 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
       std::lock_guard lock(t.mu);
       s = t.status;
     }
-    if (s.ok() && options.sync && ::fsync(t.fd) != 0) s = Errno(t.temp_path);
+    if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Errno(t.temp_path);
     if (s.ok()) {
       const timespec times[2] = {{0, UTIME_OMIT},
                                  {static_cast<time_t>(t.file->mtime_ns / 1000000000),
                                   static_cast<long>(t.file->mtime_ns % 1000000000)}};
-      if (::futimens(t.fd, times) != 0) s = Errno(t.temp_path);
+      if (::futimens(t.fd.get(), times) != 0) s = Errno(t.temp_path);
     }
-    ::close(t.fd);
-    t.fd = -1;
+    t.fd.reset();
     if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0) s = Errno(t.final_path);
     if (!s.ok()) ::unlink(t.temp_path.c_str());
     std::lock_guard lock(t.mu);
@@ -240,10 +210,11 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
       for (const ReadPiece& p : pieces) {
         if (!s.ok()) break;
         if (p.kind == ReadPiece::Kind::kBytes) {
-          s = WriteAll(t.fd, p.bytes, at, t.temp_path);
+          s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
         } else if (p.kind == ReadPiece::Kind::kSource) {
-          auto fd = sources.Get(p.source);
-          s = fd.ok() ? CopyRange(*fd, p.offset, t.fd, at, p.length, t.temp_path) : fd.status();
+          auto in = sources.Get(p.source);
+          s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path)
+                      : in.status();
         }
         at += p.length;
       }

@@ -52,7 +52,10 @@ SummaryIndex::~SummaryIndex() = default;
 
 Result<std::unique_ptr<SummaryIndex>> SummaryIndex::Open(Env& env, const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  if (std::filesystem::create_directories(dir, ec) && !ec) {
+    // Its own user's, like the index in it.
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+  }
   if (ec) return Status::IOError("index: cannot create " + dir + ": " + ec.message());
   auto lmdb = std::make_unique<Lmdb>();
   int rc = mdb_env_create(&lmdb->env);
@@ -61,7 +64,9 @@ Result<std::unique_ptr<SummaryIndex>> SummaryIndex::Open(Env& env, const std::st
   mdb_env_set_mapsize(lmdb->env, size_t{4} << 30);
   // MDB_NOTLS: FUSE worker threads come and go; read transactions are not
   // tied to them.
-  rc = mdb_env_open(lmdb->env, dir.c_str(), MDB_NOTLS, 0644);
+  // 0600: the index holds the pickles of checkpoints only its user may
+  // read (parameter names, run metadata).
+  rc = mdb_env_open(lmdb->env, dir.c_str(), MDB_NOTLS, 0600);
   if (rc != 0) return LmdbError("cannot open " + dir, rc);
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(lmdb->env, nullptr, 0, &txn);
@@ -77,7 +82,8 @@ Result<std::unique_ptr<SummaryIndex>> SummaryIndex::Open(Env& env, const std::st
 }
 
 Result<TorchFileSummary> SummaryIndex::Summarize(const std::string& path) {
-  UCFS_ASSIGN_OR_RETURN(FileIdentity identity, env_.Stat(path));
+  UCFS_ASSIGN_OR_RETURN(FileStat stat, env_.Stat(path));
+  const FileIdentity& identity = stat.identity;
   const std::string key = KeyFor(path);
   MDB_val k{key.size(), const_cast<char*>(key.data())};
   {
@@ -90,6 +96,7 @@ Result<TorchFileSummary> SummaryIndex::Summarize(const std::string& path) {
         mdb_txn_abort(txn);
         if (cached.ok() && cached->path == path && cached->identity == identity) {
           ++hits_;
+          cached->access = stat.access;
           return cached;
         }
         spdlog::debug("index: {} changed since it was indexed", path);

@@ -19,8 +19,7 @@ class CountingEnv final : public Env {
     if (path.ends_with(".pt")) ++opens;
     return base_.Open(path);
   }
-  Result<FileIdentity> Stat(const std::string& path) override { return base_.Stat(path); }
-  bool IsDirectory(const std::string& path) override { return base_.IsDirectory(path); }
+  Result<FileStat> Stat(const std::string& path) override { return base_.Stat(path); }
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     return base_.ListDir(path);
   }

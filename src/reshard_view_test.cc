@@ -144,7 +144,7 @@ TEST_P(ReshardTest, ATinyCacheServesTheSameBytes) {
   ASSERT_EQ(names->size(), 10u);
   for (const auto& d : *names) {
     const std::string path = dir + "/" + d.name;
-    const uint64_t size = x.Stat(path)->size;
+    const uint64_t size = x.Stat(path)->identity.size;
     const std::string want = *(*x.Open(path))->ReadString(0, size);
     EXPECT_EQ(*(*y.Open(path))->ReadString(0, size), want) << d.name;
     EXPECT_EQ(*(*y2.Open(path))->ReadString(0, size), want) << d.name;

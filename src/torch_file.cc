@@ -21,8 +21,12 @@ const std::string* TorchFileSummary::SmallRecord(std::string_view relative_name)
 Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
   TorchFileSummary s;
   s.path = path;
-  UCFS_ASSIGN_OR_RETURN(s.identity, env.Stat(path));
   UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+  // The identity of the very file read (not of a path that may be renamed
+  // over meanwhile), checked again when it has been read.
+  UCFS_ASSIGN_OR_RETURN(FileStat at_open, file->Stat());
+  s.identity = at_open.identity;
+  s.access = at_open.access;
   UCFS_ASSIGN_OR_RETURN(std::string head, file->ReadString(0, std::min<uint64_t>(file->Size(), 4)));
   if (LooksLikeLegacyTorchFile(head)) {
     UCFS_ASSIGN_OR_RETURN(LegacyArchive legacy, ReadLegacyArchive(*file));
@@ -47,6 +51,10 @@ Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
     }
     UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*file, rec));
     s.small_records.emplace_back(rec.name.substr(s.prefix.size() + 1), std::move(bytes));
+  }
+  UCFS_ASSIGN_OR_RETURN(FileStat after, file->Stat());
+  if (!(after.identity == s.identity)) {
+    return Status::IOError(path + ": changed while it was being read; try again");
   }
   return s;
 }
@@ -105,7 +113,7 @@ std::string_view StyleName(const ContainerStyle& style) {
 
 namespace {
 
-constexpr char kSummaryVersion = 2;
+constexpr char kSummaryVersion = 3;  // 3: ctime in the identity
 
 void PutString(std::string* out, std::string_view s) {
   AppendLE64(out, s.size());
@@ -147,6 +155,7 @@ std::string EncodeSummary(const TorchFileSummary& s) {
   PutString(&out, s.path);
   AppendLE64(&out, s.identity.size);
   AppendLE64(&out, static_cast<uint64_t>(s.identity.mtime_ns));
+  AppendLE64(&out, static_cast<uint64_t>(s.identity.ctime_ns));
   AppendLE64(&out, s.identity.inode);
   AppendLE64(&out, s.identity.device);
   AppendLE64(&out, s.legacy ? 1 : 0);
@@ -177,8 +186,8 @@ Result<TorchFileSummary> DecodeSummary(std::string_view bytes) {
   uint64_t n = 0;
   uint64_t legacy = 0;
   if (!d.Str(&s.path) || !d.U64(&s.identity.size) || !d.I64(&s.identity.mtime_ns) ||
-      !d.U64(&s.identity.inode) || !d.U64(&s.identity.device) || !d.U64(&legacy) || legacy > 1 ||
-      !d.Str(&s.prefix) || !d.U64(&n)) {
+      !d.I64(&s.identity.ctime_ns) || !d.U64(&s.identity.inode) || !d.U64(&s.identity.device) ||
+      !d.U64(&legacy) || legacy > 1 || !d.Str(&s.prefix) || !d.U64(&n)) {
     return bad();
   }
   s.legacy = legacy == 1;

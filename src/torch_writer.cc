@@ -38,30 +38,10 @@ void StorageSpec::FillRunStarts() {
 }
 
 PieceReader::PieceReader(Env& env, std::function<SourceFile(uint32_t)> source)
-    : env_(env), source_(std::move(source)) {}
+    : files_(env, std::move(source)) {}
 
 Status PieceReader::Read(const std::vector<ReadPiece>& pieces, std::string* out) {
-  for (const ReadPiece& p : pieces) {
-    switch (p.kind) {
-      case ReadPiece::Kind::kBytes:
-        out->append(p.bytes);
-        break;
-      case ReadPiece::Kind::kZeros:
-        out->append(p.length, '\0');
-        break;
-      case ReadPiece::Kind::kSource: {
-        if (files_.size() <= p.source) files_.resize(p.source + 1);
-        if (!files_[p.source]) {
-          UCFS_ASSIGN_OR_RETURN(files_[p.source], env_.Open(source_(p.source).path));
-        }
-        const size_t at = out->size();
-        out->resize(at + p.length);
-        UCFS_RETURN_IF_ERROR(files_[p.source]->ReadExact(p.offset, p.length, out->data() + at));
-        break;
-      }
-    }
-  }
-  return Status::OK();
+  return files_.Read(pieces, out);
 }
 
 Result<uint32_t> PieceReader::Crc32(const std::vector<ReadPiece>& pieces) {

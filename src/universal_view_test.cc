@@ -190,9 +190,9 @@ TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   ASSERT_TRUE(entries.ok());
   std::vector<std::string> names;
   for (const auto& [name, attr] : *entries) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"global_step4", "global_step4_fp32",
-                                             "global_step4_universal", "latest",
-                                             "latest_universal"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"global_step4", "global_step4_fp32", "global_step4_universal",
+                                      "latest", "latest_universal"}));
   EXPECT_EQ(ReadAll(env, *m.view, "latest"), "global_step4");
   // The source's own tag directory, passed through.
   const std::string rank1 = "global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt";
@@ -204,7 +204,11 @@ TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   auto attr = m.view->GetAttr(Resolve(*m.view, "global_step4_universal/zero/fc1.bias/fp32.pt"));
   ASSERT_TRUE(attr.ok());
   EXPECT_FALSE(attr->is_dir);
-  EXPECT_EQ(attr->mode, 0444u);
+  // Built from the rank files (all of one mode in the fixture): their mode,
+  // without execute bits.
+  const auto rank_mode = static_cast<uint32_t>(
+      fs::status(FixtureDir("z3_fp32_ws2") + "/checkpoint/" + rank1).permissions());
+  EXPECT_EQ(attr->mode, rank_mode & 0666u);
   auto xattrs = m.view->Xattrs(attr->inode);
   ASSERT_TRUE(xattrs.ok());
   std::map<std::string, std::string> x;

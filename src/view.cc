@@ -1,9 +1,14 @@
 #include "ucfs/view.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <mutex>
 
 namespace ucfs {
+namespace {
+constexpr uint32_t kNoOwner = static_cast<uint32_t>(-1);
+}  // namespace
 
 Status InlineContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const {
   if (offset >= data_.size()) return Status::OK();
@@ -40,14 +45,45 @@ View::View(Env& env, int64_t mtime_ns) : env_(env), mtime_ns_(mtime_ns) {
   nodes_.push_back(std::move(root));
 }
 
+FileAccess StrictestAccess(const std::vector<FileAccess>& sources, FileAccess fallback) {
+  if (sources.empty()) return fallback;
+  FileAccess out{0777, sources[0].uid, sources[0].gid};
+  for (const FileAccess& a : sources) {
+    out.mode &= a.mode;
+    if (a.uid != out.uid) out.uid = kNoOwner;
+    if (a.gid != out.gid) out.gid = kNoOwner;
+  }
+  if (out.uid == kNoOwner) {
+    out.uid = 0;
+    out.mode &= ~0700u;
+  }
+  if (out.gid == kNoOwner) {
+    out.gid = 0;
+    out.mode &= ~0070u;
+  }
+  return out;
+}
+
 uint32_t View::AddSource(SourceFile source) {
   std::unique_lock lock(mu_);
+  if (!source.path.empty()) source_access_.push_back(source.access);
   sources_.push_back(std::move(source));
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
+FileAccess View::BuiltAccess() const {
+  std::shared_lock lock(mu_);
+  return BuiltAccessLocked();
+}
+
+FileAccess View::BuiltAccessLocked() const {
+  return StrictestAccess(source_access_, FileAccess{0444, ::getuid(), ::getgid()});
+}
+
 void View::BackRootBy(std::string dir) {
+  auto st = env_.Stat(dir);
   std::unique_lock lock(mu_);
+  if (st.ok()) nodes_[0].access = st->access;
   nodes_[0].source_dir = std::move(dir);
   nodes_[0].listed = false;
 }
@@ -97,24 +133,29 @@ Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
 }
 
 Result<InodeId> View::AddSourceDirectory(InodeId parent, std::string_view name, std::string dir) {
-  UCFS_ASSIGN_OR_RETURN(FileIdentity id, env_.Stat(dir));
+  UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(dir));
+  if (!st.is_dir) return Status::InvalidArgument(dir + ": not a directory");
   std::unique_lock lock(mu_);
   Node n;
   n.is_dir = true;
   n.source_dir = std::move(dir);
   n.listed = false;
-  n.mtime_ns = id.mtime_ns;
+  n.mtime_ns = st.identity.mtime_ns;
+  n.access = st.access;
   return AddNodeLocked(parent, name, std::move(n));
 }
 
 Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name,
                                     const std::string& path) {
-  UCFS_ASSIGN_OR_RETURN(FileIdentity id, env_.Stat(path));
+  UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(path));
+  if (st.is_dir) return Status::InvalidArgument(path + ": a directory, not a file");
   std::unique_lock lock(mu_);
-  sources_.push_back({path, id});
+  sources_.push_back({path, st.identity, st.access});
   Node n;
-  n.content = std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1), id.size);
-  n.mtime_ns = id.mtime_ns;
+  n.content =
+      std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1), st.identity.size);
+  n.mtime_ns = st.identity.mtime_ns;
+  n.access = st.access;
   return AddNodeLocked(parent, name, std::move(n));
 }
 
@@ -130,18 +171,21 @@ Status View::ListSourceLocked(InodeId dir) {
                                [](const auto& c, const std::string& n) { return c.first < n; });
     if (it != d->children.end() && it->first == e.name) continue;  // shadowed by a built entry
     const std::string path = JoinPath(d->source_dir, e.name);
-    auto id = env_.Stat(path);
-    if (!id.ok()) continue;  // vanished, or a dangling symlink
+    // Vanished, a dangling or looping symlink, or one leading out of the
+    // checkpoint root (a confined Env refuses it): not shown.
+    auto st = env_.Stat(path);
+    if (!st.ok()) continue;
     Node n;
-    n.mtime_ns = id->mtime_ns;
-    if (e.is_dir) {
+    n.mtime_ns = st->identity.mtime_ns;
+    n.access = st->access;
+    if (st->is_dir) {
       n.is_dir = true;
       n.source_dir = path;
       n.listed = false;
     } else {
-      sources_.push_back({path, *id});
-      n.content =
-          std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1), id->size);
+      sources_.push_back({path, st->identity, st->access});
+      n.content = std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1),
+                                                  st->identity.size);
     }
     UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, e.name, std::move(n)).status());
   }
@@ -161,12 +205,33 @@ Status View::EnsureListed(InodeId dir) {
   return ListSourceLocked(dir);
 }
 
-Attr View::AttrOf(InodeId inode, const Node& n) const {
+View::NodeAttrs View::AttrsLocked(InodeId inode, const Node& n) const {
+  NodeAttrs out;
+  out.inode = inode;
+  out.is_dir = n.is_dir;
+  out.content = n.content;
+  out.mtime_ns = n.mtime_ns;
+  if (n.access) {
+    out.access = *n.access;
+  } else {
+    out.access = BuiltAccessLocked();
+    // Built files are data, never programs; built directories may be
+    // searched by whoever may read them.
+    out.access.mode &= 0666;
+    if (n.is_dir) out.access.mode |= (out.access.mode & 0444) >> 2;
+  }
+  return out;
+}
+
+Attr View::AttrOf(const NodeAttrs& n) {
   Attr a;
-  a.inode = inode;
+  a.inode = n.inode;
   a.is_dir = n.is_dir;
   a.size = n.is_dir ? 0 : n.content->size();
-  a.mode = n.is_dir ? 0555 : 0444;
+  // Set-id bits never show: a mount is no place to gain privileges.
+  a.mode = n.access.mode & 01777;
+  a.uid = n.access.uid;
+  a.gid = n.access.gid;
   a.mtime_ns = n.mtime_ns;
   return a;
 }
@@ -185,20 +250,31 @@ Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
 }
 
 Result<Attr> View::GetAttr(InodeId inode) {
-  std::shared_lock lock(mu_);
-  Node* n = Find(inode);
-  if (n == nullptr) return Status::NotFound("no such inode");
-  return AttrOf(inode, *n);
+  NodeAttrs attrs;
+  {
+    std::shared_lock lock(mu_);
+    Node* n = Find(inode);
+    if (n == nullptr) return Status::NotFound("no such inode");
+    attrs = AttrsLocked(inode, *n);
+  }
+  return AttrOf(attrs);
 }
 
 Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
   UCFS_RETURN_IF_ERROR(EnsureListed(dir));
-  std::shared_lock lock(mu_);
-  Node* d = Find(dir);
-  if (!d->is_dir) return Status::InvalidArgument("not a directory");
+  std::vector<std::pair<std::string, NodeAttrs>> children;
+  {
+    std::shared_lock lock(mu_);
+    Node* d = Find(dir);
+    if (!d->is_dir) return Status::InvalidArgument("not a directory");
+    children.reserve(d->children.size());
+    for (const auto& [name, id] : d->children) {
+      children.emplace_back(name, AttrsLocked(id, *Find(id)));
+    }
+  }
   std::vector<std::pair<std::string, Attr>> out;
-  out.reserve(d->children.size());
-  for (const auto& [name, id] : d->children) out.emplace_back(name, AttrOf(id, *Find(id)));
+  out.reserve(children.size());
+  for (const auto& [name, attrs] : children) out.emplace_back(name, AttrOf(attrs));
   return out;
 }
 

@@ -31,6 +31,7 @@ namespace ucfs {
 struct SourceFile {
   std::string path;  // "" for an absent model-states file
   FileIdentity identity;
+  FileAccess access;
 };
 
 // A byte range of one source file.

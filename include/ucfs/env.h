@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,14 +20,34 @@
 
 namespace ucfs {
 
-// What identifies one version of a source file: a changed size, mtime or
-// inode means the file was rewritten and anything derived from it is stale.
+// What identifies one version of a source file. A file replaced by a
+// rename has another device or inode; one edited in place has another
+// ctime, which — unlike size and mtime, which `touch -r` or a careful
+// writer can restore — no user can set back. Anything derived from a file
+// whose identity changed is stale.
 struct FileIdentity {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
   uint64_t inode = 0;
   uint64_t device = 0;
   bool operator==(const FileIdentity&) const = default;
+};
+
+// Who may read a file: what the mount shows as its owner and mode, so that
+// the kernel's `default_permissions` check holds what the source holds.
+struct FileAccess {
+  uint32_t mode = 0;  // permission bits (07777)
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool operator==(const FileAccess&) const = default;
+};
+
+// What a stat of a source file or directory tells.
+struct FileStat {
+  FileIdentity identity;
+  FileAccess access;
+  bool is_dir = false;
 };
 
 struct DirEntry {
@@ -43,6 +64,10 @@ class RandomAccessFile {
   // bytes use ReadExact.
   virtual Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const = 0;
   virtual uint64_t Size() const = 0;
+  // What the open file is now (an fstat): compared with the identity a view
+  // was built from before its bytes are used. By default, a file that never
+  // changes: its size and nothing else.
+  virtual Result<FileStat> Stat() const;
   // The path as given to Env::Open, for error messages.
   virtual const std::string& path() const = 0;
   // A file descriptor for splice/copy_file_range, or -1 (in-memory files).
@@ -57,18 +82,34 @@ class RandomAccessFile {
 class Env {
  public:
   virtual ~Env() = default;
+  // Opens a regular file for reading. Anything else (a FIFO, a device, a
+  // socket, a directory) fails at once, without blocking in open(2).
   virtual Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) = 0;
-  virtual Result<FileIdentity> Stat(const std::string& path) = 0;
-  virtual bool IsDirectory(const std::string& path) = 0;
+  virtual Result<FileStat> Stat(const std::string& path) = 0;
+  bool IsDirectory(const std::string& path);
   // Entries of a directory, sorted by name, without "." and "..".
   virtual Result<std::vector<DirEntry>> ListDir(const std::string& path) = 0;
 
   // A whole small file (`latest`, `ds_config.json`); fails past max_bytes.
   Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);
 
-  // The process-wide real filesystem.
+  // The process-wide real filesystem, unconfined: for paths the user named
+  // (the upper directory, export targets), never for a checkpoint's files.
   static Env* Posix();
 };
+
+// The real filesystem below `root` only: every path must lie below `root`
+// (an absolute path without symlinks, as realpath(3) gives), and is
+// resolved with openat2(RESOLVE_BENEATH) from a descriptor of it, so a
+// symlink inside the checkpoint may point within it but never out of it
+// ("a symlink leads out of the checkpoint root" — a shard linked to
+// /etc/shadow is refused, not served). Thread-safe.
+Result<std::unique_ptr<Env>> NewConfinedPosixEnv(const std::string& root);
+
+// The root a checkpoint at `path` (a checkpoint root or a tag directory)
+// is confined to, resolved: the directory itself, or the parent of a tag
+// directory whose parent holds `latest`. Reads no file's contents.
+Result<std::string> ResolveCheckpointRoot(const std::string& path);
 
 // Files held in memory, keyed by absolute-looking paths ("/ckpt/latest").
 // Directories exist implicitly as prefixes of file paths.
@@ -82,17 +123,29 @@ class MemEnv : public Env {
   // under `prefix`.
   Status CopyTreeFrom(const std::string& dir, const std::string& prefix);
 
+  // Makes the next Stat of `path` (and of a file open on it) report another
+  // ctime, as an in-place edit that kept size and mtime would.
+  void TouchCtime(const std::string& path);
+  // Sets what Stat reports as `path`'s owner and mode (default 0644, 0:0).
+  void SetAccess(const std::string& path, FileAccess access);
+
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
-  Result<FileIdentity> Stat(const std::string& path) override;
-  bool IsDirectory(const std::string& path) override;
+  Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
+
+  // The stat of the file with `inode` if it is still at `path` (what an
+  // open file's Stat reports), else nothing.
+  std::optional<FileStat> StatIfSame(const std::string& path, uint64_t inode) const;
 
  private:
   struct File {
     std::shared_ptr<const std::string> data;
-    uint64_t inode;
-    int64_t version;
+    uint64_t inode = 0;
+    int64_t version = 0;  // mtime
+    int64_t ctime = 0;
+    FileAccess access{0644, 0, 0};
   };
+  static FileStat StatOf(const File& f);
   mutable std::mutex mu_;
   std::map<std::string, File> files_;
   uint64_t next_inode_ = 1;

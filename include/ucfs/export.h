@@ -26,6 +26,7 @@ struct ExportFile {
   InodeId inode = 0;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
+  uint32_t mode = 0444;  // the view's permission bits, which the copy keeps
 };
 
 // The files below the view's top-level entries `roots` (files or

@@ -25,6 +25,8 @@ struct TorchFileSummary {
 
   std::string path;
   FileIdentity identity;
+  // Who may read it, as stat tells now (not kept in the index).
+  FileAccess access;
   // torch's legacy non-zip format (legacy_format.h): `records` are its
   // storages, `pickle` its object pickle, `prefix` kLegacyPrefix.
   bool legacy = false;

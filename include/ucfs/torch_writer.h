@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ucfs/checkpoint.h"
+#include "ucfs/source_files.h"
 #include "ucfs/torch_file.h"
 #include "ucfs/view.h"
 #include "ucfs/zip.h"
@@ -75,14 +76,13 @@ Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uin
 class PieceReader {
  public:
   PieceReader(Env& env, std::function<SourceFile(uint32_t)> source);
+  // The pieces' bytes, each source checked as SourceFiles checks them.
   Status Read(const std::vector<ReadPiece>& pieces, std::string* out);
   // CRC-32 of the pieces' bytes, read in bounded chunks (tensors may be GBs).
   Result<uint32_t> Crc32(const std::vector<ReadPiece>& pieces);
 
  private:
-  Env& env_;
-  std::function<SourceFile(uint32_t)> source_;
-  std::vector<std::unique_ptr<RandomAccessFile>> files_;
+  SourceFiles files_;
 };
 
 class TorchFileContent final : public FileContent {

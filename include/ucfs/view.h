@@ -11,13 +11,17 @@
 // entries shadow source entries of the same name.
 //
 // Thread safety: all queries may be called concurrently. Lock order: the
-// View's mutex is the only lock, and no callback runs under it.
+// View's mutex is a leaf, but for its Env: under it the view lists and
+// stats source directories (an Env takes no lock, or a leaf one). It never
+// calls FileContent::size() under it, which may build a LazyContent under
+// that cache's own lock.
 #ifndef UCFS_VIEW_H_
 #define UCFS_VIEW_H_
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -77,13 +81,28 @@ class SourceContent final : public FileContent {
 using InodeId = uint64_t;
 inline constexpr InodeId kRootInode = 1;  // FUSE_ROOT_ID
 
+// What a stat shows. Owner and mode are the source's for entries backed by
+// a source file or directory; an entry ucfs builds takes the strictest of
+// the checkpoint's files it is built from (BuiltAccess), so that the
+// kernel's default_permissions check never lets anyone read through the
+// mount what they could not read in the checkpoint.
 struct Attr {
   InodeId inode = 0;
   bool is_dir = false;
   uint64_t size = 0;
   uint32_t mode = 0;  // permission bits only
+  uint32_t uid = 0;
+  uint32_t gid = 0;
   int64_t mtime_ns = 0;
 };
+
+// The owner and mode of a file built from files with owners and modes
+// `sources`: only what every one of them allows. Permission bits are
+// intersected (and set-id bits dropped); an owner (or group) shared by all
+// keeps its bits, while sources of different owners leave the file to root
+// with no owner bits (or to group 0 with no group bits). `fallback` if
+// `sources` is empty.
+FileAccess StrictestAccess(const std::vector<FileAccess>& sources, FileAccess fallback);
 
 // Every extended attribute a view shows is named "user.ucfs.<what>".
 inline constexpr std::string_view kXattrPrefix = "user.ucfs.";
@@ -100,7 +119,8 @@ class View {
   View(Env& env, int64_t mtime_ns);
 
   // --- building (before the view is shared) ---------------------------------
-  // Registers a source file; returns its index for ReadPiece::source.
+  // Registers a source file; returns its index for ReadPiece::source. Its
+  // owner and mode count for the entries the view builds (BuiltAccess).
   uint32_t AddSource(SourceFile source);
   // Makes the root show the entries of `dir` besides the built ones.
   void BackRootBy(std::string dir);
@@ -121,6 +141,10 @@ class View {
   Status Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out);
   Result<std::vector<Xattr>> Xattrs(InodeId inode);
   SourceFile source(uint32_t index) const;
+  // The owner and mode of a built file: the strictest of the sources added
+  // with AddSource (directories add search where there is read).
+  FileAccess BuiltAccess() const;
+  Env& env() const { return env_; }
 
  private:
   struct Node {
@@ -133,6 +157,16 @@ class View {
     std::shared_ptr<const FileContent> content;
     int64_t mtime_ns = 0;
     std::vector<Xattr> xattrs;
+    // A source entry's own owner and mode; none for a built entry.
+    std::optional<FileAccess> access;
+  };
+  // What AttrOf needs of a node, copied out under the lock.
+  struct NodeAttrs {
+    InodeId inode = 0;
+    bool is_dir = false;
+    std::shared_ptr<const FileContent> content;
+    int64_t mtime_ns = 0;
+    FileAccess access;
   };
 
   Node* Find(InodeId inode);
@@ -140,13 +174,17 @@ class View {
   // Adds a source directory's entries that no built entry shadows.
   Status ListSourceLocked(InodeId dir);
   Status EnsureListed(InodeId dir);
-  Attr AttrOf(InodeId inode, const Node& n) const;
+  FileAccess BuiltAccessLocked() const;
+  NodeAttrs AttrsLocked(InodeId inode, const Node& n) const;
+  // Called without the lock: a content's size may be a lazy build.
+  static Attr AttrOf(const NodeAttrs& n);
 
   Env& env_;
   const int64_t mtime_ns_;
   mutable std::shared_mutex mu_;
   std::deque<Node> nodes_;  // inode i is nodes_[i - 1]; deque keeps references stable
   std::deque<SourceFile> sources_;
+  std::vector<FileAccess> source_access_;  // of sources_ that have a path
 };
 
 // A name that can be one path component: not empty, ".", "..", and without

@@ -70,7 +70,9 @@ int Fail(const char* command, const ucfs::Status& s) {
 int RunInspect(const std::string& path, const std::optional<std::string>& tag, bool json) {
   ucfs::CheckpointOptions options;
   options.tag = tag;
-  auto ckpt = ucfs::Checkpoint::Open(*ucfs::Env::Posix(), path, options);
+  auto source = ucfs::cli::OpenCheckpointEnv(path);
+  if (!source.ok()) return Fail("inspect", source.status());
+  auto ckpt = ucfs::Checkpoint::Open(*source->env, source->path, options);
   if (!ckpt.ok()) return Fail("inspect", ckpt.status());
   if (json) {
     std::cout << ucfs::InspectJson(*ckpt).dump(2) << "\n";

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/progress.h"
+#include "cli/view_setup.h"
 
 namespace ucfs::cli {
 namespace {
@@ -128,7 +129,9 @@ int RunVerify(const VerifyArgs& a) {
     progress = std::make_unique<Progress>("verifying", total);
   };
   options.on_bytes = [&](uint64_t n) { progress->Add(n); };
-  auto report = Verify(*Env::Posix(), a.checkpoint, options);
+  auto source = OpenCheckpointEnv(a.checkpoint);
+  auto report = source.ok() ? Verify(*source->env, source->path, options)
+                            : Result<VerifyReport>(source.status());
   if (!report.ok()) {
     std::fprintf(stderr, "ucfs verify: %s\n", report.status().message().c_str());
     return 1;

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 
 #include "ucfs/consolidated_view.h"
@@ -13,10 +15,25 @@
 
 namespace ucfs::cli {
 
+Result<CheckpointEnv> OpenCheckpointEnv(const std::string& path) {
+  CheckpointEnv out;
+  UCFS_ASSIGN_OR_RETURN(std::string root, ResolveCheckpointRoot(path));
+  UCFS_ASSIGN_OR_RETURN(out.env, NewConfinedPosixEnv(root));
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) return Status::FromErrno(path, errno);
+  out.path = resolved;
+  std::free(resolved);
+  return out;
+}
+
 Result<OpenedView> OpenView(const ViewRequest& r) {
+  OpenedView out;
+  UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(r.checkpoint));
+  out.env = source.env;
+  Env& env = *out.env;
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
-    auto opened = SummaryIndex::Open(*Env::Posix(), r.cache_dir.value_or(DefaultIndexDir()));
+    auto opened = SummaryIndex::Open(env, r.cache_dir.value_or(DefaultIndexDir()));
     if (opened.ok()) {
       index = std::move(opened).value();
     } else {
@@ -26,22 +43,20 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   CheckpointOptions options;
   options.tag = r.tag;
   options.source = index.get();
-  UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(*Env::Posix(), r.checkpoint, options));
-  OpenedView out;
+  UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env, source.path, options));
   out.checkpoint = std::make_shared<const Checkpoint>(std::move(ckpt));
   out.index_note = index ? fmt::format("{} rank files from the index, {} read", index->cache_hits(),
                                        index->cache_misses())
                          : "no index";
   const std::string& tag = out.checkpoint->files().tag;
   if (r.world_size) {
-    UCFS_ASSIGN_OR_RETURN(out.view, BuildReshardView(*Env::Posix(), out.checkpoint,
-                                                     {*r.world_size, r.sub_group_size}));
+    UCFS_ASSIGN_OR_RETURN(out.view,
+                          BuildReshardView(env, out.checkpoint, {*r.world_size, r.sub_group_size}));
     out.layout_roots = {"latest", tag};
   } else {
     UniversalViewOptions view_options;
     view_options.compute_crc = r.crc;
-    UCFS_ASSIGN_OR_RETURN(out.view,
-                          BuildUniversalView(*Env::Posix(), out.checkpoint, view_options));
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildUniversalView(env, out.checkpoint, view_options));
     out.layout_roots = {"latest_universal", UniversalTag(tag)};
   }
   out.consolidated_root = ConsolidatedDirName(tag);

@@ -15,6 +15,14 @@
 
 namespace ucfs::cli {
 
+// A checkpoint's files, read only through an Env confined to its root
+// (NewConfinedPosixEnv): every command that reads a checkpoint opens it so.
+struct CheckpointEnv {
+  std::shared_ptr<Env> env;
+  std::string path;  // the checkpoint's path, resolved (what the Env accepts)
+};
+Result<CheckpointEnv> OpenCheckpointEnv(const std::string& path);
+
 struct ViewRequest {
   std::string checkpoint;  // absolute
   std::optional<std::string> tag;
@@ -26,6 +34,9 @@ struct ViewRequest {
 };
 
 struct OpenedView {
+  // Declared first, destroyed last: the checkpoint and the view read
+  // through it.
+  std::shared_ptr<Env> env;
   std::shared_ptr<const Checkpoint> checkpoint;
   std::shared_ptr<View> view;
   // "3 rank files from the index, 0 read", or "no index".

@@ -51,6 +51,16 @@ void RaiseReadahead(const std::string& mountpoint) {
 // file needs, so it asks for them ahead (POSIX_FADV_WILLNEED, asynchronous).
 constexpr uint64_t kPrefetchWindow = uint64_t{32} << 20;
 
+}  // namespace
+
+int SourceFd(Server& s, uint32_t index) {
+  auto file = s.sources.Get(index);
+  if (!file.ok()) return -ErrnoOf(file.status());
+  return (*file)->fd() >= 0 ? (*file)->fd() : -EIO;
+}
+
+namespace {
+
 void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
   // UCFS_NO_PREFETCH=1 turns it off, to measure what it buys.
   static const bool disabled = std::getenv("UCFS_NO_PREFETCH") != nullptr;
@@ -59,7 +69,7 @@ void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
   if (!s.view->Plan(ino, offset, length, &pieces).ok()) return;
   for (const ReadPiece& p : pieces) {
     if (p.kind != ReadPiece::Kind::kSource) continue;
-    const int fd = s.fds.Get(p.source);
+    const int fd = SourceFd(s, p.source);
     if (fd >= 0) {
       ::posix_fadvise(fd, static_cast<off_t>(p.offset), static_cast<off_t>(p.length),
                       POSIX_FADV_WILLNEED);
@@ -67,7 +77,7 @@ void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
   }
 }
 
-struct stat StatOf(const Server& server, const Attr& a) {
+struct stat StatOf(const Attr& a) {
   struct stat st {};
   st.st_ino = a.inode;
   st.st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | a.mode;
@@ -77,8 +87,8 @@ struct stat StatOf(const Server& server, const Attr& a) {
   // What cat and cp size their buffers by: 128 KiB keeps the buffer in cache
   // while they copy from the page cache (1 MiB measured 25% slower).
   st.st_blksize = 128 << 10;
-  st.st_uid = server.uid;
-  st.st_gid = server.gid;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
   st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
   st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
   st.st_atim = st.st_mtim;
@@ -103,7 +113,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   fuse_entry_param e{};
   e.ino = *ino;
   e.generation = 1;
-  e.attr = StatOf(s, *attr);
+  e.attr = StatOf(*attr);
   e.attr_timeout = s.timeout;
   e.entry_timeout = s.timeout;
   fuse_reply_entry(req, &e);
@@ -117,7 +127,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
     fuse_reply_err(req, ErrnoOf(attr.status()));
     return;
   }
-  struct stat st = StatOf(s, *attr);
+  struct stat st = StatOf(*attr);
   fuse_reply_attr(req, &st, s.timeout);
 }
 
@@ -132,7 +142,7 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   }
   auto handle = std::make_unique<DirHandle>();
   handle->entries.reserve(entries->size());
-  for (const auto& [name, attr] : *entries) handle->entries.emplace_back(name, StatOf(s, attr));
+  for (const auto& [name, attr] : *entries) handle->entries.emplace_back(name, StatOf(attr));
   fi->fh = reinterpret_cast<uint64_t>(handle.release());
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
@@ -322,7 +332,7 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t of
         }
         break;
       case ReadPiece::Kind::kSource: {
-        const int fd = s.fds.Get(p.source);
+        const int fd = SourceFd(s, p.source);
         if (fd < 0) {
           fuse_reply_err(req, -fd);
           return;

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "fuse/source_fds.h"
 #include "ucfs/overlay_fs.h"
+#include "ucfs/source_files.h"
 #include "ucfs/view.h"
 
 namespace ucfs::fuse {
@@ -40,14 +40,16 @@ struct Server {
   bool drop_source_pages = std::getenv("UCFS_KEEP_SOURCE_PAGES") == nullptr;
   std::mutex read_mu;
   std::unordered_set<InodeId> read_before;  // view files read at least once
-  SourceFds fds;
+  SourceFiles sources;                      // every source read of the mount goes through these
   double timeout;
-  uid_t uid = ::getuid();
-  gid_t gid = ::getgid();
   std::string statfs_path;
 
-  Server(std::shared_ptr<View> v, double t) : view(std::move(v)), fds(*view), timeout(t) {}
+  Server(std::shared_ptr<View> v, double t) : view(std::move(v)), sources(*view), timeout(t) {}
 };
+
+// The fd of source `index`, open and checked against what the view was
+// built from, or -errno (EIO for a source that changed).
+int SourceFd(Server& s, uint32_t index);
 
 inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req)); }
 

@@ -207,10 +207,61 @@ def test_index_and_changes():
                     assert e.errno == errno.EIO, e
                 # optimizer_state.pt needs rank 0's file only: still served.
                 torch.load(os.path.join(uni, "optimizer_state.pt"))
-                assert "changed since it was mounted" in m.log_text()
+                assert "zero_pp_rank_1_mp_rank_00_optim_states.pt: changed since the checkpoint " \
+                    "was read" in m.log_text(), m.log_text()
             check("a rewritten shard makes dependent reads fail with EIO, others still work", eio)
         finally:
             m.close()
+
+        # Changes that keep size and mtime: an in-place edit with the mtime
+        # put back, and a replacement by rename with both kept. Neither may
+        # be served, nor reused from the index.
+        def same_size_and_mtime(change):
+            shutil.rmtree(ckpt)
+            shutil.copytree(os.path.join(FIXTURES, "z3_fp32_ws3", "checkpoint"), ckpt)
+            Mount(ckpt, "--cache-dir", cache).close()
+            m = Mount(ckpt, "--cache-dir", cache)
+            try:
+                path = os.path.join(m.dir, "global_step4_universal", "zero", "embed.weight",
+                                    "fp32.pt")
+                shard = os.path.join(ckpt, "global_step4",
+                                     "zero_pp_rank_2_mp_rank_00_optim_states.pt")
+                st = os.stat(shard)
+                change(shard)
+                os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+                after = os.stat(shard)
+                assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+                try:
+                    with open(path, "rb") as f:
+                        f.read()
+                    raise AssertionError("served a shard that changed with size and mtime kept")
+                except OSError as e:
+                    assert e.errno == errno.EIO, e
+            finally:
+                m.close()
+            again = Mount(ckpt, "--cache-dir", cache)
+            try:
+                assert "3 rank files from the index, 1 read" in again.log_text(), again.log_text()
+            finally:
+                again.close()
+
+        def edit_in_place(shard):
+            with open(shard, "r+b") as f:
+                f.seek(-8, os.SEEK_END)
+                f.write(b"\x01" * 8)
+
+        def replace_by_rename(shard):
+            with open(shard, "rb") as f:
+                data = bytearray(f.read())
+            data[-8:] = b"\x01" * 8
+            with open(shard + ".new", "wb") as f:
+                f.write(data)
+            os.rename(shard + ".new", shard)
+
+        check("an in-place edit that restores the mtime is caught, and not taken from the index",
+              lambda: same_size_and_mtime(edit_in_place))
+        check("a replacement by rename keeping size and mtime is caught",
+              lambda: same_size_and_mtime(replace_by_rename))
 
         def killed():
             # kill -9 the daemon: the mount is dead ("transport endpoint is not
