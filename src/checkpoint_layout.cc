@@ -81,6 +81,24 @@ std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, ui
   return out;
 }
 
+namespace {
+
+// Why `t` cannot be a tag directory's name, or nullptr if it can. Tags are
+// names DeepSpeed's users choose ("global_step1000"): printable, one path
+// component, at most NAME_MAX bytes.
+const char* WhyNotATagName(std::string_view t) {
+  if (t.empty()) return "empty";
+  if (t.size() > 255) return "longer than a file name can be";
+  if (t == "." || t == "..") return "'.' or '..'";
+  for (const char c : t) {
+    if (c == '/') return "a path, not one directory name";
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "control characters";
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
                                             const std::optional<std::string>& tag) {
   CheckpointFiles files;
@@ -91,17 +109,19 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   }
   const std::string latest = JoinPath(path, "latest");
   if (tag) {
-    if (tag->empty() || tag->find('/') != std::string::npos || *tag == "." || *tag == "..") {
-      return Status::InvalidArgument("--tag '" + *tag + "' is not a directory name");
+    if (const char* wrong = WhyNotATagName(*tag)) {
+      return Status::InvalidArgument(std::string("--tag is not a directory name (") + wrong + ")");
     }
     files.root = path;
     files.tag = *tag;
   } else if (env.Stat(latest).ok()) {
     UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));
     std::string_view t = Trim(content);
-    if (t.empty() || t.find('/') != std::string_view::npos || t == "." || t == "..") {
-      return Status::Corruption(latest + ": does not name a tag directory (content '" +
-                                std::string(t.substr(0, 80)) + "')");
+    // What is wrong is said without echoing the contents: `latest` may be
+    // any file (the error may reach another user through a mount's log).
+    if (const char* wrong = WhyNotATagName(t)) {
+      return Status::Corruption(latest + ": does not name a tag directory (" +
+                                std::to_string(content.size()) + " bytes: " + wrong + ")");
     }
     files.root = path;
     files.tag = std::string(t);

@@ -107,6 +107,17 @@ TEST_F(DiscoverTest, BadInputsAreExplained) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("/b/latest: does not name a tag directory"),
             std::string::npos);
+  EXPECT_EQ(f.status().message().find("etc"), std::string::npos) << "echoes the contents";
+
+  // A file that is no tag at all (a secret, say) is described, not shown.
+  env_.WriteFile("/s/latest", "root:$6$hash:19000:0:99999:7:::\nuser:$6$other:19000\n");
+  f = DiscoverCheckpoint(env_, "/s");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("/s/latest: does not name a tag directory (52 bytes: "
+                                      "control characters)"),
+            std::string::npos)
+      << f.status().ToString();
+  EXPECT_EQ(f.status().message().find("hash"), std::string::npos) << f.status().ToString();
 
   env_.WriteFile("/c/latest", "gone");
   env_.WriteFile("/c/other/x", "x");
