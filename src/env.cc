@@ -342,7 +342,7 @@ std::string StripTrailingSlash(std::string path) {
 }  // namespace
 
 void MemEnv::WriteFile(const std::string& path, std::string contents) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& f = files_[path];
   if (f.inode == 0) f.inode = next_inode_++;
   f.data = std::make_shared<const std::string>(std::move(contents));
@@ -351,13 +351,13 @@ void MemEnv::WriteFile(const std::string& path, std::string contents) {
 }
 
 void MemEnv::TouchCtime(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it != files_.end()) it->second.ctime = clock_++;
 }
 
 void MemEnv::SetAccess(const std::string& path, FileAccess access) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it != files_.end()) it->second.access = access;
 }
@@ -370,19 +370,19 @@ FileStat MemEnv::StatOf(const File& f) {
 }
 
 std::optional<FileStat> MemEnv::StatIfSame(const std::string& path, uint64_t inode) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it == files_.end() || it->second.inode != inode) return std::nullopt;
   return StatOf(it->second);
 }
 
 bool MemEnv::RemoveFile(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return files_.erase(path) > 0;
 }
 
 const std::string* MemEnv::Contents(const std::string& path) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   return it == files_.end() ? nullptr : it->second.data.get();
 }
@@ -402,7 +402,7 @@ Status MemEnv::CopyTreeFrom(const std::string& dir, const std::string& prefix) {
 }
 
 Result<std::unique_ptr<RandomAccessFile>> MemEnv::Open(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it == files_.end()) {
     std::string prefix = StripTrailingSlash(path) + "/";
@@ -417,7 +417,7 @@ Result<std::unique_ptr<RandomAccessFile>> MemEnv::Open(const std::string& path) 
 }
 
 Result<FileStat> MemEnv::Stat(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it != files_.end()) return StatOf(it->second);
   // Directories exist as prefixes of file paths.
@@ -433,7 +433,7 @@ Result<FileStat> MemEnv::Stat(const std::string& path) {
 }
 
 Result<std::vector<DirEntry>> MemEnv::ListDir(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::string prefix = StripTrailingSlash(path) + "/";
   std::map<std::string, bool> names;
   for (auto it = files_.lower_bound(prefix);

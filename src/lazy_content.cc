@@ -7,7 +7,7 @@ namespace ucfs {
 Result<std::shared_ptr<const FileContent>> ContentCache::Get(const void* key,
                                                              const ContentFactory& make) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = index_.find(key);
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
@@ -15,7 +15,7 @@ Result<std::shared_ptr<const FileContent>> ContentCache::Get(const void* key,
     }
   }
   UCFS_ASSIGN_OR_RETURN(std::shared_ptr<const FileContent> built, make());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++builds_;
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;  // another thread was first
@@ -29,12 +29,12 @@ Result<std::shared_ptr<const FileContent>> ContentCache::Get(const void* key,
 }
 
 size_t ContentCache::size() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return lru_.size();
 }
 
 uint64_t ContentCache::builds() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return builds_;
 }
 

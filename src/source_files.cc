@@ -27,7 +27,7 @@ Status SourceFiles::Changed(uint32_t index, const SourceFile& src, const FileIde
                "); the bytes it had are gone, so reads that need it fail — remount or start again");
   std::once_flag* reported = nullptr;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     reported = &entries_[index].reported;
   }
   std::call_once(*reported, [&] { spdlog::error("{}", status.message()); });
@@ -38,7 +38,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
   const RandomAccessFile* file = nullptr;
   FileIdentity expected;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     if (index < entries_.size() && entries_[index].file) {
       file = entries_[index].file.get();
       expected = entries_[index].expected;
@@ -54,7 +54,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
       spdlog::error("{}", opened.status().message());
       return Status::Posix(EIO, opened.status().message());
     }
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     while (entries_.size() <= index) entries_.emplace_back();
     Entry& e = entries_[index];
     if (!e.file) {  // else another thread opened it meanwhile; ours closes

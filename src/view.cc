@@ -65,14 +65,14 @@ FileAccess StrictestAccess(const std::vector<FileAccess>& sources, FileAccess fa
 }
 
 uint32_t View::AddSource(SourceFile source) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   if (!source.path.empty()) source_access_.push_back(source.access);
   sources_.push_back(std::move(source));
   return static_cast<uint32_t>(sources_.size() - 1);
 }
 
 FileAccess View::BuiltAccess() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return BuiltAccessLocked();
 }
 
@@ -82,7 +82,7 @@ FileAccess View::BuiltAccessLocked() const {
 
 void View::BackRootBy(std::string dir) {
   auto st = env_.Stat(dir);
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   if (st.ok()) nodes_[0].access = st->access;
   nodes_[0].source_dir = std::move(dir);
   nodes_[0].listed = false;
@@ -114,7 +114,7 @@ Result<InodeId> View::AddNodeLocked(InodeId parent, std::string_view name, Node 
 }
 
 Result<InodeId> View::AddDirectory(InodeId parent, std::string_view name) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   Node n;
   n.is_dir = true;
   n.mtime_ns = mtime_ns_;
@@ -124,7 +124,7 @@ Result<InodeId> View::AddDirectory(InodeId parent, std::string_view name) {
 Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
                               std::shared_ptr<const FileContent> content,
                               std::vector<Xattr> xattrs) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   Node n;
   n.content = std::move(content);
   n.mtime_ns = mtime_ns_;
@@ -135,7 +135,7 @@ Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
 Result<InodeId> View::AddSourceDirectory(InodeId parent, std::string_view name, std::string dir) {
   UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(dir));
   if (!st.is_dir) return Status::InvalidArgument(dir + ": not a directory");
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   Node n;
   n.is_dir = true;
   n.source_dir = std::move(dir);
@@ -149,7 +149,7 @@ Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name,
                                     const std::string& path) {
   UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(path));
   if (st.is_dir) return Status::InvalidArgument(path + ": a directory, not a file");
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   sources_.push_back({path, st.identity, st.access});
   Node n;
   n.content =
@@ -194,12 +194,12 @@ Status View::ListSourceLocked(InodeId dir) {
 
 Status View::EnsureListed(InodeId dir) {
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     Node* d = Find(dir);
     if (d == nullptr) return Status::NotFound("no such inode");
     if (d->listed) return Status::OK();
   }
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   Node* d = Find(dir);
   if (d->listed) return Status::OK();
   return ListSourceLocked(dir);
@@ -238,7 +238,7 @@ Attr View::AttrOf(const NodeAttrs& n) {
 
 Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
   UCFS_RETURN_IF_ERROR(EnsureListed(parent));
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   Node* p = Find(parent);
   if (!p->is_dir) return Status::InvalidArgument("not a directory");
   auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
@@ -252,7 +252,7 @@ Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
 Result<Attr> View::GetAttr(InodeId inode) {
   NodeAttrs attrs;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     Node* n = Find(inode);
     if (n == nullptr) return Status::NotFound("no such inode");
     attrs = AttrsLocked(inode, *n);
@@ -264,7 +264,7 @@ Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
   UCFS_RETURN_IF_ERROR(EnsureListed(dir));
   std::vector<std::pair<std::string, NodeAttrs>> children;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     Node* d = Find(dir);
     if (!d->is_dir) return Status::InvalidArgument("not a directory");
     children.reserve(d->children.size());
@@ -281,7 +281,7 @@ Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
 Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) {
   std::shared_ptr<const FileContent> content;
   {
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     Node* n = Find(file);
     if (n == nullptr) return Status::NotFound("no such inode");
     if (n->is_dir) return Status::InvalidArgument("is a directory");
@@ -291,14 +291,14 @@ Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<Re
 }
 
 Result<std::vector<Xattr>> View::Xattrs(InodeId inode) {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   Node* n = Find(inode);
   if (n == nullptr) return Status::NotFound("no such inode");
   return n->xattrs;
 }
 
 SourceFile View::source(uint32_t index) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return sources_[index];
 }
 

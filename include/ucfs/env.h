@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ucfs/status.h"
+#include "ucfs/thread_annotations.h"
 
 namespace ucfs {
 
@@ -146,10 +147,10 @@ class MemEnv : public Env {
     FileAccess access{0644, 0, 0};
   };
   static FileStat StatOf(const File& f);
-  mutable std::mutex mu_;
-  std::map<std::string, File> files_;
-  uint64_t next_inode_ = 1;
-  int64_t clock_ = 1;
+  mutable Mutex mu_;  // a leaf
+  std::map<std::string, File> files_ UCFS_GUARDED_BY(mu_);
+  uint64_t next_inode_ UCFS_GUARDED_BY(mu_) = 1;
+  int64_t clock_ UCFS_GUARDED_BY(mu_) = 1;
 };
 
 // "dir/name" without doubling slashes.

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ucfs/status.h"
+#include "ucfs/thread_annotations.h"
 #include "ucfs/view.h"
 
 namespace ucfs {
@@ -38,10 +39,10 @@ class ContentCache {
  private:
   using Entry = std::pair<const void*, std::shared_ptr<const FileContent>>;
   const size_t capacity_;
-  std::mutex mu_;
-  std::list<Entry> lru_;  // most recent first
-  std::unordered_map<const void*, std::list<Entry>::iterator> index_;
-  uint64_t builds_ = 0;
+  Mutex mu_;                                   // a leaf: no call is made under it
+  std::list<Entry> lru_ UCFS_GUARDED_BY(mu_);  // most recent first
+  std::unordered_map<const void*, std::list<Entry>::iterator> index_ UCFS_GUARDED_BY(mu_);
+  uint64_t builds_ UCFS_GUARDED_BY(mu_) = 0;
 };
 
 class LazyContent final : public FileContent {

@@ -19,13 +19,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "ucfs/checkpoint.h"
 #include "ucfs/env.h"
 #include "ucfs/status.h"
+#include "ucfs/thread_annotations.h"
 #include "ucfs/view.h"
 
 namespace ucfs {
@@ -58,8 +58,9 @@ class SourceFiles {
     FileIdentity expected;
     std::once_flag reported;  // a change is logged once per file
   };
-  std::shared_mutex mu_;
-  std::deque<Entry> entries_;  // by source index; a deque: entries never move
+  SharedMutex mu_;  // a leaf: files are opened and checked outside it
+  // By source index; a deque, so entries never move as it grows.
+  std::deque<Entry> entries_ UCFS_GUARDED_BY(mu_);
 };
 
 }  // namespace ucfs

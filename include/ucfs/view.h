@@ -31,6 +31,7 @@
 #include "ucfs/checkpoint.h"
 #include "ucfs/env.h"
 #include "ucfs/status.h"
+#include "ucfs/thread_annotations.h"
 
 namespace ucfs {
 
@@ -169,22 +170,26 @@ class View {
     FileAccess access;
   };
 
-  Node* Find(InodeId inode);
-  Result<InodeId> AddNodeLocked(InodeId parent, std::string_view name, Node node);
+  Node* Find(InodeId inode) UCFS_REQUIRES_SHARED(mu_);
+  Result<InodeId> AddNodeLocked(InodeId parent, std::string_view name, Node node)
+      UCFS_REQUIRES(mu_);
   // Adds a source directory's entries that no built entry shadows.
-  Status ListSourceLocked(InodeId dir);
-  Status EnsureListed(InodeId dir);
-  FileAccess BuiltAccessLocked() const;
-  NodeAttrs AttrsLocked(InodeId inode, const Node& n) const;
+  Status ListSourceLocked(InodeId dir) UCFS_REQUIRES(mu_);
+  Status EnsureListed(InodeId dir) UCFS_EXCLUDES(mu_);
+  FileAccess BuiltAccessLocked() const UCFS_REQUIRES_SHARED(mu_);
+  NodeAttrs AttrsLocked(InodeId inode, const Node& n) const UCFS_REQUIRES_SHARED(mu_);
   // Called without the lock: a content's size may be a lazy build.
   static Attr AttrOf(const NodeAttrs& n);
 
+  // Fixed at construction.
   Env& env_;
   const int64_t mtime_ns_;
-  mutable std::shared_mutex mu_;
-  std::deque<Node> nodes_;  // inode i is nodes_[i - 1]; deque keeps references stable
-  std::deque<SourceFile> sources_;
-  std::vector<FileAccess> source_access_;  // of sources_ that have a path
+  // Guards the tree, which grows as source directories are listed.
+  mutable SharedMutex mu_;
+  // Inode i is nodes_[i - 1]; a deque keeps references stable as it grows.
+  std::deque<Node> nodes_ UCFS_GUARDED_BY(mu_);
+  std::deque<SourceFile> sources_ UCFS_GUARDED_BY(mu_);
+  std::vector<FileAccess> source_access_ UCFS_GUARDED_BY(mu_);  // of sources_ with a path
 };
 
 // A name that can be one path component: not empty, ".", "..", and without

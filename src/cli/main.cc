@@ -149,6 +149,9 @@ int RunMount(MountArgs a, int verbosity) {
   serve.foreground = a.foreground;
   serve.fuse_debug = a.fuse_debug;
   serve.fuse_options = a.options;
+  serve.prefetch = !a.no_prefetch;
+  serve.splice = !a.no_splice;
+  serve.drop_source_pages = !a.keep_source_pages;
   // Like a network file system's host:path, the source shows in mount(8).
   serve.fsname = checkpoint;
   serve.statfs_path = shared->files().root.empty() ? shared->files().tag_dir : shared->files().root;
@@ -261,6 +264,12 @@ int main(int argc, char** argv) {
                     "Make the mount writable: whatever is written (new checkpoints, a rewritten "
                     "`latest`) lands in this directory (created if missing); the source is never "
                     "written");
+  mount->add_flag("--no-prefetch", m.no_prefetch,
+                  "Tuning: don't read ahead in the source files (to measure what it buys)");
+  mount->add_flag("--no-splice", m.no_splice,
+                  "Tuning: copy source bytes to the kernel instead of splicing them");
+  mount->add_flag("--keep-source-pages", m.keep_source_pages,
+                  "Tuning: keep the source files' pages cached after serving them");
   mount->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
   ucfs::cli::ExportArgs x;

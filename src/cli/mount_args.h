@@ -26,6 +26,10 @@ struct MountArgs {
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
   std::optional<std::string> upper;
+  // Tuning switches (fuse::ServeOptions), off only to measure what each buys.
+  bool no_prefetch = false;
+  bool no_splice = false;
+  bool keep_source_pages = false;
 };
 
 // The bounds `ucfs mount --world-size` accepts.

@@ -33,6 +33,14 @@ struct ServeOptions {
   std::string fsname = "ucfs";
   // Where statfs answers come from (the source checkpoint's file system).
   std::string statfs_path;
+  // Tuning switches, on by default; off to measure what each buys
+  // (bench/README.md): reading ahead in the source files a file's next
+  // pieces come from; splicing source bytes to the kernel instead of
+  // copying them; dropping source pages once their bytes are in the mount's
+  // own page cache.
+  bool prefetch = true;
+  bool splice = true;
+  bool drop_source_pages = true;
   // Called once the file system is mounted (and, without `foreground`, the
   // process has become a daemon).
   std::function<void()> on_mounted;

@@ -17,8 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "fuse/fuse_server.h"
 #include "ucfs/overlay_fs.h"
+#include "ucfs/read_only_fs.h"
 #include "ucfs/source_files.h"
+#include "ucfs/thread_annotations.h"
 #include "ucfs/view.h"
 
 namespace ucfs::fuse {
@@ -29,22 +32,40 @@ namespace ucfs::fuse {
 // to fit, with room for 14 buffers.
 uint32_t MaxReadForSplice();
 
+// The state every request handler reaches through fuse_req_userdata.
+//
+// Fixed before the session starts, read by every thread without a lock:
+// view, overlay, read_only, options, max_read, timeout, mountpoint,
+// statfs_path. Set in INIT, before any other request is dispatched:
+// no_open. Thread-safe on their own: sources (its own mutex), overlay
+// (its own), the View (its own). Guarded by read_mu: read_before.
+//
+// Lock order (outermost first): OverlayFs's table mutex, then the View's
+// mutex, then LazyContent's cache mutex; SourceFiles's mutex and read_mu
+// are leaves — nothing is called while they are held.
 struct Server {
-  std::shared_ptr<View> view;
+  const std::shared_ptr<View> view;
   // The writable mount's layer over `view`; null for a read-only mount.
   std::unique_ptr<OverlayFs> overlay;
-  uint32_t max_read = MaxReadForSplice();
-  std::string mountpoint;
+  // The read-only mount's rules (used when `overlay` is null).
+  ReadOnlyFs read_only;
+  const ServeOptions options;
+  const uint32_t max_read = MaxReadForSplice();
+  const double timeout;
+  std::string statfs_path;
   std::once_flag readahead_raised;
   bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
-  bool drop_source_pages = std::getenv("UCFS_KEEP_SOURCE_PAGES") == nullptr;
-  std::mutex read_mu;
-  std::unordered_set<InodeId> read_before;  // view files read at least once
-  SourceFiles sources;                      // every source read of the mount goes through these
-  double timeout;
-  std::string statfs_path;
+  SourceFiles sources;   // every source read of the mount goes through these
 
-  Server(std::shared_ptr<View> v, double t) : view(std::move(v)), sources(*view), timeout(t) {}
+  Mutex read_mu;
+  std::unordered_set<InodeId> read_before UCFS_GUARDED_BY(read_mu);  // view files read once
+
+  Server(std::shared_ptr<View> v, ServeOptions o)
+      : view(std::move(v)),
+        read_only(view),
+        options(std::move(o)),
+        timeout(options.cache_timeout_s),
+        sources(*view) {}
 };
 
 // The fd of source `index`, open and checked against what the view was
