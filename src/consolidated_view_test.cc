@@ -27,7 +27,7 @@ std::shared_ptr<const Checkpoint> Open(const std::string& fixture) {
 }
 
 std::string ReadPieces(const Checkpoint& c, const std::vector<ReadPiece>& pieces) {
-  PieceReader reader(*Env::Posix(), [&](uint32_t i) { return c.sources()[i]; });
+  SourceFiles reader(*Env::Posix(), [&](uint32_t i) { return c.sources()[i]; });
   std::string bytes;
   EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
   return bytes;
@@ -330,7 +330,7 @@ TEST(ConsolidatedBins, FollowTheZeroToFp32OfTheCheckpointsDeepSpeed) {
       auto read = [&](InodeId file) {
         std::vector<ReadPiece> pieces;
         EXPECT_TRUE(view.Plan(file, 0, view.GetAttr(file)->size, &pieces).ok());
-        PieceReader reader(env, [&](uint32_t i) { return c->sources()[i]; });
+        SourceFiles reader(env, [&](uint32_t i) { return c->sources()[i]; });
         std::string bytes;
         EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
         return bytes;

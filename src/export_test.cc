@@ -9,7 +9,7 @@
 #include "test_support.h"
 #include "ucfs/consolidated_view.h"
 #include "ucfs/reshard_view.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 #include "ucfs/universal_view.h"
 
 namespace ucfs {
@@ -27,7 +27,7 @@ std::shared_ptr<const Checkpoint> Open(const std::string& path) {
 std::string ViewBytes(View& view, InodeId file) {
   std::vector<ReadPiece> pieces;
   EXPECT_TRUE(view.Plan(file, 0, view.GetAttr(file)->size, &pieces).ok());
-  PieceReader reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
+  SourceFiles reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
   std::string bytes;
   EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
   return bytes;

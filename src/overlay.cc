@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <map>
 
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 
 namespace ucfs {
 namespace {
@@ -235,7 +235,7 @@ Status Overlay::CopyUp(std::string_view path, const Entry& entry) {
       JoinPath(UpperPath(parent), std::string(kCopyUpPrefix) + std::string(name));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno(tmp);
-  PieceReader reader(env_, [this](uint32_t i) { return lower_->source(i); });
+  SourceFiles reader(env_, [this](uint32_t i) { return lower_->source(i); });
   constexpr uint64_t kChunk = uint64_t{8} << 20;
   Status status;
   std::vector<ReadPiece> pieces;

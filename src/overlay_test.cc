@@ -11,7 +11,7 @@
 #include <random>
 
 #include "test_support.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 
 namespace ucfs {
 namespace {
@@ -27,7 +27,7 @@ using Tree = std::map<std::string, std::optional<std::string>>;
 
 Tree Snapshot(Overlay& o, View& view) {
   Tree tree;
-  PieceReader reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
+  SourceFiles reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
   auto walk = [&](auto&& self, const std::string& dir) -> void {
     auto entries = o.ReadDir(dir);
     EXPECT_TRUE(entries.ok()) << dir << ": " << entries.status().ToString();

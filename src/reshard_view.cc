@@ -6,7 +6,7 @@
 #include "ucfs/consolidated_view.h"
 #include "ucfs/lazy_content.h"
 #include "ucfs/partition.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 
 namespace ucfs {
 

@@ -5,7 +5,7 @@
 #include "test_support.h"
 #include "ucfs/describe.h"
 #include "ucfs/partition.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 
 namespace ucfs {
 namespace {
@@ -21,7 +21,7 @@ std::shared_ptr<const Checkpoint> Open(Env& env, const std::string& path) {
 // Writes the view's tag directory and `latest` into `out` under /r, so the
 // generated files can be read back as a checkpoint.
 void Materialize(Env& env, View& view, const std::string& tag, MemEnv* out) {
-  PieceReader reader(env, [&](uint32_t i) { return view.source(i); });
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
   auto read = [&](InodeId node) {
     auto attr = view.GetAttr(node);
     std::vector<ReadPiece> pieces;

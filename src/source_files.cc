@@ -1,7 +1,9 @@
 #include "ucfs/source_files.h"
 
 #include <spdlog/spdlog.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -89,6 +91,25 @@ Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out)
     }
   }
   return Status::OK();
+}
+
+Result<uint32_t> SourceFiles::Crc32(const std::vector<ReadPiece>& pieces) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  uLong crc = crc32(0, nullptr, 0);
+  std::string chunk;
+  for (const ReadPiece& p : pieces) {
+    for (uint64_t done = 0; done < p.length; done += kChunk) {
+      ReadPiece part = p;
+      part.length = std::min(kChunk, p.length - done);
+      if (p.kind == ReadPiece::Kind::kBytes) part.bytes = p.bytes.substr(done, part.length);
+      if (p.kind == ReadPiece::Kind::kSource) part.offset = p.offset + done;
+      chunk.clear();
+      UCFS_RETURN_IF_ERROR(Read({part}, &chunk));
+      crc =
+          crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(chunk.size()));
+    }
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace ucfs

@@ -4,7 +4,7 @@
 
 #include "ucfs/consolidated_view.h"
 #include "ucfs/partition.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 
 namespace ucfs {
 
@@ -26,7 +26,7 @@ std::string RanksText(uint64_t numel, uint32_t world) {
 // rank 0's optimizer_state_dict plus a 'param_groups' key (ds_to_universal's
 // optimizer_state.pt).
 Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<const Checkpoint> ckpt,
-                                                             PieceReader* crc_reader) {
+                                                             SourceFiles* crc_reader) {
   const Document& src = ckpt->rank0_optim();
   const TorchFileSummary& summary = ckpt->rank0_optim_summary();
   TorchPickleBuilder builder;
@@ -57,9 +57,9 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   // sources as they are.
   for (const auto& s : ckpt->sources()) view->AddSource(s);
 
-  std::unique_ptr<PieceReader> crc_reader;
+  std::unique_ptr<SourceFiles> crc_reader;
   if (options.compute_crc) {
-    crc_reader = std::make_unique<PieceReader>(
+    crc_reader = std::make_unique<SourceFiles>(
         env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
   }
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "test_support.h"
+#include "ucfs/torch_pickle_builder.h"
 #include "ucfs/torch_tensor.h"
-#include "ucfs/torch_writer.h"
 
 namespace ucfs {
 namespace {
@@ -54,7 +54,7 @@ std::string ReadRange(Env& env, View& view, InodeId node, uint64_t offset, uint6
   std::vector<ReadPiece> pieces;
   Status s = view.Plan(node, offset, length, &pieces);
   EXPECT_TRUE(s.ok()) << s.ToString();
-  PieceReader reader(env, [&](uint32_t i) { return view.source(i); });
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
   std::string out;
   s = reader.Read(pieces, &out);
   EXPECT_TRUE(s.ok()) << s.ToString();

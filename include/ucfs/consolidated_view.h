@@ -23,7 +23,7 @@
 
 #include "ucfs/checkpoint.h"
 #include "ucfs/status.h"
-#include "ucfs/torch_writer.h"
+#include "ucfs/torch_pickle_builder.h"
 #include "ucfs/view.h"
 
 namespace ucfs {

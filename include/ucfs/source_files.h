@@ -47,6 +47,8 @@ class SourceFiles {
   // Appends the bytes of `pieces` to `out`, each source piece read from a
   // checked file.
   Status Read(const std::vector<ReadPiece>& pieces, std::string* out);
+  // CRC-32 of the pieces' bytes, read in bounded chunks (tensors may be GBs).
+  Result<uint32_t> Crc32(const std::vector<ReadPiece>& pieces);
 
  private:
   Status Changed(uint32_t index, const SourceFile& src, const FileIdentity& now);

@@ -1,0 +1,68 @@
+// TorchPickleBuilder: the pickle of a torch.save file ucfs synthesises,
+// assembled from pieces of the checkpoint's own pickles and new tensors —
+// never by executing anything — and then laid out as a TorchFileContent.
+#ifndef UCFS_TORCH_PICKLE_BUILDER_H_
+#define UCFS_TORCH_PICKLE_BUILDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ucfs/checkpoint.h"
+#include "ucfs/pickle.h"
+#include "ucfs/source_files.h"
+#include "ucfs/storage_spec.h"
+#include "ucfs/torch_file.h"
+#include "ucfs/torch_file_content.h"
+#include "ucfs/torch_tensor.h"
+
+namespace ucfs {
+
+// Assembles the pickle of a synthesised torch.save file from pieces of
+// source pickles and new tensors, then lays the file out. Storages are
+// renumbered in the order the pickle meets them and moved to 'cpu', as
+// torch.load(map_location='cpu') + torch.save would.
+class TorchPickleBuilder {
+ public:
+  TorchPickleBuilder() = default;
+  pickle::Document& doc() { return doc_; }
+
+  // Copies the subgraph at `id` of a source file's pickle. Its tensors keep
+  // their bytes: the storage records of `summary`, source `source_index`.
+  // Pass the same `copied` map to share nodes between several copies.
+  Result<pickle::NodeId> Copy(const pickle::Document& source_doc, pickle::NodeId id,
+                              const TorchFileSummary& summary, uint32_t source_index,
+                              std::vector<pickle::NodeId>* copied);
+  // A new 1-D or 0-dim tensor (torch's _rebuild_tensor_v2) whose storage
+  // holds `runs`; shape {} for a scalar.
+  pickle::NodeId NewTensor(DType dtype, const std::vector<int64_t>& shape, bool requires_grad,
+                           std::vector<StorageRun> runs);
+
+  // Writes the pickle rooted at doc().root() and plans the file.
+  Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const Checkpoint> checkpoint,
+                                                   const std::string& prefix,
+                                                   SourceFiles* crc_reader = nullptr);
+
+ private:
+  // The one location string of every id ("cpu").
+  pickle::NodeId CpuString();
+
+  pickle::Document doc_;
+  // What each storage key node of doc_ holds.
+  std::unordered_map<pickle::NodeId, std::vector<StorageRun>> storages_;
+  pickle::NodeId storage_str_ = pickle::kNoNode;
+  pickle::NodeId cpu_str_ = pickle::kNoNode;
+  // A copied id's key node -> the key node of its own that replaced it.
+  std::unordered_map<pickle::NodeId, pickle::NodeId> own_keys_;
+  pickle::NodeId new_key_count_ = 0;
+};
+
+// data.pkl of a torch.save'd bare tensor: _rebuild_tensor_v2 of storage "0"
+// with shape (numel,), as ds_to_universal writes its per-param files.
+Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad);
+
+}  // namespace ucfs
+
+#endif  // UCFS_TORCH_PICKLE_BUILDER_H_
