@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ucfs/parallel.h"
 #include "ucfs/source_files.h"
 #include "ucfs/unique_fd.h"
 
@@ -173,7 +174,6 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
   }
 
   SourceFiles sources(view);
-  std::atomic<size_t> next{0};
   std::atomic<uint64_t> written{0};
   auto finish = [&](Target& t) {
     Status s;
@@ -194,46 +194,41 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
     std::lock_guard lock(t.mu);
     t.status = s;
   };
-  auto work = [&] {
-    std::vector<ReadPiece> pieces;
-    for (size_t i; (i = next.fetch_add(1)) < tasks.size();) {
-      const Task& task = tasks[i];
-      Target& t = *task.target;
-      Status s;
-      {
-        std::lock_guard lock(t.mu);
-        s = t.status;
-      }
-      pieces.clear();
-      if (s.ok()) s = view.Plan(t.file->inode, task.begin, task.end - task.begin, &pieces);
-      uint64_t at = task.begin;
-      for (const ReadPiece& p : pieces) {
-        if (!s.ok()) break;
-        if (p.kind == ReadPiece::Kind::kBytes) {
-          s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
-        } else if (p.kind == ReadPiece::Kind::kSource) {
-          auto in = sources.Get(p.source);
-          s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path)
-                      : in.status();
-        }
-        at += p.length;
-      }
-      if (!s.ok()) {
-        std::lock_guard lock(t.mu);
-        if (t.status.ok()) t.status = s;
-      }
-      written += task.end - task.begin;
-      if (options.on_bytes) options.on_bytes(task.end - task.begin);
-      if (t.chunks_left.fetch_sub(1) == 1) finish(t);
+  // Copying is I/O: more workers than CPUs keep the disks busy.
+  const unsigned threads =
+      options.threads != 0 ? options.threads : std::max(4u, std::thread::hardware_concurrency());
+  std::vector<std::vector<ReadPiece>> plans(WorkerCount(tasks.size(), threads));
+  ParallelFor(tasks.size(), threads, [&](size_t i, unsigned worker) {
+    std::vector<ReadPiece>& pieces = plans[worker];
+    const Task& task = tasks[i];
+    Target& t = *task.target;
+    Status s;
+    {
+      std::lock_guard lock(t.mu);
+      s = t.status;
     }
-  };
-  unsigned threads = options.threads;
-  if (threads == 0) threads = std::max(4u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, tasks.size())));
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+    pieces.clear();
+    if (s.ok()) s = view.Plan(t.file->inode, task.begin, task.end - task.begin, &pieces);
+    uint64_t at = task.begin;
+    for (const ReadPiece& p : pieces) {
+      if (!s.ok()) break;
+      if (p.kind == ReadPiece::Kind::kBytes) {
+        s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
+      } else if (p.kind == ReadPiece::Kind::kSource) {
+        auto in = sources.Get(p.source);
+        s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path)
+                    : in.status();
+      }
+      at += p.length;
+    }
+    if (!s.ok()) {
+      std::lock_guard lock(t.mu);
+      if (t.status.ok()) t.status = s;
+    }
+    written += task.end - task.begin;
+    if (options.on_bytes) options.on_bytes(task.end - task.begin);
+    if (t.chunks_left.fetch_sub(1) == 1) finish(t);
+  });
 
   for (const auto& t : targets) {
     if (!t->status.ok()) return t->status;

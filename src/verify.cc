@@ -8,13 +8,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 
 #include "ucfs/checkpoint.h"
 #include "ucfs/checkpoint_layout.h"
+#include "ucfs/parallel.h"
 #include "ucfs/pickle.h"
+#include "ucfs/source_files.h"
 #include "ucfs/torch_file.h"
 #include "ucfs/zip.h"
 
@@ -603,18 +604,21 @@ class Verifier {
     // benchmark, cold: faster than giving each worker a file of its own).
     const std::vector<Chunk> chunks = MakeChunks(segments, element_size);
 
-    // Every optimizer file the segments read, opened once.
-    std::vector<std::unique_ptr<RandomAccessFile>> open(c.sources().size());
+    // Every optimizer file the segments read, opened once, and the very
+    // file whose pickle Checkpoint::Open read (SourceFiles checks its
+    // identity): a file replaced meanwhile is reported, not scanned.
+    SourceFiles sources(env_, [&c](uint32_t i) { return c.sources()[i]; });
+    std::vector<const RandomAccessFile*> open(c.sources().size());
     std::vector<bool> failed(c.sources().size());
     for (const Segment& s : segments) {
-      if (open[s.file] || failed[s.file]) continue;
-      auto f = env_.Open(c.sources()[s.file].path);
+      if (open[s.file] != nullptr || failed[s.file]) continue;
+      auto f = sources.Get(s.file);
       if (!f.ok()) {
         Problem(Kind::kUnreadable, c.sources()[s.file].path, f.status());
         failed[s.file] = true;
         continue;
       }
-      open[s.file] = std::move(f).value();
+      open[s.file] = *f;
       // Larger readahead: each file is read front to back.
       if (open[s.file]->fd() >= 0) {
         ::posix_fadvise(open[s.file]->fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -624,61 +628,53 @@ class Verifier {
     std::mutex mu;  // guards tallies, read_failed and report_.problems
     std::map<size_t, SegmentTally> tallies;
     std::vector<bool> read_failed = failed;
-    std::atomic<size_t> next{0};
     std::atomic<uint64_t> scanned{0};
-    auto work = [&] {
-      std::vector<char> buf(ChunkBytes());
-      for (size_t i = next++; i < chunks.size(); i = next++) {
-        const Chunk& ch = chunks[i];
-        if (!open[ch.file]) continue;
-        size_t got = 0;
-        Status st = open[ch.file]->Read(ch.offset, ch.length, buf.data(), &got);
-        if (st.ok() && got < ch.length) {
-          st = Status::Corruption("truncated since it was opened: wanted " +
-                                  std::to_string(ch.length) + " bytes at offset " +
-                                  std::to_string(ch.offset) + ", read " + std::to_string(got));
-        }
-        if (!st.ok()) {
-          std::lock_guard lock(mu);
-          if (!read_failed[ch.file]) {
-            read_failed[ch.file] = true;
-            Problem(Kind::kUnreadable, c.sources()[ch.file].path, st);
-          }
-          continue;
-        }
-        uint64_t bytes = 0;
-        for (size_t j = ch.seg_begin; j < ch.seg_end; ++j) {
-          const Segment& seg = segments[j];
-          const uint64_t lo = std::max(seg.offset, ch.offset);
-          const uint64_t hi = std::min(seg.offset + seg.length, ch.offset + ch.length);
-          if (hi <= lo) continue;
-          bytes += hi - lo;
-          const DType dtype = c.states()[seg.state].dtype;
-          const uint32_t es = element_size[seg.state];
-          const char* data = buf.data() + (lo - ch.offset);
-          const uint64_t count = (hi - lo) / es;
-          const NonFiniteTally t = CountNonFinite(data, count, dtype);
-          if (t.nan == 0 && t.inf == 0) continue;
-          uint64_t first = 0;
-          while (first < count && !IsNonFinite(data + first * es, dtype)) ++first;
-          std::lock_guard lock(mu);
-          SegmentTally& tally = tallies[j];
-          tally.nan += t.nan;
-          tally.inf += t.inf;
-          tally.first_element =
-              std::min(tally.first_element, seg.first_element + (lo - seg.offset) / es + first);
-        }
-        scanned += bytes;
-        if (options_.on_bytes) options_.on_bytes(bytes);
+    std::vector<std::vector<char>> buffers(WorkerCount(chunks.size(), options_.threads));
+    ParallelFor(chunks.size(), options_.threads, [&](size_t i, unsigned worker) {
+      std::vector<char>& buf = buffers[worker];
+      if (buf.empty()) buf.resize(ChunkBytes());
+      const Chunk& ch = chunks[i];
+      if (!open[ch.file]) return;
+      size_t got = 0;
+      Status st = open[ch.file]->Read(ch.offset, ch.length, buf.data(), &got);
+      if (st.ok() && got < ch.length) {
+        st = Status::Corruption("truncated since it was opened: wanted " +
+                                std::to_string(ch.length) + " bytes at offset " +
+                                std::to_string(ch.offset) + ", read " + std::to_string(got));
       }
-    };
-    unsigned threads =
-        options_.threads != 0 ? options_.threads : std::thread::hardware_concurrency();
-    threads = static_cast<unsigned>(std::clamp<size_t>(threads, 1, chunks.size()));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+      if (!st.ok()) {
+        std::lock_guard lock(mu);
+        if (!read_failed[ch.file]) {
+          read_failed[ch.file] = true;
+          Problem(Kind::kUnreadable, c.sources()[ch.file].path, st);
+        }
+        return;
+      }
+      uint64_t bytes = 0;
+      for (size_t j = ch.seg_begin; j < ch.seg_end; ++j) {
+        const Segment& seg = segments[j];
+        const uint64_t lo = std::max(seg.offset, ch.offset);
+        const uint64_t hi = std::min(seg.offset + seg.length, ch.offset + ch.length);
+        if (hi <= lo) continue;
+        bytes += hi - lo;
+        const DType dtype = c.states()[seg.state].dtype;
+        const uint32_t es = element_size[seg.state];
+        const char* data = buf.data() + (lo - ch.offset);
+        const uint64_t count = (hi - lo) / es;
+        const NonFiniteTally t = CountNonFinite(data, count, dtype);
+        if (t.nan == 0 && t.inf == 0) continue;
+        uint64_t first = 0;
+        while (first < count && !IsNonFinite(data + first * es, dtype)) ++first;
+        std::lock_guard lock(mu);
+        SegmentTally& tally = tallies[j];
+        tally.nan += t.nan;
+        tally.inf += t.inf;
+        tally.first_element =
+            std::min(tally.first_element, seg.first_element + (lo - seg.offset) / es + first);
+      }
+      scanned += bytes;
+      if (options_.on_bytes) options_.on_bytes(bytes);
+    });
     report_.bytes_scanned = scanned;
     Tally(c, segments, tallies);
   }
