@@ -1,8 +1,10 @@
 #include "ucfs/overlay_fs.h"
 
 #include <fcntl.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace ucfs {
@@ -14,15 +16,39 @@ std::string Join(const std::string& dir, std::string_view name) {
 
 Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
 
+bool IsAtOrBelow(const std::string& path, const std::string& dir) {
+  return path == dir ||
+         (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
+}
+
+// An upper entry by a path the xattr calls accept: its O_PATH fd's
+// /proc/self/fd link, which names the entry itself even for a symlink.
+struct ProcPath {
+  UniqueFd fd;
+  std::string path;
+};
+
+Result<ProcPath> ProcPathOf(const Overlay::UpperRef& ref) {
+  int fd = ::openat(ref.dir.get(), ref.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno(ref.name);
+  ProcPath p{UniqueFd(fd), "/proc/self/fd/" + std::to_string(fd)};
+  return p;
+}
+
 }  // namespace
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
-    : overlay_(std::move(overlay)), view_(std::move(view)), uid_(::getuid()), gid_(::getgid()) {
-  nodes_[kRootInode] = Node{"", false, 1};
+    : overlay_(std::move(overlay)), view_(std::move(view)) {
+  nodes_[kRootInode].paths = {""};
+  nodes_[kRootInode].lookups = 1;
   by_path_[""] = kRootInode;
 }
 
-OverlayFs::~OverlayFs() = default;
+OverlayFs::~OverlayFs() {
+  for (auto& [inode, node] : nodes_) {
+    for (int fd : node.fds) ::close(fd);
+  }
+}
 
 size_t OverlayFs::inode_count() {
   std::lock_guard lock(mu_);
@@ -31,72 +57,136 @@ size_t OverlayFs::inode_count() {
 
 Result<std::string> OverlayFs::PathOf(InodeId inode) {
   auto it = nodes_.find(inode);
-  if (it == nodes_.end() || it->second.detached) {
+  if (it == nodes_.end() || it->second.paths.empty()) {
     return Status::Posix(ESTALE, "inode " + std::to_string(inode) + " was removed");
   }
-  return it->second.path;
+  return it->second.paths.front();
 }
 
 Result<std::string> OverlayFs::ChildPath(InodeId parent, std::string_view name) {
+  if (name.size() > kMaxNameLength) {
+    return Status::Posix(ENAMETOOLONG, std::string(name.substr(0, 32)) + "...: name too long");
+  }
   if (!IsSafePathComponent(name)) return Status::Posix(EINVAL, std::string(name) + ": bad name");
   UCFS_ASSIGN_OR_RETURN(std::string dir, PathOf(parent));
   return Join(dir, name);
 }
 
-InodeId OverlayFs::InodeFor(const std::string& path, uint64_t count) {
-  auto [it, inserted] = by_path_.try_emplace(path, 0);
-  if (inserted) {
-    it->second = next_inode_++;
-    nodes_[it->second] = Node{path, false, 0};
+InodeId OverlayFs::InodeFor(const std::string& path, uint64_t count, const struct stat* upper) {
+  auto known = by_path_.find(path);
+  InodeId inode = 0;
+  if (known != by_path_.end()) {
+    inode = known->second;
+  } else {
+    const bool linked = upper != nullptr && !S_ISDIR(upper->st_mode) && upper->st_nlink > 1;
+    if (linked) {
+      auto it = by_file_.find({upper->st_dev, upper->st_ino});
+      if (it != by_file_.end()) {
+        // The same file by another name, if that name still is it.
+        Node& node = nodes_[it->second];
+        auto other = node.paths.empty() ? Result<Overlay::Entry>(Status::Posix(ENOENT, ""))
+                                        : overlay_->Lookup(node.paths.front());
+        if (other.ok() && other->in_upper && other->st.st_dev == upper->st_dev &&
+            other->st.st_ino == upper->st_ino) {
+          inode = it->second;
+          node.paths.push_back(path);
+        }
+      }
+    }
+    if (inode == 0) {
+      inode = next_inode_++;
+      Node& node = nodes_[inode];
+      node.paths = {path};
+      if (linked) {
+        node.has_file_key = true;
+        node.file_key = {upper->st_dev, upper->st_ino};
+        by_file_[node.file_key] = inode;
+      }
+    }
+    by_path_[path] = inode;
   }
-  nodes_[it->second].lookups += count;
-  return it->second;
+  nodes_[inode].lookups += count;
+  return inode;
 }
 
-Result<struct stat> OverlayFs::StatPath(const std::string& path, InodeId inode) {
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+struct stat OverlayFs::StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode) {
   struct stat st {};
   if (e.in_upper) {
-    if (::lstat(e.upper_path.c_str(), &st) != 0) return Errno(e.upper_path);
+    st = e.st;
   } else {
-    UCFS_ASSIGN_OR_RETURN(Attr a, view_->GetAttr(e.lower));
-    // Writable to its owner: a write copies the file up.
-    st.st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | a.mode | 0200;
+    Attr a{};
+    if (auto got = view_->GetAttr(e.lower); got.ok()) a = *got;
+    st.st_mode = ViewEntryMode(a);
     st.st_nlink = a.is_dir ? 2 : 1;
     st.st_size = static_cast<off_t>(a.size);
     st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
-    st.st_uid = uid_;
-    st.st_gid = gid_;
+    st.st_uid = ViewEntryUid(a);
+    st.st_gid = ViewEntryGid(a);
     st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
     st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
     st.st_atim = st.st_mtim;
     st.st_ctim = st.st_mtim;
+    st.st_blksize = 128 << 10;
   }
+  // Read-only entries show so, and the kernel refuses writers (EACCES)
+  // before asking.
+  if (overlay_->IsReadOnly(path)) st.st_mode &= ~static_cast<mode_t>(0222);
   st.st_ino = inode;
-  st.st_blksize = 128 << 10;
   return st;
 }
 
-void OverlayFs::Detach(const std::string& path) {
+Result<struct stat> OverlayFs::StatPath(const std::string& path, InodeId inode) {
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  return StatOf(path, e, inode);
+}
+
+int OverlayFs::OpenFdOf(InodeId inode) {
+  auto it = nodes_.find(inode);
+  if (it == nodes_.end() || it->second.fds.empty()) return -1;
+  return it->second.fds.front();
+}
+
+void OverlayFs::DropPath(const std::string& path) {
   auto it = by_path_.find(path);
   if (it == by_path_.end()) return;
-  Node& node = nodes_[it->second];
-  node.detached = true;
-  node.path.clear();
+  auto node = nodes_.find(it->second);
+  if (node != nodes_.end()) {
+    auto& paths = node->second.paths;
+    paths.erase(std::remove(paths.begin(), paths.end(), path), paths.end());
+  }
   by_path_.erase(it);
 }
 
+void OverlayFs::Detach(const std::string& path) { DropPath(path); }
+
 void OverlayFs::Move(const std::string& from, const std::string& to) {
-  Detach(to);
-  const std::string below = from + "/";
+  // Whatever was at `to` (and below it) is gone.
+  std::vector<std::string> gone;
+  for (const auto& [path, inode] : by_path_) {
+    if (IsAtOrBelow(path, to)) gone.push_back(path);
+  }
+  for (const auto& path : gone) DropPath(path);
   std::vector<std::pair<std::string, InodeId>> moved;
   for (const auto& [path, inode] : by_path_) {
-    if (path == from || path.starts_with(below)) moved.emplace_back(path, inode);
+    if (IsAtOrBelow(path, from)) moved.emplace_back(path, inode);
   }
+  for (const auto& [path, inode] : moved) DropPath(path);
   for (const auto& [path, inode] : moved) {
-    by_path_.erase(path);
     std::string now = to + path.substr(from.size());
-    nodes_[inode].path = now;
+    nodes_[inode].paths.push_back(now);
+    by_path_[std::move(now)] = inode;
+  }
+}
+
+void OverlayFs::Exchange(const std::string& a, const std::string& b) {
+  std::vector<std::pair<std::string, InodeId>> moved;
+  for (const auto& [path, inode] : by_path_) {
+    if (IsAtOrBelow(path, a) || IsAtOrBelow(path, b)) moved.emplace_back(path, inode);
+  }
+  for (const auto& [path, inode] : moved) DropPath(path);
+  for (const auto& [path, inode] : moved) {
+    std::string now = IsAtOrBelow(path, a) ? b + path.substr(a.size()) : a + path.substr(b.size());
+    nodes_[inode].paths.push_back(now);
     by_path_[std::move(now)] = inode;
   }
 }
@@ -104,12 +194,10 @@ void OverlayFs::Move(const std::string& from, const std::string& to) {
 Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   std::lock_guard lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  // Stat first: a failed lookup must not leave an inode behind.
-  const auto known = by_path_.find(path);
-  UCFS_ASSIGN_OR_RETURN(struct stat st,
-                        StatPath(path, known == by_path_.end() ? 0 : known->second));
-  st.st_ino = InodeFor(path, 1);
-  return st;
+  // Resolved first: a failed lookup must not leave an inode behind.
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  const InodeId inode = InodeFor(path, 1, e.in_upper ? &e.st : nullptr);
+  return StatOf(path, e, inode);
 }
 
 void OverlayFs::Forget(InodeId inode, uint64_t count) {
@@ -119,20 +207,37 @@ void OverlayFs::Forget(InodeId inode, uint64_t count) {
   Node& node = it->second;
   node.lookups = node.lookups > count ? node.lookups - count : 0;
   if (node.lookups > 0) return;
-  if (!node.detached) by_path_.erase(node.path);
+  for (const auto& path : node.paths) by_path_.erase(path);
+  if (node.has_file_key) {
+    auto f = by_file_.find(node.file_key);
+    if (f != by_file_.end() && f->second == inode) by_file_.erase(f);
+  }
+  for (int fd : node.fds) ::close(fd);
   nodes_.erase(it);
 }
 
 Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
+  std::lock_guard lock(mu_);
+  auto path = PathOf(inode);
+  if (!path.ok()) {
+    if (fd < 0) fd = OpenFdOf(inode);
+    if (fd < 0) {
+      auto it = nodes_.find(inode);
+      if (it != nodes_.end() && it->second.view_inode != 0) {
+        Overlay::Entry e;
+        e.lower = it->second.view_inode;
+        return StatOf("", e, inode);
+      }
+      return path.status();
+    }
+  }
   if (fd >= 0) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Errno("fstat");
     st.st_ino = inode;
     return st;
   }
-  std::lock_guard lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  return StatPath(path, inode);
+  return StatPath(*path, inode);
 }
 
 Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(InodeId dir) {
@@ -143,9 +248,8 @@ Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(Inod
   out.reserve(entries.size());
   for (const auto& [name, entry] : entries) {
     const std::string child = Join(path, name);
-    // An entry that vanished between the listing and its stat is skipped.
-    auto st = StatPath(child, InodeFor(child, 0));
-    if (st.ok()) out.emplace_back(name, *st);
+    const InodeId inode = InodeFor(child, 0, entry.in_upper ? &entry.st : nullptr);
+    out.emplace_back(name, StatOf(child, entry, inode));
   }
   return out;
 }
@@ -168,41 +272,107 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
     if (e.is_dir) return Status::Posix(EISDIR, path + ": is a directory");
     if (!e.in_upper) {
       handle.view_inode = e.lower;
+      nodes_[inode].view_inode = e.lower;
       return handle;
     }
-    handle.fd = ::open(e.upper_path.c_str(), flags | O_CLOEXEC);
-    if (handle.fd < 0) return Errno(e.upper_path);
-    return handle;
+    UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenRead(path, flags));
+  } else {
+    if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
+    UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenWrite(path, flags, 0));
   }
-  UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenWrite(path, flags, 0));
+  nodes_[inode].fds.push_back(handle.fd);
   return handle;
+}
+
+void OverlayFs::Release(InodeId inode, const Handle& handle) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(inode);
+  if (it != nodes_.end() && handle.fd >= 0) {
+    auto& fds = it->second.fds;
+    auto f = std::find(fds.begin(), fds.end(), handle.fd);
+    if (f != fds.end()) fds.erase(f);
+  }
+  if (handle.fd >= 0) ::close(handle.fd);
+}
+
+Result<struct stat> OverlayFs::NewEntry(const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  // A name reused for a new entry is a new inode.
+  DropPath(path);
+  const InodeId inode = InodeFor(path, 1, e.in_upper ? &e.st : nullptr);
+  return StatOf(path, e, inode);
 }
 
 Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId parent,
                                                                     std::string_view name,
-                                                                    int flags, mode_t mode) {
+                                                                    int flags, mode_t mode,
+                                                                    const Caller* caller) {
   std::lock_guard lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   flags &= ~(O_DIRECT | O_NOCTTY);
+  const bool existed = overlay_->Lookup(path).ok();
   Handle handle;
-  UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777));
-  struct stat st {};
-  if (::fstat(handle.fd, &st) != 0) {
-    Status s = Errno(path);
+  UCFS_ASSIGN_OR_RETURN(handle.fd,
+                        overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller));
+  auto st = existed ? StatPath(path, 0) : NewEntry(path);
+  if (!st.ok()) {
     ::close(handle.fd);
-    return s;
+    return st.status();
   }
-  st.st_ino = InodeFor(path, 1);
-  return std::make_pair(st, handle);
+  if (existed) {
+    st->st_ino = InodeFor(path, 1);
+  }
+  nodes_[st->st_ino].fds.push_back(handle.fd);
+  return std::make_pair(*st, handle);
 }
 
-Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mode_t mode) {
+Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mode_t mode,
+                                       const Caller* caller) {
   std::lock_guard lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->MakeDir(path, mode & 07777));
-  UCFS_ASSIGN_OR_RETURN(struct stat st, StatPath(path, 0));
-  st.st_ino = InodeFor(path, 1);
-  return st;
+  UCFS_RETURN_IF_ERROR(overlay_->MakeDir(path, mode & 07777, caller));
+  return NewEntry(path);
+}
+
+Result<struct stat> OverlayFs::MakeNode(InodeId parent, std::string_view name, mode_t mode,
+                                        dev_t rdev, const Caller* caller) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
+  UCFS_RETURN_IF_ERROR(overlay_->MakeNode(path, mode, rdev, caller));
+  return NewEntry(path);
+}
+
+Result<struct stat> OverlayFs::Symlink(std::string_view target, InodeId parent,
+                                       std::string_view name, const Caller* caller) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
+  UCFS_RETURN_IF_ERROR(overlay_->Symlink(target, path, caller));
+  return NewEntry(path);
+}
+
+Result<std::string> OverlayFs::ReadLink(InodeId inode) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  return overlay_->ReadLink(path);
+}
+
+Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::string_view new_name) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string from, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
+  UCFS_RETURN_IF_ERROR(overlay_->Link(from, to));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(to));
+  DropPath(to);
+  Node& node = nodes_[inode];
+  node.paths.push_back(to);
+  node.lookups += 1;
+  by_path_[to] = inode;
+  if (e.in_upper) {
+    node.has_file_key = true;
+    node.file_key = {e.st.st_dev, e.st.st_ino};
+    by_file_[node.file_key] = inode;
+  }
+  return StatOf(to, e, inode);
 }
 
 Status OverlayFs::Unlink(InodeId parent, std::string_view name) {
@@ -222,55 +392,161 @@ Status OverlayFs::RemoveDir(InodeId parent, std::string_view name) {
 }
 
 Status OverlayFs::Rename(InodeId parent, std::string_view name, InodeId new_parent,
-                         std::string_view new_name, bool no_replace) {
+                         std::string_view new_name, unsigned flags) {
   std::lock_guard lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, ChildPath(parent, name));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
-  UCFS_RETURN_IF_ERROR(overlay_->Rename(from, to, no_replace));
-  if (from != to) Move(from, to);
+  UCFS_RETURN_IF_ERROR(overlay_->Rename(from, to, flags));
+  if (from == to) return Status::OK();
+  if (flags & RENAME_EXCHANGE) {
+    Exchange(from, to);
+  } else {
+    Move(from, to);
+  }
   return Status::OK();
 }
 
 Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& request, int fd) {
   std::lock_guard lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  if (!e.in_upper) {
-    if (e.is_dir) {
-      UCFS_RETURN_IF_ERROR(overlay_->EnsureUpperDir(path));
-    } else {
-      // Copied up, or only made empty when that is what is asked.
-      const bool to_empty = request.size && *request.size == 0;
-      UCFS_ASSIGN_OR_RETURN(int copy,
-                            overlay_->OpenWrite(path, O_WRONLY | (to_empty ? O_TRUNC : 0), 0));
-      ::close(copy);
-    }
+  auto path = PathOf(inode);
+  // A file whose names are gone is changed through an fd of it.
+  if (!path.ok() && fd < 0) fd = OpenFdOf(inode);
+  if (!path.ok() && fd < 0) return path.status();
+  Overlay::UpperRef ref;
+  if (path.ok()) {
+    const bool to_empty = request.size && *request.size == 0;
+    UCFS_ASSIGN_OR_RETURN(ref, overlay_->PrepareChange(*path, !to_empty));
   }
-  const std::string at = e.upper_path;
+  const std::string what = path.ok() ? *path : "inode " + std::to_string(inode);
+  const char* name = ref.name.c_str();
   if (request.size) {
     const off_t size = static_cast<off_t>(*request.size);
-    if ((fd >= 0 ? ::ftruncate(fd, size) : ::truncate(at.c_str(), size)) != 0) return Errno(at);
-  }
-  if (request.mode) {
-    const mode_t mode = *request.mode & 07777;
-    if ((fd >= 0 ? ::fchmod(fd, mode) : ::chmod(at.c_str(), mode)) != 0) return Errno(at);
+    if (fd >= 0) {
+      if (::ftruncate(fd, size) != 0) return Errno(what);
+    } else {
+      UniqueFd w(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!w.valid() || ::ftruncate(w.get(), size) != 0) return Errno(what);
+    }
   }
   if (request.uid || request.gid) {
     const uid_t uid = request.uid.value_or(static_cast<uid_t>(-1));
     const gid_t gid = request.gid.value_or(static_cast<gid_t>(-1));
-    if ((fd >= 0 ? ::fchown(fd, uid, gid) : ::lchown(at.c_str(), uid, gid)) != 0) {
-      return Errno(at);
-    }
+    const int rc = fd >= 0 ? ::fchown(fd, uid, gid)
+                           : ::fchownat(ref.dir.get(), name, uid, gid, AT_SYMLINK_NOFOLLOW);
+    if (rc != 0) return Errno(what);
+  }
+  // After a chown, which may have cleared the set-id bits a chmod of the
+  // same call sets.
+  if (request.mode) {
+    const mode_t mode = *request.mode & 07777;
+    const int rc = fd >= 0 ? ::fchmod(fd, mode) : ::fchmodat(ref.dir.get(), name, mode, 0);
+    if (rc != 0) return Errno(what);
   }
   if (request.atime || request.mtime) {
     timespec times[2];
     times[0] = request.atime.value_or(timespec{0, UTIME_OMIT});
     times[1] = request.mtime.value_or(timespec{0, UTIME_OMIT});
     const int rc = fd >= 0 ? ::futimens(fd, times)
-                           : ::utimensat(AT_FDCWD, at.c_str(), times, AT_SYMLINK_NOFOLLOW);
-    if (rc != 0) return Errno(at);
+                           : ::utimensat(ref.dir.get(), name, times, AT_SYMLINK_NOFOLLOW);
+    if (rc != 0) return Errno(what);
   }
-  return StatPath(path, inode);
+  if (!path.ok()) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return Errno(what);
+    st.st_ino = inode;
+    return st;
+  }
+  return StatPath(*path, inode);
+}
+
+Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper) {
+    // The kernel asks for security.capability before every write(2):
+    // answered without a listing of the view's.
+    if (!name.starts_with(kXattrPrefix)) return Status::Posix(ENODATA, name);
+    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
+    for (const Xattr& x : xattrs) {
+      if (x.name == name) return x.value;
+    }
+    return Status::Posix(ENODATA, name);
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  for (;;) {
+    ssize_t n = ::getxattr(p.path.c_str(), name.c_str(), nullptr, 0);
+    if (n < 0) return Errno(name);
+    std::string value(static_cast<size_t>(n), '\0');
+    n = ::getxattr(p.path.c_str(), name.c_str(), value.data(), value.size());
+    if (n >= 0) {
+      value.resize(static_cast<size_t>(n));
+      return value;
+    }
+    if (errno != ERANGE) return Errno(name);
+  }
+}
+
+Result<std::string> OverlayFs::ListXattr(InodeId inode) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  std::string names;
+  if (!e.in_upper) {
+    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
+    for (const Xattr& x : xattrs) {
+      names += x.name;
+      names.push_back('\0');
+    }
+    return names;
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  for (;;) {
+    ssize_t n = ::listxattr(p.path.c_str(), nullptr, 0);
+    if (n < 0) return Errno(path);
+    names.assign(static_cast<size_t>(n), '\0');
+    n = ::listxattr(p.path.c_str(), names.data(), names.size());
+    if (n >= 0) {
+      names.resize(static_cast<size_t>(n));
+      return names;
+    }
+    if (errno != ERANGE) return Errno(path);
+  }
+}
+
+Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_view value,
+                           int flags) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper && name.starts_with(kXattrPrefix)) {
+    return Status::Posix(EPERM, name + ": the view's attributes are read-only");
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
+    return Errno(name);
+  }
+  return Status::OK();
+}
+
+Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
+  std::lock_guard lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper) {
+    if (name.starts_with(kXattrPrefix)) {
+      return Status::Posix(EPERM, name + ": the view's attributes are read-only");
+    }
+    if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
+    return Status::Posix(ENODATA, name);
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Errno(name);
+  return Status::OK();
 }
 
 }  // namespace ucfs

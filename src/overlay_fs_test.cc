@@ -41,7 +41,7 @@ class OverlayFsTest : public ::testing::Test {
       char buf[256];
       ssize_t n;
       while ((n = ::read(h->fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-      ::close(h->fd);
+      fs_->Release(inode, *h);
     } else {
       std::vector<ReadPiece> pieces;
       EXPECT_TRUE(view_->Plan(h->view_inode, 0, 1 << 20, &pieces).ok());
@@ -71,8 +71,8 @@ TEST_F(OverlayFsTest, InodesStayPutAndFollowRenames) {
   auto made = fs_->Create(kRootInode, "latest.tmp", O_WRONLY, 0644);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   WriteAll(made->second.fd, "t8");
-  ::close(made->second.fd);
   const InodeId tmp = made->first.st_ino;
+  fs_->Release(tmp, made->second);
   const InodeId old_latest = Lookup(kRootInode, "latest");
   ASSERT_TRUE(fs_->Rename(kRootInode, "latest.tmp", kRootInode, "latest", false).ok());
   EXPECT_EQ(Lookup(kRootInode, "latest"), tmp);
@@ -87,7 +87,7 @@ TEST_F(OverlayFsTest, InodesStayPutAndFollowRenames) {
   auto w = fs_->Create(dir->st_ino, "w.pt", O_WRONLY, 0644);
   ASSERT_TRUE(w.ok());
   WriteAll(w->second.fd, "weights");
-  ::close(w->second.fd);
+  fs_->Release(w->first.st_ino, w->second);
   ASSERT_TRUE(fs_->Rename(kRootInode, "stage", kRootInode, "global_step8", false).ok());
   const InodeId moved = Lookup(kRootInode, "global_step8");
   EXPECT_EQ(moved, dir->st_ino);
@@ -121,12 +121,28 @@ TEST_F(OverlayFsTest, OpenFilesOutliveTheirNames) {
   ASSERT_GE(h->fd, 0);
   EXPECT_EQ(testing::ReadFile(upper_ + "/t/b"), "B-view");
   ASSERT_TRUE(fs_->Unlink(t, "b").ok());
-  EXPECT_EQ(fs_->GetAttr(b).status().posix_errno(), ESTALE);
-  auto st = fs_->GetAttr(b, h->fd);  // fstat of the open file
-  ASSERT_TRUE(st.ok());
+  // fstat, fchmod, futimens, ftruncate of the open file: they arrive
+  // without the handle (fchmod) or with it (ftruncate).
+  auto st = fs_->GetAttr(b);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->st_size, 6);
   EXPECT_EQ(st->st_ino, b);
-  ::close(h->fd);
+  OverlayFs::SetAttrRequest chmod;
+  chmod.mode = 0600;
+  chmod.mtime = timespec{1234, 0};
+  st = fs_->SetAttr(b, chmod);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->st_mode & 07777, 0600u);
+  EXPECT_EQ(st->st_mtim.tv_sec, 1234);
+  OverlayFs::SetAttrRequest truncate;
+  truncate.size = 2;
+  st = fs_->SetAttr(b, truncate, h->fd);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(fs_->GetAttr(b, h->fd)->st_size, 2);
+  fs_->Release(b, *h);
+  // Closed, it is gone.
+  EXPECT_EQ(fs_->GetAttr(b).status().posix_errno(), ESTALE);
+  EXPECT_EQ(fs_->SetAttr(b, chmod).status().posix_errno(), ESTALE);
   EXPECT_TRUE(fs::exists(upper_ + "/t/.wh.b"));
   auto listing = fs_->ReadDir(t);
   ASSERT_TRUE(listing.ok());
@@ -134,6 +150,57 @@ TEST_F(OverlayFsTest, OpenFilesOutliveTheirNames) {
   EXPECT_EQ((*listing)[0].first, "a");
   // Listed inodes are the ones lookups give.
   EXPECT_EQ((*listing)[0].second.st_ino, Lookup(t, "a"));
+}
+
+TEST_F(OverlayFsTest, HardLinksAreOneInode) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  auto linked = fs_->Link(a, kRootInode, "a2");
+  ASSERT_TRUE(linked.ok()) << linked.status().ToString();
+  EXPECT_EQ(linked->st_ino, a);
+  EXPECT_EQ(linked->st_nlink, 2u);
+  EXPECT_EQ(Lookup(kRootInode, "a2"), a);
+  EXPECT_EQ(fs_->GetAttr(a)->st_nlink, 2u);
+  // Dropping one name keeps the inode answering by the other.
+  ASSERT_TRUE(fs_->Unlink(t, "a").ok());
+  EXPECT_EQ(fs_->GetAttr(a)->st_nlink, 1u);
+  EXPECT_EQ(Read(a), "A-view");
+  // Forgotten and looked up again, two names of one file are one inode.
+  ASSERT_TRUE(fs_->Link(a, kRootInode, "a3").ok());
+  fs_->Forget(a, 4);  // its lookup, two links, a lookup by the second name
+  const InodeId again = Lookup(kRootInode, "a2");
+  EXPECT_NE(again, a);
+  EXPECT_EQ(Lookup(kRootInode, "a3"), again);
+}
+
+TEST_F(OverlayFsTest, SymlinksNodesExchangeAndXattrs) {
+  auto sym = fs_->Symlink("latest", kRootInode, "cur");
+  ASSERT_TRUE(sym.ok()) << sym.status().ToString();
+  EXPECT_TRUE(S_ISLNK(sym->st_mode));
+  EXPECT_EQ(*fs_->ReadLink(sym->st_ino), "latest");
+  auto fifo = fs_->MakeNode(kRootInode, "fifo", S_IFIFO | 0600, 0);
+  ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
+  EXPECT_TRUE(S_ISFIFO(fifo->st_mode));
+  // RENAME_EXCHANGE swaps the inodes' names.
+  const InodeId latest = Lookup(kRootInode, "latest");
+  ASSERT_TRUE(fs_->Rename(kRootInode, "cur", kRootInode, "latest", RENAME_EXCHANGE).ok());
+  EXPECT_EQ(Lookup(kRootInode, "latest"), sym->st_ino);
+  EXPECT_EQ(Lookup(kRootInode, "cur"), latest);
+  EXPECT_EQ(Read(latest), "t");
+  // Extended attributes: the view's are read-only; others copy up.
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  EXPECT_EQ(fs_->SetXattr(a, "user.ucfs.shape", "[1]", 0).posix_errno(), EPERM);
+  EXPECT_EQ(fs_->GetXattr(a, "user.test").status().posix_errno(), ENODATA);
+  EXPECT_EQ(*fs_->ViewInodeOf(a), *view_->Lookup(*view_->Lookup(kRootInode, "t"), "a"));
+  const Status set = fs_->SetXattr(a, "user.test", "v", 0);
+  ASSERT_TRUE(set.ok()) << set.ToString();
+  EXPECT_EQ(*fs_->ViewInodeOf(a), 0u);
+  EXPECT_EQ(*fs_->GetXattr(a, "user.test"), "v");
+  EXPECT_NE(fs_->ListXattr(a)->find("user.test"), std::string::npos);
+  ASSERT_TRUE(fs_->RemoveXattr(a, "user.test").ok());
+  EXPECT_EQ(fs_->GetXattr(a, "user.test").status().posix_errno(), ENODATA);
+  EXPECT_EQ(Read(a), "A-view");
 }
 
 TEST_F(OverlayFsTest, SetAttrCopiesUpOnlyWhatItMust) {

@@ -153,9 +153,255 @@ TEST(Overlay, AnswersWithTheErrnoAFileSystemWould) {
   EXPECT_EQ((*o)->OpenWrite("t", O_WRONLY, 0).status().posix_errno(), EISDIR);
   EXPECT_EQ((*o)->OpenWrite("latest", O_WRONLY | O_CREAT | O_EXCL, 0644).status().posix_errno(),
             EEXIST);
-  // Whiteout names are ucfs's own.
-  EXPECT_EQ((*o)->OpenWrite(".wh.x", O_WRONLY | O_CREAT, 0644).status().posix_errno(), EINVAL);
-  EXPECT_EQ((*o)->MakeDir("t/.wh..opq", 0755).posix_errno(), EINVAL);
+  EXPECT_EQ((*o)->Link("t", "t2").posix_errno(), EPERM);
+  EXPECT_EQ((*o)->Rename("t", "latest").posix_errno(), EXDEV);  // a view directory
+  EXPECT_EQ((*o)->ReadLink("latest").status().posix_errno(), EINVAL);
+  EXPECT_EQ((*o)->Rename("nope", "x", RENAME_EXCHANGE).posix_errno(), ENOENT);
+  EXPECT_EQ((*o)->Rename("latest", "x", RENAME_EXCHANGE).posix_errno(), ENOENT);
+  // NAME_MAX, not ENOENT, for a name too long, looked up or made.
+  const std::string long_name(256, 'n');
+  EXPECT_EQ((*o)->Lookup(long_name).status().posix_errno(), ENAMETOOLONG);
+  EXPECT_EQ((*o)->MakeDir(long_name, 0755).posix_errno(), ENAMETOOLONG);
+  EXPECT_TRUE((*o)->MakeDir(std::string(255, 'n'), 0755).ok());
+  // An escaped name must fit too.
+  EXPECT_EQ((*o)->MakeDir(".wh." + std::string(250, 'n'), 0755).posix_errno(), ENAMETOOLONG);
+}
+
+// A view whose entries' names look like ucfs's whiteout bookkeeping.
+std::shared_ptr<View> WhiteoutLikeView() {
+  auto view = std::make_shared<View>(*Env::Posix(), 0);
+  for (const char* name : {".wh.param", ".wh..opq", ".opq", "a"}) {
+    EXPECT_TRUE(view->AddFile(kRootInode, name, std::make_shared<InlineContent>(name)).ok());
+  }
+  return view;
+}
+
+TEST(Overlay, NamesLikeWhiteoutsAreOrdinaryNames) {
+  auto view = WhiteoutLikeView();
+  const std::string upper = TempUpper("wh_names");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  // The view's ".wh.*" entries show, as themselves.
+  Tree expected = {
+      {".opq", ".opq"}, {".wh..opq", ".wh..opq"}, {".wh.param", ".wh.param"}, {"a", "a"}};
+  EXPECT_EQ(Snapshot(**o, *view), expected);
+  ASSERT_TRUE((*o)->Lookup(".wh.param").ok());
+  // Written, they are copied up under escaped names; deleted, their
+  // whiteouts are escaped too, and hide them alone.
+  Write(**o, ".wh.param", "+w", 0);
+  EXPECT_EQ(testing::ReadFile(upper + "/.wh..wh.e..wh.param"), ".wh.param+w");
+  ASSERT_TRUE((*o)->Unlink(".wh..opq").ok());
+  ASSERT_TRUE((*o)->Unlink(".opq").ok());
+  EXPECT_TRUE(fs::exists(upper + "/.wh..wh.w..wh..opq"));
+  EXPECT_TRUE(fs::exists(upper + "/.wh..wh.w..opq"));
+  EXPECT_FALSE(fs::exists(upper + "/.wh..opq"));  // the root is not made opaque
+  // New ones made through the mount.
+  Write(**o, ".wh.new", "N", O_CREAT | O_TRUNC);
+  ASSERT_TRUE((*o)->MakeDir(".wh..opq", 0755).ok());
+  Write(**o, ".wh..opq/.wh.inner", "I", O_CREAT | O_TRUNC);
+  ASSERT_TRUE((*o)->Unlink("a").ok());
+  EXPECT_TRUE(fs::exists(upper + "/.wh.a"));
+  expected = {{".wh.new", "N"},
+              {".wh..opq", std::nullopt},
+              {".wh..opq/.wh.inner", "I"},
+              {".wh.param", ".wh.param+w"}};
+  EXPECT_EQ(Snapshot(**o, *view), expected);
+  ASSERT_TRUE((*o)->Rename(".wh.new", ".wh.param").ok());
+  expected.erase(".wh.new");
+  expected[".wh.param"] = "N";
+  EXPECT_EQ(Snapshot(**o, *view), expected);
+  auto again = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Snapshot(**again, *view), expected);
+}
+
+TEST(Overlay, ReadOnlyEntriesRefuseEveryChange) {
+  auto view = SmallView();
+  Overlay::Options options;
+  options.read_only = {"d"};
+  const std::string upper = TempUpper("read_only");
+  auto o = Overlay::Open(upper, view, *Env::Posix(), options);
+  ASSERT_TRUE(o.ok());
+  Overlay& ov = **o;
+  EXPECT_TRUE(ov.IsReadOnly("d"));
+  EXPECT_TRUE(ov.IsReadOnly("d/x"));
+  EXPECT_FALSE(ov.IsReadOnly("dd"));
+  EXPECT_EQ(ov.OpenWrite("d/x", O_WRONLY, 0).status().posix_errno(), EROFS);
+  EXPECT_EQ(ov.OpenWrite("d/x", O_WRONLY | O_TRUNC, 0).status().posix_errno(), EROFS);
+  EXPECT_EQ(ov.OpenWrite("d/new", O_WRONLY | O_CREAT, 0644).status().posix_errno(), EROFS);
+  EXPECT_EQ(ov.MakeDir("d/sub", 0755).posix_errno(), EROFS);
+  EXPECT_EQ(ov.MakeNode("d/fifo", S_IFIFO | 0644, 0).posix_errno(), EROFS);
+  EXPECT_EQ(ov.Symlink("x", "d/link").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Unlink("d/x").posix_errno(), EROFS);
+  EXPECT_EQ(ov.RemoveDir("d").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Rename("d/x", "moved").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Rename("latest", "d/x").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Rename("latest", "d/new").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Rename("d", "e").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Rename("t/a", "d/x", RENAME_EXCHANGE).posix_errno(), EROFS);
+  EXPECT_EQ(ov.Link("d/x", "hard").posix_errno(), EROFS);
+  EXPECT_EQ(ov.Link("latest", "d/hard").posix_errno(), EROFS);
+  EXPECT_EQ(ov.PrepareChange("d").status().posix_errno(), EROFS);
+  EXPECT_EQ(ov.PrepareChange("d/x").status().posix_errno(), EROFS);
+  // Nothing of it reached the upper directory.
+  EXPECT_FALSE(fs::exists(upper + "/d"));
+  EXPECT_EQ(*Snapshot(ov, *view).at("d/x"), "X-view");
+}
+
+TEST(Overlay, LinksSymlinksAndSpecialFiles) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("links");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  Overlay& ov = **o;
+  // A hard link to a view file copies it up first.
+  ASSERT_TRUE(ov.Link("t/a", "a-link").ok());
+  auto a = ov.Lookup("t/a");
+  auto link = ov.Lookup("a-link");
+  ASSERT_TRUE(a.ok() && link.ok());
+  EXPECT_TRUE(a->in_upper);
+  EXPECT_EQ(a->st.st_ino, link->st.st_ino);
+  EXPECT_EQ(link->st.st_nlink, 2u);
+  Write(ov, "a-link", "+l", 0);
+  EXPECT_EQ(*Snapshot(ov, *view).at("t/a"), "A-view+l");
+  EXPECT_EQ(ov.Link("t/b", "a-link").posix_errno(), EEXIST);
+  // Symbolic links, as they are.
+  ASSERT_TRUE(ov.Symlink("../t/b", "d/sym").ok());
+  EXPECT_EQ(*ov.ReadLink("d/sym"), "../t/b");
+  auto sym = ov.Lookup("d/sym");
+  ASSERT_TRUE(sym.ok());
+  EXPECT_TRUE(S_ISLNK(sym->st.st_mode));
+  // FIFOs, sockets and regular files by mknod.
+  ASSERT_TRUE(ov.MakeNode("fifo", S_IFIFO | 0640, 0).ok());
+  ASSERT_TRUE(ov.MakeNode("sock", S_IFSOCK | 0600, 0).ok());
+  ASSERT_TRUE(ov.MakeNode("plain", S_IFREG | 0600, 0).ok());
+  EXPECT_TRUE(S_ISFIFO(ov.Lookup("fifo")->st.st_mode));
+  EXPECT_EQ(ov.Lookup("fifo")->st.st_mode & 07777, 0640u);
+  EXPECT_TRUE(S_ISSOCK(ov.Lookup("sock")->st.st_mode));
+  EXPECT_TRUE(S_ISREG(ov.Lookup("plain")->st.st_mode));
+  EXPECT_EQ(ov.MakeNode("latest", S_IFIFO | 0600, 0).posix_errno(), EEXIST);
+  // They are renamed and removed like files; a removed view name stays gone.
+  ASSERT_TRUE(ov.Rename("fifo", "latest").ok());
+  EXPECT_TRUE(S_ISFIFO(ov.Lookup("latest")->st.st_mode));
+  ASSERT_TRUE(ov.Unlink("latest").ok());
+  EXPECT_EQ(ov.Lookup("latest").status().posix_errno(), ENOENT);
+}
+
+TEST(Overlay, RenameExchangeAndNoReplace) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("exchange");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  Overlay& ov = **o;
+  Write(ov, "latest.new", "t9", O_CREAT | O_TRUNC);
+  // Atomic save: the new file swapped with the view's old one.
+  ASSERT_TRUE(ov.Rename("latest.new", "latest", RENAME_EXCHANGE).ok());
+  Tree tree = Snapshot(ov, *view);
+  EXPECT_EQ(*tree.at("latest"), "t9");
+  EXPECT_EQ(*tree.at("latest.new"), "t");
+  EXPECT_EQ(ov.Rename("latest.new", "latest", RENAME_NOREPLACE).posix_errno(), EEXIST);
+  ASSERT_TRUE(ov.Rename("latest.new", "latest.old", RENAME_NOREPLACE).ok());
+  // A file and a directory made through the mount swap too; the directory
+  // lands on a view name without merging with the view's directory there.
+  ASSERT_TRUE(ov.MakeDir("stage", 0755).ok());
+  Write(ov, "stage/w", "W", O_CREAT | O_TRUNC);
+  ASSERT_TRUE(ov.Unlink("d/x").ok());
+  EXPECT_EQ(ov.Rename("stage", "d", RENAME_EXCHANGE).posix_errno(), EXDEV);
+  ASSERT_TRUE(ov.Rename("stage", "latest.old", RENAME_EXCHANGE).ok());
+  tree = Snapshot(ov, *view);
+  EXPECT_EQ(*tree.at("latest.old/w"), "W");
+  EXPECT_EQ(*tree.at("stage"), "t");
+  EXPECT_EQ(ov.Rename("a", "b", 4 /* RENAME_WHITEOUT */).posix_errno(), EINVAL);
+}
+
+TEST(Overlay, CopyUpKeepsTimesAndMode) {
+  auto view = std::make_shared<View>(*Env::Posix(), int64_t{1700000000} * 1000000000 + 5);
+  ASSERT_TRUE(view->AddFile(kRootInode, "f", std::make_shared<InlineContent>("F")).ok());
+  ASSERT_TRUE(view->AddDirectory(kRootInode, "dir").ok());
+  const std::string upper = TempUpper("copy_up_times");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  const Attr shown = *view->GetAttr(*view->Lookup(kRootInode, "f"));
+  // Opened for writing, nothing written: the copy is the file as shown.
+  auto fd = (*o)->OpenWrite("f", O_WRONLY, 0);
+  ASSERT_TRUE(fd.ok());
+  ::close(*fd);
+  auto f = (*o)->Lookup("f");
+  ASSERT_TRUE(f.ok() && f->in_upper);
+  EXPECT_EQ(f->st.st_mtim.tv_sec, 1700000000);
+  EXPECT_EQ(f->st.st_mtim.tv_nsec, 5);
+  EXPECT_EQ(f->st.st_mode, ViewEntryMode(shown));
+  ASSERT_TRUE((*o)->PrepareChange("dir").ok());
+  auto dir = (*o)->Lookup("dir");
+  ASSERT_TRUE(dir.ok() && dir->in_upper);
+  EXPECT_EQ(dir->st.st_mtim.tv_sec, 1700000000);
+}
+
+TEST(Overlay, PathsLongerThanPathMax) {
+  auto view = SmallView();
+  auto o = Overlay::Open(TempUpper("long_paths"), view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  // 30 levels of 200-byte names: 6 KB, past PATH_MAX with the upper's own.
+  std::string path = "t";
+  for (int i = 0; i < 30; ++i) {
+    path += "/" + std::string(200, static_cast<char>('a' + i % 26));
+    ASSERT_TRUE((*o)->MakeDir(path, 0755).ok()) << i;
+  }
+  Write(**o, path + "/f", "deep", O_CREAT | O_TRUNC);
+  ASSERT_TRUE((*o)->Symlink("f", path + "/s").ok());
+  ASSERT_TRUE((*o)->Rename(path + "/f", path + "/g").ok());
+  auto listing = (*o)->ReadDir(path);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->size(), 2u);
+  EXPECT_EQ((*listing)[0].first, "g");
+  auto fd = (*o)->OpenRead(path + "/g", O_RDONLY);
+  ASSERT_TRUE(fd.ok());
+  char buf[8];
+  EXPECT_EQ(::read(*fd, buf, sizeof buf), 4);
+  ::close(*fd);
+  ASSERT_TRUE((*o)->Unlink(path + "/g").ok());
+  ASSERT_TRUE((*o)->Unlink(path + "/s").ok());
+  ASSERT_TRUE((*o)->RemoveDir(path).ok());
+}
+
+TEST(Overlay, NewEntriesAreTheCallersWithTheirUmaskOnce) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("caller");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  const bool root = ::geteuid() == 0;
+  Overlay::Caller caller;
+  caller.uid = root ? 65534 : ::getuid();
+  caller.gid = root ? 65534 : ::getgid();
+  caller.umask = 002;
+  const mode_t old_umask = ::umask(022);  // the daemon's own must not apply
+  ASSERT_TRUE((*o)->MakeDir("pub", 0777, &caller).ok());
+  auto fd = (*o)->OpenWrite("pub/f", O_WRONLY | O_CREAT, 0666, &caller);
+  ASSERT_TRUE(fd.ok());
+  ::close(*fd);
+  ASSERT_TRUE((*o)->MakeNode("pub/p", S_IFIFO | 0666, 0, &caller).ok());
+  ASSERT_TRUE((*o)->Symlink("f", "pub/s", &caller).ok());
+  ::umask(old_umask);
+  for (const char* p : {"pub", "pub/f", "pub/p", "pub/s"}) {
+    auto e = (*o)->Lookup(p);
+    ASSERT_TRUE(e.ok()) << p;
+    EXPECT_EQ(e->st.st_uid, caller.uid) << p;
+    EXPECT_EQ(e->st.st_gid, caller.gid) << p;
+  }
+  EXPECT_EQ((*o)->Lookup("pub")->st.st_mode & 07777, 0775u);
+  EXPECT_EQ((*o)->Lookup("pub/f")->st.st_mode & 07777, 0664u);
+  EXPECT_EQ((*o)->Lookup("pub/p")->st.st_mode & 07777, 0664u);
+  if (!root) return;
+  // In a setgid directory: its group, and new directories are setgid too.
+  ASSERT_TRUE((*o)->MakeDir("shared", 02775).ok());
+  ASSERT_EQ(::chown((upper + "/shared").c_str(), 0, 100), 0);
+  ASSERT_EQ(::chmod((upper + "/shared").c_str(), 02775), 0);
+  ASSERT_TRUE((*o)->MakeDir("shared/sub", 0755, &caller).ok());
+  auto sub = (*o)->Lookup("shared/sub");
+  ASSERT_TRUE(sub.ok());
+  EXPECT_EQ(sub->st.st_uid, caller.uid);
+  EXPECT_EQ(sub->st.st_gid, 100u);
+  EXPECT_EQ(sub->st.st_mode & 07777, 02755u);
 }
 
 TEST(Overlay, RemovesCopyUpsACrashLeftBehind) {

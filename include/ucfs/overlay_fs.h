@@ -9,8 +9,9 @@
 // would and compare with a model, and the adapter stays a translation.
 //
 // Files of the upper directory are served by their own fds (opened here,
-// read and written by the caller, closed by the caller); files of the view
-// by the view's pieces, as in the read-only mount.
+// read and written by the caller, given back by Release); files of the view
+// by the view's pieces, as in the read-only mount. New entries are made as
+// the Caller asks (owner, umask), POSIX style.
 //
 // Thread safety: every method may be called concurrently; one mutex
 // serialises them (metadata operations are rare next to reads and writes,
@@ -22,6 +23,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,7 +41,7 @@ namespace ucfs {
 
 class OverlayFs {
  public:
-  // An open file: an fd of the upper file (the caller closes it), or the
+  // An open file: an fd of the upper file (released by Release), or the
   // view inode whose pieces serve reads.
   struct Handle {
     int fd = -1;
@@ -56,29 +58,54 @@ class OverlayFs {
     std::optional<timespec> mtime;
   };
 
+  using Caller = Overlay::Caller;
+
   OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view);
   ~OverlayFs();
 
-  // Every entry returned by Lookup, Create and MakeDir counts one lookup,
-  // which Forget gives back.
+  // Every entry returned by Lookup, Create, MakeDir, MakeNode, Symlink and
+  // Link counts one lookup, which Forget gives back.
   Result<struct stat> Lookup(InodeId parent, std::string_view name);
   void Forget(InodeId inode, uint64_t count);
-  // `fd` >= 0: an open file's fd, which answers even after an unlink.
+  // `fd` >= 0: an open file's fd. An inode whose names are all gone still
+  // answers while a file of it is open (fstat, fchmod, futimens of an
+  // unlinked file).
   Result<struct stat> GetAttr(InodeId inode, int fd = -1);
   // Entries sorted by name, with their inode numbers.
   Result<std::vector<std::pair<std::string, struct stat>>> ReadDir(InodeId dir);
 
   // `flags` as open(2) gets them (no O_CREAT: that is Create).
   Result<Handle> Open(InodeId inode, int flags);
+  // `caller` null: made as the daemon, `mode` as given.
   Result<std::pair<struct stat, Handle>> Create(InodeId parent, std::string_view name, int flags,
-                                                mode_t mode);
-  Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode);
+                                                mode_t mode, const Caller* caller = nullptr);
+  // Closes the handle's fd; the inode no longer answers through it.
+  void Release(InodeId inode, const Handle& handle);
+  Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode,
+                              const Caller* caller = nullptr);
+  // `mode` carries the file type (S_IFREG, S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK).
+  Result<struct stat> MakeNode(InodeId parent, std::string_view name, mode_t mode, dev_t rdev,
+                               const Caller* caller = nullptr);
+  Result<struct stat> Symlink(std::string_view target, InodeId parent, std::string_view name,
+                              const Caller* caller = nullptr);
+  Result<std::string> ReadLink(InodeId inode);
+  // The new name is the same inode.
+  Result<struct stat> Link(InodeId inode, InodeId new_parent, std::string_view new_name);
   Status Unlink(InodeId parent, std::string_view name);
   Status RemoveDir(InodeId parent, std::string_view name);
+  // `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE.
   Status Rename(InodeId parent, std::string_view name, InodeId new_parent,
-                std::string_view new_name, bool no_replace);
+                std::string_view new_name, unsigned flags);
   // A view file is copied up first (truncation to 0 skips the copy).
   Result<struct stat> SetAttr(InodeId inode, const SetAttrRequest& request, int fd = -1);
+
+  // Extended attributes: the view's ("user.ucfs.*", read-only) for view
+  // entries, the upper entry's own otherwise. Setting one on a view entry
+  // copies it up first. ListXattr: names, each ending in a NUL.
+  Result<std::string> GetXattr(InodeId inode, const std::string& name);
+  Result<std::string> ListXattr(InodeId inode);
+  Status SetXattr(InodeId inode, const std::string& name, std::string_view value, int flags);
+  Status RemoveXattr(InodeId inode, const std::string& name);
 
   // The view inode serving `inode`, or 0 if it is an upper entry.
   Result<InodeId> ViewInodeOf(InodeId inode);
@@ -90,29 +117,41 @@ class OverlayFs {
 
  private:
   struct Node {
-    std::string path;  // "" for the root; empty and `detached` once unlinked
-    bool detached = false;
+    std::vector<std::string> paths;  // its names ("" for the root); none once all are gone
     uint64_t lookups = 0;
+    std::vector<int> fds;       // open upper files of it, which outlive its names
+    InodeId view_inode = 0;     // set while a view handle of it is open
+    bool has_file_key = false;  // in by_file_ under file_key
+    std::pair<dev_t, ino_t> file_key{};
   };
 
   Result<std::string> PathOf(InodeId inode);
   Result<std::string> ChildPath(InodeId parent, std::string_view name);
-  // The inode of `path`, made if new; `count` lookups added.
-  InodeId InodeFor(const std::string& path, uint64_t count);
+  // The inode of `path`, made if new; `count` lookups added. An upper
+  // file with several links is one inode whatever name it is reached by.
+  InodeId InodeFor(const std::string& path, uint64_t count, const struct stat* upper = nullptr);
   Result<struct stat> StatPath(const std::string& path, InodeId inode);
-  // The entry at `path` is gone: its inode no longer names a path.
+  struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode);
+  // An fd of a file of `inode` that is open, or -1.
+  int OpenFdOf(InodeId inode);
+  // The entry at `path` is gone: its inode no longer has that name.
   void Detach(const std::string& path);
+  void DropPath(const std::string& path);
   // `from` (and, for a directory, everything below it) is now at `to`.
   void Move(const std::string& from, const std::string& to);
+  // The entries at `a` and `b` (and below them) swapped names.
+  void Exchange(const std::string& a, const std::string& b);
+  // Makes `path`'s entry a new one: the reply of a create.
+  Result<struct stat> NewEntry(const std::string& path);
 
   std::unique_ptr<Overlay> overlay_;
   std::shared_ptr<View> view_;
-  const uid_t uid_;
-  const gid_t gid_;
   std::mutex mu_;
   InodeId next_inode_ = kRootInode + 1;
   std::unordered_map<InodeId, Node> nodes_;
   std::unordered_map<std::string, InodeId> by_path_;
+  // Upper files with several links: (device, inode) -> their inode here.
+  std::map<std::pair<dev_t, ino_t>, InodeId> by_file_;
 };
 
 }  // namespace ucfs

@@ -24,6 +24,7 @@
 #include "cli/view_setup.h"
 #include "fuse/fuse_server.h"
 #include "ucfs/checkpoint.h"
+#include "ucfs/consolidated_view.h"
 #include "ucfs/describe.h"
 #include "ucfs/inspect.h"
 #include "ucfs/overlay_fs.h"
@@ -134,7 +135,11 @@ int RunMount(MountArgs a, int verbosity) {
       std::fprintf(stderr, "ucfs mount: %s\n", placed.message().c_str());
       return kExitUsage;
     }
-    auto opened = ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix());
+    // The consolidated weights are shown read-only, --upper or not.
+    ucfs::Overlay::Options overlay_options;
+    overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
+    auto opened =
+        ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix(), std::move(overlay_options));
     if (!opened.ok()) return Fail("mount", opened.status());
     overlay = std::make_unique<ucfs::OverlayFs>(std::move(opened).value(), shown);
   }

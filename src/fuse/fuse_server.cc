@@ -201,6 +201,10 @@ void InitConnection(void* userdata, struct fuse_conn_info* conn) {
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     // Writes arrive as they are, spliced from the kernel.
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    // The caller's umask comes with each create, for ucfs to apply (once:
+    // otherwise the kernel applies it and the upper file system the
+    // daemon's on top).
+    if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   } else {
     // Files are immutable while mounted: keep their pages across opens.
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;

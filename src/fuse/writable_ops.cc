@@ -47,6 +47,25 @@ void ReplyStatus(fuse_req_t req, const Status& st) {
   fuse_reply_err(req, st.ok() ? 0 : ErrnoOf(st));
 }
 
+void ReplyEntryOrError(fuse_req_t req, const Server& s, const Result<struct stat>& st) {
+  if (!st.ok()) {
+    fuse_reply_err(req, ErrnoOf(st.status()));
+    return;
+  }
+  ReplyEntry(req, s, *st);
+}
+
+// Who asks: new entries are theirs, with their umask (FUSE_CAP_DONT_MASK:
+// the kernel leaves it to us, so it is applied once).
+OverlayFs::Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  OverlayFs::Caller c;
+  c.uid = ctx->uid;
+  c.gid = ctx->gid;
+  c.umask = ctx->umask;
+  return c;
+}
+
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
   RaiseReadaheadOnce(s);
@@ -122,13 +141,14 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 
 // View files never change, so their pages may stay cached across opens;
 // upper files are read fresh at each open, in case DIR was touched directly.
-void ReplyOpen(fuse_req_t req, struct fuse_file_info* fi, std::unique_ptr<Handle> handle) {
+void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
+               std::unique_ptr<Handle> handle) {
   fi->keep_cache = handle->fd < 0 ? 1 : 0;
   fi->fh = reinterpret_cast<uint64_t>(handle.release());
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.
     Handle* h = HandleOf(fi);
-    if (h->fd >= 0) ::close(h->fd);
+    Of(req).overlay->Release(ino, *h);
     delete h;
   }
 }
@@ -139,13 +159,14 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, ErrnoOf(handle.status()));
     return;
   }
-  ReplyOpen(req, fi, std::make_unique<Handle>(*handle));
+  ReplyOpen(req, ino, fi, std::make_unique<Handle>(*handle));
 }
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
             struct fuse_file_info* fi) {
   Server& s = Of(req);
-  auto made = s.overlay->Create(parent, name, fi->flags, mode);
+  const OverlayFs::Caller caller = CallerOf(req);
+  auto made = s.overlay->Create(parent, name, fi->flags, mode, &caller);
   if (!made.ok()) {
     fuse_reply_err(req, ErrnoOf(made.status()));
     return;
@@ -155,7 +176,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   auto* h = new Handle(handle);
   fi->fh = reinterpret_cast<uint64_t>(h);
   if (fuse_reply_create(req, &e, fi) != 0) {
-    ::close(h->fd);
+    s.overlay->Release(st.st_ino, *h);
     delete h;
   }
 }
@@ -199,9 +220,9 @@ void Flush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
   fuse_reply_err(req, err);
 }
 
-void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Handle* h = HandleOf(fi);
-  if (h->fd >= 0) ::close(h->fd);
+  Of(req).overlay->Release(ino, *h);
   delete h;
   fuse_reply_err(req, 0);
 }
@@ -235,12 +256,34 @@ void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
 
 void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Server& s = Of(req);
-  auto st = s.overlay->MakeDir(parent, name, mode);
-  if (!st.ok()) {
-    fuse_reply_err(req, ErrnoOf(st.status()));
+  const OverlayFs::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.overlay->MakeDir(parent, name, mode, &caller));
+}
+
+void MakeNode(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Server& s = Of(req);
+  const OverlayFs::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.overlay->MakeNode(parent, name, mode, rdev, &caller));
+}
+
+void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  Server& s = Of(req);
+  const OverlayFs::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.overlay->Symlink(target, parent, name, &caller));
+}
+
+void ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  auto target = Of(req).overlay->ReadLink(ino);
+  if (!target.ok()) {
+    fuse_reply_err(req, ErrnoOf(target.status()));
     return;
   }
-  ReplyEntry(req, s, *st);
+  fuse_reply_readlink(req, target->c_str());
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
+  Server& s = Of(req);
+  ReplyEntryOrError(req, s, s.overlay->Link(ino, new_parent, new_name));
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -253,56 +296,36 @@ void RemoveDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
             const char* new_name, unsigned int flags) {
-  if (flags & ~RENAME_NOREPLACE) {
-    fuse_reply_err(req, EINVAL);  // RENAME_EXCHANGE, RENAME_WHITEOUT
-    return;
+  ReplyStatus(req, Of(req).overlay->Rename(parent, name, new_parent, new_name, flags));
+}
+
+void ReplyXattrValue(fuse_req_t req, const Result<std::string>& value, size_t size) {
+  if (!value.ok()) {
+    fuse_reply_err(req, ErrnoOf(value.status()));
+  } else if (size == 0) {
+    fuse_reply_xattr(req, value->size());
+  } else if (size < value->size()) {
+    fuse_reply_err(req, ERANGE);
+  } else {
+    fuse_reply_buf(req, value->data(), value->size());
   }
-  ReplyStatus(req, Of(req).overlay->Rename(parent, name, new_parent, new_name,
-                                           (flags & RENAME_NOREPLACE) != 0));
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  Server& s = Of(req);
-  // The kernel asks for security.capability before every write(2): answer
-  // names ucfs never has without a lookup.
-  if (std::string_view(name).rfind(kXattrPrefix, 0) != 0) {
-    fuse_reply_err(req, ENODATA);
-    return;
-  }
-  auto view_inode = s.overlay->ViewInodeOf(ino);
-  if (!view_inode.ok()) {
-    fuse_reply_err(req, ErrnoOf(view_inode.status()));
-    return;
-  }
-  if (*view_inode == 0) {
-    fuse_reply_err(req, ENODATA);
-    return;
-  }
-  auto xattrs = s.view->Xattrs(*view_inode);
-  if (!xattrs.ok()) {
-    fuse_reply_err(req, ErrnoOf(xattrs.status()));
-    return;
-  }
-  ReplyGetXattr(req, *xattrs, name, size);
+  ReplyXattrValue(req, Of(req).overlay->GetXattr(ino, name), size);
 }
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  Server& s = Of(req);
-  auto view_inode = s.overlay->ViewInodeOf(ino);
-  if (!view_inode.ok()) {
-    fuse_reply_err(req, ErrnoOf(view_inode.status()));
-    return;
-  }
-  std::vector<Xattr> xattrs;
-  if (*view_inode != 0) {
-    auto got = s.view->Xattrs(*view_inode);
-    if (!got.ok()) {
-      fuse_reply_err(req, ErrnoOf(got.status()));
-      return;
-    }
-    xattrs = std::move(*got);
-  }
-  ReplyListXattr(req, xattrs, size);
+  ReplyXattrValue(req, Of(req).overlay->ListXattr(ino), size);
+}
+
+void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+              int flags) {
+  ReplyStatus(req, Of(req).overlay->SetXattr(ino, name, std::string_view(value, size), flags));
+}
+
+void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  ReplyStatus(req, Of(req).overlay->RemoveXattr(ino, name));
 }
 
 }  // namespace
@@ -328,12 +351,18 @@ fuse_lowlevel_ops WritableOperations() {
   ops.fsync = Fsync;
   ops.fallocate = Fallocate;
   ops.mkdir = MakeDir;
+  ops.mknod = MakeNode;
+  ops.symlink = Symlink;
+  ops.readlink = ReadLink;
+  ops.link = Link;
   ops.unlink = Unlink;
   ops.rmdir = RemoveDir;
   ops.rename = Rename;
   ops.statfs = StatFs;
   ops.getxattr = GetXattr;
   ops.listxattr = ListXattr;
+  ops.setxattr = SetXattr;
+  ops.removexattr = RemoveXattr;
   return ops;
 }
 
