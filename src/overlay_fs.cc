@@ -428,7 +428,11 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
       if (!w.valid() || ::ftruncate(w.get(), size) != 0) return Errno(what);
     }
   }
-  if (request.uid || request.gid) {
+  const bool nothing = !request.size && !request.uid && !request.gid && !request.mode &&
+                       !request.atime && !request.mtime;
+  // chown(f, -1, -1) arrives as a setattr of nothing: as on a local file
+  // system, it still changes the ctime.
+  if (request.uid || request.gid || nothing) {
     const uid_t uid = request.uid.value_or(static_cast<uid_t>(-1));
     const gid_t gid = request.gid.value_or(static_cast<gid_t>(-1));
     const int rc = fd >= 0 ? ::fchown(fd, uid, gid)
