@@ -149,29 +149,19 @@ void RemoveStaleCopyUps(int dir, int depth) {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 bool IsOverlayInternalName(std::string_view stored) {
   std::string name;
   return Classify(stored, &name) != Stored::kEntry;
 }
 
+// As the view shows it (the source's owner and mode, or for a built file
+// the strictest of its sources'), as overlayfs shows its lower layer's: the
+// kernel then lets write to it whoever could write to its source.
 mode_t ViewEntryMode(const Attr& a) {
-  // Writable to its owner: a write copies the file up.
-  return static_cast<mode_t>((a.is_dir ? S_IFDIR : S_IFREG) | a.mode | 0200);
+  return static_cast<mode_t>((a.is_dir ? S_IFDIR : S_IFREG) | (a.mode & 07777));
 }
-uid_t ViewEntryUid(const Attr&) { return ::getuid(); }
-gid_t ViewEntryGid(const Attr&) { return ::getgid(); }
+uid_t ViewEntryUid(const Attr& a) { return a.uid; }
+gid_t ViewEntryGid(const Attr& a) { return a.gid; }
 
 Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,

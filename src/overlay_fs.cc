@@ -425,7 +425,7 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
       if (::ftruncate(fd, size) != 0) return Errno(what);
     } else {
       UniqueFd w(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
-      if (!w.valid() || ::ftruncate(w.get(), size) != 0) return Errno(what);
+      if (!w || ::ftruncate(w.get(), size) != 0) return Errno(what);
     }
   }
   const bool nothing = !request.size && !request.uid && !request.gid && !request.mode &&

@@ -64,8 +64,12 @@ TEST_F(OverlayFsTest, InodesStayPutAndFollowRenames) {
   const InodeId a = Lookup(t, "a");
   EXPECT_EQ(Lookup(t, "a"), a);  // the same number while the kernel holds it
   EXPECT_NE(a, t);
-  // View files show writable to their owner: writing copies them up.
-  EXPECT_EQ(fs_->GetAttr(a)->st_mode, static_cast<mode_t>(S_IFREG | 0644));
+  // View files show the view's owner and mode (as overlayfs shows its lower
+  // layer's): the kernel's permission checks go by them.
+  const Attr shown = *view_->GetAttr(*view_->Lookup(*view_->Lookup(kRootInode, "t"), "a"));
+  EXPECT_EQ(fs_->GetAttr(a)->st_mode, static_cast<mode_t>(S_IFREG | shown.mode));
+  EXPECT_EQ(fs_->GetAttr(a)->st_uid, shown.uid);
+  EXPECT_EQ(fs_->GetAttr(a)->st_gid, shown.gid);
 
   // A file written aside and renamed over `latest` keeps its inode there.
   auto made = fs_->Create(kRootInode, "latest.tmp", O_WRONLY, 0644);
@@ -213,7 +217,8 @@ TEST_F(OverlayFsTest, SetAttrCopiesUpOnlyWhatItMust) {
   auto st = fs_->SetAttr(latest, empty);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->st_size, 0);
-  EXPECT_EQ(st->st_mode & 07777, 0644u);  // the mode it showed, not the open's 0
+  // The mode it showed, not the open's 0.
+  EXPECT_EQ(st->st_mode & 07777, view_->GetAttr(*view_->Lookup(kRootInode, "latest"))->mode);
   EXPECT_EQ(testing::ReadFile(upper_ + "/latest"), "");
   // Truncation to a length keeps the prefix.
   OverlayFs::SetAttrRequest shorter;

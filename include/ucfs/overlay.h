@@ -39,31 +39,10 @@
 #include <vector>
 
 #include "ucfs/status.h"
+#include "ucfs/unique_fd.h"
 #include "ucfs/view.h"
 
 namespace ucfs {
-
-// An owned file descriptor, closed on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd();
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // The longest name a directory entry may have (NAME_MAX).
 inline constexpr size_t kMaxNameLength = 255;
