@@ -206,13 +206,20 @@ void OverlayFs::Forget(InodeId inode, uint64_t count) {
   if (it == nodes_.end() || inode == kRootInode) return;
   Node& node = it->second;
   node.lookups = node.lookups > count ? node.lookups - count : 0;
-  if (node.lookups > 0) return;
+  MaybeErase(inode);
+}
+
+void OverlayFs::MaybeErase(InodeId inode) {
+  auto it = nodes_.find(inode);
+  if (it == nodes_.end() || inode == kRootInode) return;
+  Node& node = it->second;
+  // Open files keep it (their fds are Release's to close).
+  if (node.lookups > 0 || !node.fds.empty()) return;
   for (const auto& path : node.paths) by_path_.erase(path);
   if (node.has_file_key) {
     auto f = by_file_.find(node.file_key);
     if (f != by_file_.end() && f->second == inode) by_file_.erase(f);
   }
-  for (int fd : node.fds) ::close(fd);
   nodes_.erase(it);
 }
 
@@ -291,6 +298,7 @@ void OverlayFs::Release(InodeId inode, const Handle& handle) {
     auto& fds = it->second.fds;
     auto f = std::find(fds.begin(), fds.end(), handle.fd);
     if (f != fds.end()) fds.erase(f);
+    MaybeErase(inode);
   }
   if (handle.fd >= 0) ::close(handle.fd);
 }

@@ -115,6 +115,14 @@ TEST_F(OverlayFsTest, ForgottenInodesLeaveTheTable) {
   // A failed lookup leaves nothing behind.
   EXPECT_FALSE(fs_->Lookup(kRootInode, "missing").ok());
   EXPECT_EQ(fs_->inode_count(), before + 1);
+  // An inode forgotten while a file of it is open goes at its release.
+  auto made = fs_->Create(kRootInode, "open", O_WRONLY, 0644);
+  ASSERT_TRUE(made.ok());
+  fs_->Forget(made->first.st_ino, 1);
+  EXPECT_EQ(fs_->inode_count(), before + 2);
+  EXPECT_TRUE(fs_->GetAttr(made->first.st_ino, made->second.fd).ok());
+  fs_->Release(made->first.st_ino, made->second);
+  EXPECT_EQ(fs_->inode_count(), before + 1);
 }
 
 TEST_F(OverlayFsTest, OpenFilesOutliveTheirNames) {

@@ -134,6 +134,9 @@ class OverlayFs {
   struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode);
   // An fd of a file of `inode` that is open, or -1.
   int OpenFdOf(InodeId inode);
+  // Drops `inode` from the table once neither the kernel (lookups) nor an
+  // open file holds it.
+  void MaybeErase(InodeId inode);
   // The entry at `path` is gone: its inode no longer has that name.
   void Detach(const std::string& path);
   void DropPath(const std::string& path);

@@ -497,6 +497,38 @@ check("symlinks, hard links, special files, open-unlinked files, RENAME_EXCHANGE
       "long paths; copy-up keeps mtimes; <tag>_fp32 is read-only", posix_operations)
 
 
+def tar_extracts_everything():
+    # `tar --xattrs -x` (mknod of a regular file, hard links, symlinks,
+    # FIFOs, xattrs, mtimes): the archive comes back whole.
+    src = os.path.join(work, "tar_src")
+    os.makedirs(os.path.join(src, "d"))
+    with open(os.path.join(src, "d", "f"), "w") as f:
+        f.write("hi")
+    os.setxattr(os.path.join(src, "d", "f"), "user.k", b"v")
+    os.utime(os.path.join(src, "d", "f"), (1577836800, 1577836800))
+    os.link(os.path.join(src, "d", "f"), os.path.join(src, "d", "hard"))
+    os.symlink("f", os.path.join(src, "d", "sym"))
+    os.mkfifo(os.path.join(src, "d", "fifo"))
+    archive = os.path.join(work, "t.tar")
+    subprocess.run(["tar", "--xattrs", "-cf", archive, "-C", src, "d"], check=True)
+    m = Mount(os.path.join(work, "tar_upper"))
+    try:
+        subprocess.run(["tar", "--xattrs", "--xattrs-include=user.*", "-xf", archive, "-C", m.dir],
+                       check=True)
+        d = os.path.join(m.dir, "d")
+        assert sorted(os.listdir(d)) == ["f", "fifo", "hard", "sym"], os.listdir(d)
+        st = os.stat(os.path.join(d, "f"))
+        assert (st.st_nlink, st.st_mtime, read(os.path.join(d, "hard"))) == (2, 1577836800, b"hi"), st
+        assert os.getxattr(os.path.join(d, "f"), "user.k") == b"v"
+        assert os.readlink(os.path.join(d, "sym")) == "f"
+        assert stat.S_ISFIFO(os.lstat(os.path.join(d, "fifo")).st_mode)
+    finally:
+        m.close()
+
+
+check("tar --xattrs -x into the mount extracts every entry, link, xattr and mtime", tar_extracts_everything)
+
+
 def whiteout_like_names_in_the_view():
     # A source root holding entries named like whiteouts: they show, and
     # deleting one hides it alone.
