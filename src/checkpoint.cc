@@ -164,19 +164,23 @@ class CheckpointBuilder {
     const uint32_t w = c_.world_size();
     c_.sources_.resize(2 * static_cast<size_t>(w));
 
-    UCFS_ASSIGN_OR_RETURN(TorchFile model0, Load(w, c_.files_.model_files[0]));
-    UCFS_RETURN_IF_ERROR(ReadModelStates(model0));
+    // Errors about one file say so (Status::WithFile): verify reports them
+    // against it.
+    const std::string& model0_path = c_.files_.model_files[0];
+    UCFS_ASSIGN_OR_RETURN(TorchFile model0, Load(w, model0_path));
+    UCFS_RETURN_IF_ERROR(ReadModelStates(model0).WithFile(model0_path));
     for (uint32_t r = 0; r < w; ++r) {
-      UCFS_ASSIGN_OR_RETURN(TorchFile optim, Load(r, c_.files_.optim_files[r]));
-      UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim));
+      const std::string& optim_path = c_.files_.optim_files[r];
+      UCFS_ASSIGN_OR_RETURN(TorchFile optim, Load(r, optim_path));
+      UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim).WithFile(optim_path));
       if (r == 0) {
         c_.rank0_optim_ = optim.doc;
         c_.container_style_ = StyleOf(optim.summary);
         c_.rank0_optim_summary_ = std::make_shared<TorchFileSummary>(std::move(optim.summary));
       }
     }
-    UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0));
-    UCFS_RETURN_IF_ERROR(ReadBuffers(model0));
+    UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0).WithFile(model0_path));
+    UCFS_RETURN_IF_ERROR(ReadBuffers(model0).WithFile(model0_path));
     c_.rank0_model_ = model0.doc;
     c_.rank0_model_summary_ = std::make_shared<TorchFileSummary>(std::move(model0.summary));
     // Model files read for nothing else are still sources (passed through).
@@ -195,7 +199,9 @@ class CheckpointBuilder {
  private:
   // Summarises source `index` and parses its pickle.
   Result<TorchFile> Load(uint32_t index, const std::string& path) {
-    UCFS_ASSIGN_OR_RETURN(TorchFile tf, LoadTorchFile(source_, path));
+    auto loaded = LoadTorchFile(source_, path);
+    if (!loaded.ok()) return loaded.status().WithFile(path);
+    TorchFile tf = std::move(loaded).value();
     c_.sources_[index] = SourceFile{path, tf.summary.identity, tf.summary.access};
     return tf;
   }

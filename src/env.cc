@@ -22,9 +22,10 @@ Status RandomAccessFile::ReadExact(uint64_t offset, size_t n, char* buf) const {
   size_t got = 0;
   UCFS_RETURN_IF_ERROR(Read(offset, n, buf, &got));
   if (got != n) {
-    return Status::Corruption(path() + ": truncated: wanted " + std::to_string(n) +
-                              " bytes at offset " + std::to_string(offset) + ", file has " +
-                              std::to_string(Size()) + " bytes");
+    return Status::Corruption("truncated: wanted " + std::to_string(n) + " bytes at offset " +
+                              std::to_string(offset) + ", file has " + std::to_string(Size()) +
+                              " bytes")
+        .WithFile(path());
   }
   return Status::OK();
 }
@@ -113,8 +114,8 @@ class PosixFile final : public RandomAccessFile {
       if (r < 0) {
         if (errno == EINTR) continue;
         *bytes_read = done;
-        return Status::FromErrno(path_ + ": read at offset " + std::to_string(offset + done),
-                                 errno);
+        return Status::FromErrno(path_ + ": read at offset " + std::to_string(offset + done), errno)
+            .WithFile(path_);
       }
       if (r == 0) break;
       done += static_cast<size_t>(r);
@@ -141,10 +142,11 @@ class PosixFile final : public RandomAccessFile {
 // saying what a confined resolution refused.
 Status OpenError(const std::string& path, int err) {
   if (err == EXDEV) {
-    return Status::Posix(EACCES, path + ": a symlink leads out of the checkpoint root; refused");
+    return Status::Posix(EACCES, "a symlink leads out of the checkpoint root; refused")
+        .WithFile(path);
   }
-  if (err == ELOOP) return Status::Posix(ELOOP, path + ": too many levels of symbolic links");
-  return Status::FromErrno(path, err);
+  if (err == ELOOP) return Status::Posix(ELOOP, "too many levels of symbolic links").WithFile(path);
+  return Status::FromErrno(path, err).WithFile(path);
 }
 
 // Opening never blocks: O_NONBLOCK makes open(2) of a FIFO without a writer
@@ -154,9 +156,10 @@ constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
 
 Result<std::unique_ptr<RandomAccessFile>> FinishOpen(const std::string& path, UniqueFd fd) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path, errno);
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path, errno).WithFile(path);
   if (!S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(path + ": " + KindOf(st.st_mode) + ", not a regular file");
+    return Status::InvalidArgument(std::string(KindOf(st.st_mode)) + ", not a regular file")
+        .WithFile(path);
   }
   return std::unique_ptr<RandomAccessFile>(
       new PosixFile(path, std::move(fd), static_cast<uint64_t>(st.st_size)));
@@ -243,7 +246,8 @@ class ConfinedPosixEnv final : public Env {
                (root_ == "/" || rel[root_.size()] == '/')) {
       rel.remove_prefix(root_ == "/" ? 1 : root_.size() + 1);
     } else {
-      return Status::Posix(EACCES, path + ": outside the checkpoint root " + root_ + "; refused");
+      return Status::Posix(EACCES, "outside the checkpoint root " + root_ + "; refused")
+          .WithFile(path);
     }
     struct open_how how {};
     how.flags = static_cast<uint64_t>(flags);

@@ -24,9 +24,11 @@ Status SourceFiles::Changed(uint32_t index, const SourceFile& src, const FileIde
   } else {
     what = "modified in place";
   }
-  Status status = Status::Posix(
-      EIO, src.path + ": changed since the checkpoint was read (" + what +
-               "); the bytes it had are gone, so reads that need it fail — remount or start again");
+  Status status =
+      Status::Posix(EIO, "changed since the checkpoint was read (" + what +
+                             "); the bytes it had are gone, so reads that need it fail — remount "
+                             "or start again")
+          .WithFile(src.path);
   std::once_flag* reported = nullptr;
   {
     ReaderLock lock(mu_);
@@ -54,7 +56,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
     auto opened = env_.Open(src.path);
     if (!opened.ok()) {
       spdlog::error("{}", opened.status().message());
-      return Status::Posix(EIO, opened.status().message());
+      return Status::Posix(EIO, opened.status().message()).WithFile(src.path);
     }
     WriterLock lock(mu_);
     while (entries_.size() <= index) entries_.emplace_back();
@@ -67,7 +69,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
     expected = e.expected;
   }
   auto now = file->Stat();
-  if (!now.ok()) return Status::Posix(EIO, now.status().message());
+  if (!now.ok()) return Status::Posix(EIO, now.status().message()).WithFile(file->path());
   if (!(now->identity == expected)) return Changed(index, source_(index), now->identity);
   return file;
 }

@@ -69,7 +69,27 @@ Status Status::Annotate(std::string_view context) const {
   std::string msg(context);
   msg += ": ";
   msg += message_;
-  return Status(code_, std::move(msg), errno_);
+  Status out(code_, std::move(msg), errno_);
+  out.file_ = file_;
+  return out;
+}
+
+Status Status::WithFile(std::string_view file) const {
+  if (ok() || !file_.empty() || file.empty()) return *this;
+  Status out = *this;
+  out.file_ = std::string(file);
+  const bool named = message_.size() > file.size() + 1 && message_.starts_with(file) &&
+                     message_.compare(file.size(), 2, ": ") == 0;
+  if (!named) out.message_ = out.file_ + ": " + message_;
+  return out;
+}
+
+std::string_view Status::what() const {
+  std::string_view m(message_);
+  if (!file_.empty() && m.starts_with(file_) && m.substr(file_.size()).starts_with(": ")) {
+    m.remove_prefix(file_.size() + 2);
+  }
+  return m;
 }
 
 }  // namespace ucfs

@@ -18,7 +18,9 @@ const std::string* TorchFileSummary::SmallRecord(std::string_view relative_name)
   return nullptr;
 }
 
-Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
+namespace {
+
+Result<TorchFileSummary> Summarize(Env& env, const std::string& path) {
   TorchFileSummary s;
   s.path = path;
   UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
@@ -57,6 +59,14 @@ Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
     return Status::IOError(path + ": changed while it was being read; try again");
   }
   return s;
+}
+
+}  // namespace
+
+Result<TorchFileSummary> SummarizeTorchFile(Env& env, const std::string& path) {
+  auto summary = Summarize(env, path);
+  if (!summary.ok()) return summary.status().WithFile(path);
+  return summary;
 }
 
 ContainerStyle StyleOf(const TorchFileSummary& s) {

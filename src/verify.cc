@@ -127,13 +127,11 @@ using Kind = VerifyProblem::Kind;
 // pickle is wrong throughout would otherwise bury everything else.
 constexpr int kMaxTensorProblemsPerFile = 5;
 
-// "path: what" -> "what": problems carry the file separately.
-std::string WithoutFile(const std::string& file, const std::string& message) {
-  if (message.size() > file.size() + 2 && message.starts_with(file) &&
-      message.compare(file.size(), 2, ": ") == 0) {
-    return message.substr(file.size() + 2);
-  }
-  return message;
+// What is wrong with `file`, from a status about it: problems carry the
+// file separately. A status about another file keeps that file's name.
+std::string WhatIsWrongWith(const std::string& file, const Status& s) {
+  const Status about = s.WithFile(file);
+  return std::string(about.file() == file ? about.what() : std::string_view(about.message()));
 }
 
 std::string Number(double v) {
@@ -234,7 +232,7 @@ class Verifier {
     report_.problems.push_back({kind, file, std::move(message)});
   }
   void Problem(Kind kind, const std::string& file, const Status& s) {
-    Problem(kind, file, WithoutFile(file, s.message()));
+    Problem(kind, file, WhatIsWrongWith(file, s));
   }
 
   std::string ExpectedPath(uint32_t rank, bool optim) const {
@@ -383,7 +381,7 @@ class Verifier {
       }
       auto value = ReadScalar(summary, **t);
       if (!value.ok()) {
-        Problem(Kind::kStep, f.path, what + ": " + WithoutFile(f.path, value.status().message()));
+        Problem(Kind::kStep, f.path, what + ": " + WhatIsWrongWith(f.path, value.status()));
         continue;
       }
       f.steps[*k] = *value;
@@ -540,15 +538,9 @@ class Verifier {
       for (const StateInfo& s : ckpt->states()) report_.states.push_back(s.name);
       return std::move(ckpt).value();
     }
-    // The file the error is about: the one its message starts with.
-    const std::string& message = ckpt.status().message();
-    std::vector<std::string> paths;
-    for (const RankFile& f : rank_files_) paths.push_back(f.path);
-    for (const VerifyProblem& p : report_.problems) paths.push_back(p.file);
-    std::string file = files_.tag_dir;
-    for (const std::string& p : paths) {
-      if (message.starts_with(p + ":") && p.size() > file.size()) file = p;
-    }
+    // The file the error is about, as Checkpoint::Open says (else the tag
+    // directory: an error about the checkpoint as a whole).
+    const std::string file = ckpt.status().file().empty() ? files_.tag_dir : ckpt.status().file();
     bool explained = false;
     for (const VerifyProblem& p : report_.problems) {
       const bool blocking = p.kind == Kind::kUnreadable || p.kind == Kind::kTensor;

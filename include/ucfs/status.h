@@ -3,7 +3,9 @@
 // Modelled on LevelDB's Status: cheap when OK, a code plus a human message
 // otherwise. Messages name the file and what is wrong, because they are shown
 // to the user as they are ("zero_pp_rank_3_...optim_states.pt: truncated:
-// central directory ends past end of file").
+// central directory ends past end of file"). The file is also kept apart
+// (file(), what()), so a caller that reports problems per file (verify)
+// never parses it back out of the text.
 #ifndef UCFS_STATUS_H_
 #define UCFS_STATUS_H_
 
@@ -54,8 +56,17 @@ class Status {
   std::string ToString() const;
 
   // The same status with "<context>: " in front of the message; OK stays OK.
-  // Used to add the file name as an error travels up from a codec.
+  // Used to add where in a file an error is as it travels up from a codec.
   Status Annotate(std::string_view context) const;
+
+  // The same status, about `file`: "<file>: " in front of the message unless
+  // it already starts so, and file() set. A status already about a file
+  // keeps it (the innermost file is the one at fault); OK stays OK.
+  Status WithFile(std::string_view file) const;
+  // The file this status is about (WithFile), or "".
+  const std::string& file() const { return file_; }
+  // The message without the file in front: what is wrong with it.
+  std::string_view what() const;
 
   bool operator==(const Status& other) const = default;
 
@@ -65,6 +76,7 @@ class Status {
   Code code_ = Code::kOk;
   std::string message_;
   int errno_ = 0;
+  std::string file_;
 };
 
 std::string_view CodeName(Status::Code code);
