@@ -84,6 +84,11 @@ Status Status::WithFile(std::string_view file) const {
   return out;
 }
 
+std::string Status::MessageAbout(std::string_view file) const {
+  const Status about = WithFile(file);
+  return std::string(about.file() == file ? about.what() : std::string_view(about.message_));
+}
+
 std::string_view Status::what() const {
   std::string_view m(message_);
   if (!file_.empty() && m.starts_with(file_) && m.substr(file_.size()).starts_with(": ")) {

@@ -39,5 +39,13 @@ TEST(Status, TheInnermostFileStays) {
   EXPECT_EQ(Status::Corruption("x").what(), "x");
 }
 
+TEST(Status, MessageAboutAFile) {
+  const Status s = Status::Corruption("bad zip").WithFile("/c/a.pt");
+  EXPECT_EQ(s.MessageAbout("/c/a.pt"), "bad zip");
+  EXPECT_EQ(s.MessageAbout("/c/b.pt"), "/c/a.pt: bad zip");
+  EXPECT_EQ(Status::Corruption("/c/b.pt: short").MessageAbout("/c/b.pt"), "short");
+  EXPECT_EQ(Status::Corruption("no file").MessageAbout("/c/b.pt"), "no file");
+}
+
 }  // namespace
 }  // namespace ucfs

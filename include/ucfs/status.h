@@ -67,6 +67,10 @@ class Status {
   const std::string& file() const { return file_; }
   // The message without the file in front: what is wrong with it.
   std::string_view what() const;
+  // The message as said of `file` by a caller that shows the file apart:
+  // what is wrong, if the status is about `file` or about no file; the
+  // whole message if it is about another file.
+  std::string MessageAbout(std::string_view file) const;
 
   bool operator==(const Status& other) const = default;
 
