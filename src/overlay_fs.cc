@@ -38,7 +38,7 @@ Result<ProcPath> ProcPathOf(const Overlay::UpperRef& ref) {
 }  // namespace
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
-    : overlay_(std::move(overlay)), view_(std::move(view)) {
+    : overlay_(std::move(overlay)), view_(std::move(view)), upper_dir_(overlay_->upper_dir()) {
   nodes_[kRootInode].paths = {""};
   nodes_[kRootInode].lookups = 1;
   by_path_[""] = kRootInode;
@@ -51,7 +51,7 @@ OverlayFs::~OverlayFs() {
 }
 
 size_t OverlayFs::inode_count() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return nodes_.size();
 }
 
@@ -192,7 +192,7 @@ void OverlayFs::Exchange(const std::string& a, const std::string& b) {
 }
 
 Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   // Resolved first: a failed lookup must not leave an inode behind.
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
@@ -201,7 +201,7 @@ Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
 }
 
 void OverlayFs::Forget(InodeId inode, uint64_t count) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(inode);
   if (it == nodes_.end() || inode == kRootInode) return;
   Node& node = it->second;
@@ -224,7 +224,7 @@ void OverlayFs::MaybeErase(InodeId inode) {
 }
 
 Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto path = PathOf(inode);
   if (!path.ok()) {
     if (fd < 0) fd = OpenFdOf(inode);
@@ -248,7 +248,7 @@ Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
 }
 
 Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(InodeId dir) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(dir));
   UCFS_ASSIGN_OR_RETURN(auto entries, overlay_->ReadDir(path));
   std::vector<std::pair<std::string, struct stat>> out;
@@ -262,14 +262,14 @@ Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(Inod
 }
 
 Result<InodeId> OverlayFs::ViewInodeOf(InodeId inode) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   return e.in_upper ? 0 : e.lower;
 }
 
 Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   // Buffers come from libfuse, not aligned for O_DIRECT.
   flags &= ~(O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY);
@@ -292,7 +292,7 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
 }
 
 void OverlayFs::Release(InodeId inode, const Handle& handle) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(inode);
   if (it != nodes_.end() && handle.fd >= 0) {
     auto& fds = it->second.fds;
@@ -315,7 +315,7 @@ Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId pare
                                                                     std::string_view name,
                                                                     int flags, mode_t mode,
                                                                     const Caller* caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   flags &= ~(O_DIRECT | O_NOCTTY);
   const bool existed = overlay_->Lookup(path).ok();
@@ -336,7 +336,7 @@ Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId pare
 
 Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mode_t mode,
                                        const Caller* caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   UCFS_RETURN_IF_ERROR(overlay_->MakeDir(path, mode & 07777, caller));
   return NewEntry(path);
@@ -344,7 +344,7 @@ Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mo
 
 Result<struct stat> OverlayFs::MakeNode(InodeId parent, std::string_view name, mode_t mode,
                                         dev_t rdev, const Caller* caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   UCFS_RETURN_IF_ERROR(overlay_->MakeNode(path, mode, rdev, caller));
   return NewEntry(path);
@@ -352,20 +352,20 @@ Result<struct stat> OverlayFs::MakeNode(InodeId parent, std::string_view name, m
 
 Result<struct stat> OverlayFs::Symlink(std::string_view target, InodeId parent,
                                        std::string_view name, const Caller* caller) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   UCFS_RETURN_IF_ERROR(overlay_->Symlink(target, path, caller));
   return NewEntry(path);
 }
 
 Result<std::string> OverlayFs::ReadLink(InodeId inode) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   return overlay_->ReadLink(path);
 }
 
 Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::string_view new_name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
   UCFS_RETURN_IF_ERROR(overlay_->Link(from, to));
@@ -384,7 +384,7 @@ Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::stri
 }
 
 Status OverlayFs::Unlink(InodeId parent, std::string_view name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   UCFS_RETURN_IF_ERROR(overlay_->Unlink(path));
   Detach(path);
@@ -392,7 +392,7 @@ Status OverlayFs::Unlink(InodeId parent, std::string_view name) {
 }
 
 Status OverlayFs::RemoveDir(InodeId parent, std::string_view name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   UCFS_RETURN_IF_ERROR(overlay_->RemoveDir(path));
   Detach(path);
@@ -401,7 +401,7 @@ Status OverlayFs::RemoveDir(InodeId parent, std::string_view name) {
 
 Status OverlayFs::Rename(InodeId parent, std::string_view name, InodeId new_parent,
                          std::string_view new_name, unsigned flags) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, ChildPath(parent, name));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
   UCFS_RETURN_IF_ERROR(overlay_->Rename(from, to, flags));
@@ -415,7 +415,7 @@ Status OverlayFs::Rename(InodeId parent, std::string_view name, InodeId new_pare
 }
 
 Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& request, int fd) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto path = PathOf(inode);
   // A file whose names are gone is changed through an fd of it.
   if (!path.ok() && fd < 0) fd = OpenFdOf(inode);
@@ -472,7 +472,7 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
 }
 
 Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   if (!e.in_upper) {
@@ -501,7 +501,7 @@ Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) 
 }
 
 Result<std::string> OverlayFs::ListXattr(InodeId inode) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   std::string names;
@@ -530,7 +530,7 @@ Result<std::string> OverlayFs::ListXattr(InodeId inode) {
 
 Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_view value,
                            int flags) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   if (!e.in_upper && name.starts_with(kXattrPrefix)) {
@@ -545,7 +545,7 @@ Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_v
 }
 
 Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   if (!e.in_upper) {

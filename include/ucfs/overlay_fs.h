@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,6 +34,7 @@
 
 #include "ucfs/overlay.h"
 #include "ucfs/status.h"
+#include "ucfs/thread_annotations.h"
 #include "ucfs/view.h"
 
 namespace ucfs {
@@ -111,7 +111,7 @@ class OverlayFs {
   Result<InodeId> ViewInodeOf(InodeId inode);
 
   View& view() { return *view_; }
-  const std::string& upper_dir() const { return overlay_->upper_dir(); }
+  const std::string& upper_dir() const { return upper_dir_; }
   // Inodes in the table (for tests: forgotten ones must go).
   size_t inode_count();
 
@@ -125,36 +125,40 @@ class OverlayFs {
     std::pair<dev_t, ino_t> file_key{};
   };
 
-  Result<std::string> PathOf(InodeId inode);
-  Result<std::string> ChildPath(InodeId parent, std::string_view name);
+  Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
+  Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
   // The inode of `path`, made if new; `count` lookups added. An upper
   // file with several links is one inode whatever name it is reached by.
-  InodeId InodeFor(const std::string& path, uint64_t count, const struct stat* upper = nullptr);
-  Result<struct stat> StatPath(const std::string& path, InodeId inode);
-  struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode);
+  InodeId InodeFor(const std::string& path, uint64_t count, const struct stat* upper = nullptr)
+      UCFS_REQUIRES(mu_);
+  Result<struct stat> StatPath(const std::string& path, InodeId inode) UCFS_REQUIRES(mu_);
+  struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode)
+      UCFS_REQUIRES(mu_);
   // An fd of a file of `inode` that is open, or -1.
-  int OpenFdOf(InodeId inode);
+  int OpenFdOf(InodeId inode) UCFS_REQUIRES(mu_);
   // Drops `inode` from the table once neither the kernel (lookups) nor an
   // open file holds it.
-  void MaybeErase(InodeId inode);
+  void MaybeErase(InodeId inode) UCFS_REQUIRES(mu_);
   // The entry at `path` is gone: its inode no longer has that name.
-  void Detach(const std::string& path);
-  void DropPath(const std::string& path);
+  void Detach(const std::string& path) UCFS_REQUIRES(mu_);
+  void DropPath(const std::string& path) UCFS_REQUIRES(mu_);
   // `from` (and, for a directory, everything below it) is now at `to`.
-  void Move(const std::string& from, const std::string& to);
+  void Move(const std::string& from, const std::string& to) UCFS_REQUIRES(mu_);
   // The entries at `a` and `b` (and below them) swapped names.
-  void Exchange(const std::string& a, const std::string& b);
+  void Exchange(const std::string& a, const std::string& b) UCFS_REQUIRES(mu_);
   // Makes `path`'s entry a new one: the reply of a create.
-  Result<struct stat> NewEntry(const std::string& path);
+  Result<struct stat> NewEntry(const std::string& path) UCFS_REQUIRES(mu_);
 
-  std::unique_ptr<Overlay> overlay_;
-  std::shared_ptr<View> view_;
-  std::mutex mu_;
-  InodeId next_inode_ = kRootInode + 1;
-  std::unordered_map<InodeId, Node> nodes_;
-  std::unordered_map<std::string, InodeId> by_path_;
+  // The Overlay is not thread-safe: every call into it holds mu_.
+  const std::unique_ptr<Overlay> overlay_ UCFS_PT_GUARDED_BY(mu_);
+  const std::shared_ptr<View> view_;
+  const std::string upper_dir_;
+  Mutex mu_;
+  InodeId next_inode_ UCFS_GUARDED_BY(mu_) = kRootInode + 1;
+  std::unordered_map<InodeId, Node> nodes_ UCFS_GUARDED_BY(mu_);
+  std::unordered_map<std::string, InodeId> by_path_ UCFS_GUARDED_BY(mu_);
   // Upper files with several links: (device, inode) -> their inode here.
-  std::map<std::pair<dev_t, ino_t>, InodeId> by_file_;
+  std::map<std::pair<dev_t, ino_t>, InodeId> by_file_ UCFS_GUARDED_BY(mu_);
 };
 
 }  // namespace ucfs
