@@ -268,7 +268,26 @@ Result<InodeId> OverlayFs::ViewInodeOf(InodeId inode) {
   return e.in_upper ? 0 : e.lower;
 }
 
+Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents) {
+  std::optional<Overlay::CopyAside> copy;
+  {
+    MutexLock lock(mu_);
+    auto path = PathOf(inode);
+    if (!path.ok()) return Status::OK();  // the operation itself answers
+    UCFS_ASSIGN_OR_RETURN(copy, overlay_->PrepareCopyAside(*path, keep_contents));
+  }
+  if (!copy) return Status::OK();
+  UCFS_RETURN_IF_ERROR(copy->Run());
+  MutexLock lock(mu_);
+  auto path = PathOf(inode);  // where it is now: it may have moved meanwhile
+  if (!path.ok()) return Status::OK();
+  return overlay_->Adopt(*path, std::move(*copy));
+}
+
 Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
+  if ((flags & O_ACCMODE) != O_RDONLY && !(flags & O_TRUNC)) {
+    UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true));
+  }
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   // Buffers come from libfuse, not aligned for O_DIRECT.
@@ -365,6 +384,7 @@ Result<std::string> OverlayFs::ReadLink(InodeId inode) {
 }
 
 Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::string_view new_name) {
+  UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true));
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
@@ -415,6 +435,7 @@ Status OverlayFs::Rename(InodeId parent, std::string_view name, InodeId new_pare
 }
 
 Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& request, int fd) {
+  UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, !(request.size && *request.size == 0)));
   MutexLock lock(mu_);
   auto path = PathOf(inode);
   // A file whose names are gone is changed through an fd of it.

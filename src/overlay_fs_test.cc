@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include "test_support.h"
 
@@ -266,6 +269,66 @@ TEST_F(OverlayFsTest, ViewFilesAreServedFromTheViewUntilWritten) {
   EXPECT_EQ(Read(a), "");
   EXPECT_EQ(fs_->Create(t, "a", O_WRONLY | O_EXCL, 0644).status().posix_errno(), EEXIST);
   EXPECT_EQ(fs_->Lookup(kRootInode, "..").status().posix_errno(), EINVAL);
+}
+
+}  // namespace
+}  // namespace ucfs
+
+namespace ucfs {
+namespace {
+
+// A file whose bytes come only when the test says so: a copy-up of it
+// blocks in the middle, as a copy of gigabytes would take its time.
+class GatedContent final : public FileContent {
+ public:
+  explicit GatedContent(std::shared_future<void> gate) : gate_(std::move(gate)) {}
+  uint64_t size() const override { return 4; }
+  Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override {
+    gate_.wait();
+    return InlineContent("gate").Plan(offset, length, out);
+  }
+
+ private:
+  std::shared_future<void> gate_;
+};
+
+// While one file is being copied up, every other operation of the mount
+// goes on: the copy is written with the table unlocked.
+TEST(OverlayFsCopyUp, OtherOperationsGoOnWhileAFileIsCopiedUp) {
+  std::promise<void> open_gate;
+  auto view = std::make_shared<View>(*Env::Posix(), 0);
+  ASSERT_TRUE(view->AddFile(kRootInode, "big",
+                            std::make_shared<GatedContent>(open_gate.get_future().share()))
+                  .ok());
+  ASSERT_TRUE(view->AddFile(kRootInode, "small", std::make_shared<InlineContent>("s")).ok());
+  const std::string upper = testing::FreshTempDir("overlay_fs_copy_unlocked");
+  auto overlay = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(overlay.ok());
+  OverlayFs fs(std::move(overlay).value(), view);
+  const InodeId big = fs.Lookup(kRootInode, "big")->st_ino;
+
+  auto writer = std::async(std::launch::async, [&] { return fs.Open(big, O_RDWR); });
+  // The copy-up is under way (blocked on the gate); lookups, listings and
+  // a create must not wait for it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto others = std::async(std::launch::async, [&] {
+    EXPECT_TRUE(fs.Lookup(kRootInode, "small").ok());
+    EXPECT_TRUE(fs.ReadDir(kRootInode).ok());
+    auto made = fs.Create(kRootInode, "new", O_WRONLY | O_CREAT, 0644);
+    EXPECT_TRUE(made.ok());
+    if (made.ok()) fs.Release(made->first.st_ino, made->second);
+  });
+  const bool went_on = others.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  open_gate.set_value();
+  EXPECT_TRUE(went_on) << "operations waited for a copy-up";
+  others.wait();
+  auto handle = writer.get();
+  ASSERT_TRUE(handle.ok()) << handle.status().ToString();
+  ASSERT_GE(handle->fd, 0);
+  char buf[8] = {};
+  EXPECT_EQ(::pread(handle->fd, buf, sizeof buf, 0), 4);
+  EXPECT_EQ(std::string(buf, 4), "gate");
+  fs.Release(big, *handle);
 }
 
 }  // namespace

@@ -466,3 +466,54 @@ TEST(Overlay, MatchesAReferenceModel) {
 
 }  // namespace
 }  // namespace ucfs
+
+namespace ucfs {
+namespace {
+
+// Names in the upper directory, recursively (temporaries included).
+std::vector<std::string> UpperNames(const std::string& upper) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(upper)) {
+    names.push_back(std::filesystem::relative(e.path(), upper).string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A copy-up written apart (as OverlayFs does with its table unlocked) is
+// installed by Adopt when the file is still the view's, and dropped —
+// leaving no temporary — when it changed meanwhile.
+TEST(Overlay, CopiesWrittenApartAreAdoptedOnlyWhereTheyStillApply) {
+  auto view = SmallView();
+  const std::string upper = TempUpper("copy_aside");
+  auto o = Overlay::Open(upper, view, *Env::Posix());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+
+  auto copy = (*o)->PrepareCopyAside("t/a");
+  ASSERT_TRUE(copy.ok() && copy->has_value());
+  ASSERT_TRUE((*copy)->Run().ok());
+  ASSERT_TRUE((*o)->Adopt("t/a", std::move(**copy)).ok());
+  auto e = (*o)->Lookup("t/a");
+  ASSERT_TRUE(e.ok() && e->in_upper);
+  EXPECT_EQ(testing::ReadFile(e->upper_path), "A-view");
+  EXPECT_EQ(UpperNames(upper), (std::vector<std::string>{"t", "t/a"}));
+
+  // Removed while the copy was written: it stays removed.
+  auto second = (*o)->PrepareCopyAside("t/b");
+  ASSERT_TRUE(second.ok() && second->has_value());
+  ASSERT_TRUE((*second)->Run().ok());
+  ASSERT_TRUE((*o)->Unlink("t/b").ok());
+  ASSERT_TRUE((*o)->Adopt("t/b", std::move(**second)).ok());
+  EXPECT_EQ((*o)->Lookup("t/b").status().posix_errno(), ENOENT);
+  // Only the whiteout of b: the temporary went with the dropped copy.
+  for (const std::string& name : UpperNames(upper)) {
+    EXPECT_EQ(name.find("copyup"), std::string::npos) << name;
+  }
+
+  // Nothing to copy for an upper file or a directory.
+  EXPECT_FALSE((*o)->PrepareCopyAside("t/a")->has_value());
+  EXPECT_FALSE((*o)->PrepareCopyAside("d")->has_value());
+}
+
+}  // namespace
+}  // namespace ucfs

@@ -33,11 +33,13 @@
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "ucfs/env.h"
 #include "ucfs/status.h"
 #include "ucfs/unique_fd.h"
 #include "ucfs/view.h"
@@ -126,6 +128,44 @@ class Overlay {
   // The upper entry at `path` (ENOENT if it has none).
   Result<UpperRef> LocateUpper(std::string_view path);
 
+  // The slow half of a copy-up, done apart: a view file's bytes, owner,
+  // mode and times written to a temporary of the upper directory. It reads
+  // only the View and writes only that fresh file, so it needs none of the
+  // Overlay's state and runs while other operations go on (OverlayFs runs
+  // it with its table unlocked: a copy of gigabytes must not stop every
+  // lookup on the mount). Adopt then makes it the upper file at a path, a
+  // rename; a copy never adopted is removed when it goes.
+  class CopyAside {
+   public:
+    CopyAside(CopyAside&&) noexcept = default;
+    CopyAside& operator=(CopyAside&&) noexcept = default;
+    ~CopyAside();
+    // Writes the copy. Thread-safe with any Overlay call.
+    Status Run();
+    InodeId lower() const { return lower_; }
+
+   private:
+    friend class Overlay;
+    CopyAside() = default;
+    UniqueFd root_;  // the upper root (a dup: independent of the Overlay)
+    std::string temp_;
+    std::shared_ptr<View> view_;
+    Env* env_ = nullptr;
+    InodeId lower_ = 0;
+    bool keep_contents_ = true;
+    bool can_chown_ = false;
+    bool written_ = false;
+  };
+  // A copy-up of `path` to be run apart, if `path` is a view file a change
+  // would copy up; nothing if it needs none (an upper entry, a directory,
+  // a read-only entry: the change itself then answers).
+  Result<std::optional<CopyAside>> PrepareCopyAside(std::string_view path,
+                                                    bool keep_contents = true);
+  // Makes `copy` (Run) the upper file of `path` if `path` still shows the
+  // view file it copied; else drops it (renamed, removed or copied up
+  // meanwhile: the change then goes on as if it had not been made).
+  Status Adopt(std::string_view path, CopyAside copy);
+
   // Makes the directory `path` (and its parents) exist in the upper
   // directory, as the view shows them; a no-op where it does.
   Status EnsureUpperDir(std::string_view path);
@@ -157,6 +197,9 @@ class Overlay {
   // Removes the whiteout of `name` in `dir`; true if there was one.
   bool RemoveWhiteout(int dir, std::string_view name);
   Status CopyUp(int dir, std::string_view name, InodeId lower, bool keep_contents);
+  CopyAside NewCopyAside(InodeId lower, bool keep_contents);
+  // Renames a written copy into `dir` as `name`.
+  Status Install(int dir, std::string_view name, CopyAside copy);
   // After `name` was made in `dir` by the daemon: owner and mode as they
   // would be had `caller` made it with `mode` (umask applied by the caller).
   Status FinishCreate(int dir, const std::string& name, mode_t mode, const Caller* caller,

@@ -15,7 +15,9 @@
 //
 // Thread safety: every method may be called concurrently; one mutex
 // serialises them (metadata operations are rare next to reads and writes,
-// which never take it). Lock order: OverlayFs::mu_, then View's.
+// which never take it). A copy-up's bytes are written with it released
+// (CopyUpUnlocked): only the rename that installs them holds it. Lock
+// order: OverlayFs::mu_, then View's.
 #ifndef UCFS_OVERLAY_FS_H_
 #define UCFS_OVERLAY_FS_H_
 
@@ -125,6 +127,10 @@ class OverlayFs {
     std::pair<dev_t, ino_t> file_key{};
   };
 
+  // Copies the view file at `inode` up with the table unlocked (the bytes
+  // written aside, then renamed in under the lock), so that a copy-up of
+  // gigabytes holds no other operation up; a no-op for anything else.
+  Status CopyUpUnlocked(InodeId inode, bool keep_contents) UCFS_EXCLUDES(mu_);
   Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
   Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
   // The inode of `path`, made if new; `count` lookups added. An upper
