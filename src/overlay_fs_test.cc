@@ -285,11 +285,12 @@ class GatedContent final : public FileContent {
   uint64_t size() const override { return 4; }
   Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override {
     gate_.wait();
-    return InlineContent("gate").Plan(offset, length, out);
+    return bytes_.Plan(offset, length, out);  // pieces that point into bytes_
   }
 
  private:
   std::shared_future<void> gate_;
+  InlineContent bytes_{"gate"};
 };
 
 // While one file is being copied up, every other operation of the mount
