@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "ucfs/checked_math.h"
 #include "ucfs/partition.h"
 #include "ucfs/zip.h"
 
@@ -29,7 +30,9 @@ struct TorchFile {
   // tensor lies inside a stored record.
   Result<uint64_t> DataOffset(const TensorRef& t) const {
     UCFS_ASSIGN_OR_RETURN(const ZipRecord* rec, Record(t));
-    return rec->data_offset + t.byte_offset();
+    auto offset = CheckedAdd(rec->data_offset, t.byte_offset());
+    if (!offset) return Error("storage record '" + rec->name + "': offset overflows");
+    return *offset;
   }
 
   Result<const ZipRecord*> Record(const TensorRef& t) const {
@@ -40,11 +43,13 @@ struct TorchFile {
                                   "' is compressed; ucfs serves tensor bytes in place and needs "
                                   "stored records (torch.save never compresses them)");
     }
-    uint64_t need = 0;  // storage_numel goes up to 2^63: the product may wrap
-    if (__builtin_mul_overflow(t.storage_numel, t.element_size(), &need)) need = UINT64_MAX;
-    if (rec->size < need) {
+    // storage_numel goes up to 2^63: the product may wrap.
+    auto need = CheckedMul(t.storage_numel, t.element_size());
+    if (!need || rec->size < *need) {
       return Error("storage record '" + rec->name + "' holds " + std::to_string(rec->size) +
-                   " bytes, its tensor needs " + std::to_string(need));
+                   " bytes, its storage of " + std::to_string(t.storage_numel) + " " +
+                   std::string(Info(t.dtype).torch_name) + " elements needs " +
+                   (need ? std::to_string(*need) : std::string("more than 2^64")));
     }
     return rec;
   }
@@ -53,7 +58,8 @@ struct TorchFile {
   Result<double> ScalarValue(const TensorRef& t) const {
     UCFS_RETURN_IF_ERROR(Record(t).status());
     const std::string* bytes = summary.SmallRecord("data/" + t.storage_key);
-    if (bytes == nullptr || bytes->size() < t.byte_offset() + t.element_size()) {
+    auto end = CheckedAdd(t.byte_offset(), t.element_size());
+    if (bytes == nullptr || !end || bytes->size() < *end) {
       return Error("scalar record 'data/" + t.storage_key + "' is not small");
     }
     auto v = DecodeScalar(bytes->data() + t.byte_offset(), t.dtype);
@@ -77,15 +83,11 @@ Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path
   return tf;
 }
 
-// Elements of a param_shapes shape, or nullopt past the 2^62 MatchTensor
-// allows a tensor (beyond, numel and numel * element size wrap).
+// Elements of a param_shapes shape, or nullopt past 2^62 / 16: any state of
+// the param, in any dtype up to 16 bytes, must have a byte size that fits
+// (views multiply numel by the element size without checking again).
 std::optional<uint64_t> CheckedNumel(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    if (d != 0 && n > (uint64_t{1} << 62) / static_cast<uint64_t>(d)) return std::nullopt;
-    n *= static_cast<uint64_t>(d);
-  }
-  return n;
+  return CheckedShapeProduct(shape, kMaxFileQuantity / 16);
 }
 
 // ZeroStageEnum is pickled as getattr(ZeroStageEnum, 'weights') by Python
@@ -157,6 +159,11 @@ Result<double> DecodeScalar(const char* p, DType dtype) {
 // the order they depend on each other.
 class CheckpointBuilder {
  public:
+  // Flat buffers (ranks x sub-groups x states) or frozen fragments (frozen
+  // params x ranks) a checkpoint may have: 16M, far beyond any real run
+  // (4096 ranks x 1000 sub-groups x 4 states), and 400 MB of slots.
+  static constexpr uint64_t kMaxSlots = uint64_t{1} << 24;
+
   CheckpointBuilder(Env& env, TorchFileSource& source) : env_(env), source_(source) {}
 
   Result<Checkpoint> Build(const std::string& path, const CheckpointOptions& options) {
@@ -237,8 +244,9 @@ class CheckpointBuilder {
         auto numel = CheckedNumel(*shape);
         if (!numel) {
           return tf.Error("param '" + std::string(*name) + "' of shape " + ShapeString(*shape) +
-                          " has more than 2^62 elements");
+                          " has more than 2^58 elements");
         }
+        UCFS_RETURN_IF_ERROR(CountElements(tf, *name, *numel));
         ParamInfo p;
         p.name = std::string(*name);
         p.shape = std::move(*shape);
@@ -246,7 +254,12 @@ class CheckpointBuilder {
         p.partition_numel = PartitionNumel(p.numel, c_.world_size());
         p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
         p.offset = offset;
-        offset += p.partition_numel;
+        auto next = CheckedAdd(offset, p.partition_numel, kMaxFileQuantity / 16);
+        if (!next) {
+          return tf.Error("sub-group " + std::to_string(c_.sub_groups_.size()) +
+                          " holds more than 2^58 elements per rank (at '" + p.name + "')");
+        }
+        offset = *next;
         sg.params.push_back(static_cast<uint32_t>(c_.params_.size()));
         c_.params_.push_back(std::move(p));
       }
@@ -262,8 +275,9 @@ class CheckpointBuilder {
         auto numel = CheckedNumel(*shape);
         if (!numel) {
           return tf.Error("frozen param '" + std::string(*name) + "' of shape " +
-                          ShapeString(*shape) + " has more than 2^62 elements");
+                          ShapeString(*shape) + " has more than 2^58 elements");
         }
+        UCFS_RETURN_IF_ERROR(CountElements(tf, *name, *numel));
         FrozenParamInfo f;
         f.name = std::string(*name);
         f.shape = std::move(*shape);
@@ -306,6 +320,19 @@ class CheckpointBuilder {
         }
       }
     }
+    return Status::OK();
+  }
+
+  // Adds a param's, frozen param's or buffer's elements to the model's
+  // total, which must stay below 2^58 so that any sum of tensor sizes a view
+  // makes (a consolidated file, an index's total_size) fits in 2^62 bytes.
+  Status CountElements(const TorchFile& tf, std::string_view name, uint64_t numel) {
+    auto total = CheckedAdd(total_elements_, numel, kMaxFileQuantity / 16);
+    if (!total) {
+      return tf.Error("the model has more than 2^58 elements in all (at '" + std::string(name) +
+                      "')");
+    }
+    total_elements_ = *total;
     return Status::OK();
   }
 
@@ -366,7 +393,17 @@ class CheckpointBuilder {
       UCFS_RETURN_IF_ERROR(DefineStates(
           tf, (*flats)[0], state_items.value_or(std::vector<std::pair<NodeId, NodeId>>{})));
       UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
-      c_.flat_slots_.resize(static_cast<size_t>(c_.world_size()) * groups * c_.states_.size());
+      // One slot per rank, sub-group and state: bounded before allocating,
+      // as every count comes from the files.
+      auto slots = CheckedMul<uint64_t>(c_.world_size(), groups);
+      if (slots) slots = CheckedMul<uint64_t>(*slots, c_.states_.size(), kMaxSlots);
+      if (!slots) {
+        return tf.Error(std::to_string(groups) + " sub-groups of " +
+                        std::to_string(c_.states_.size()) + " states at world size " +
+                        std::to_string(c_.world_size()) + " are more than " +
+                        std::to_string(kMaxSlots) + " flat buffers in all");
+      }
+      c_.flat_slots_.resize(*slots);
       c_.scalars_.resize(groups);
     }
     for (size_t k = 0; k < groups; ++k) {
@@ -502,7 +539,13 @@ class CheckpointBuilder {
   // param, in the model-states file.
   Status ReadFrozenFragments(const TorchFile& model0) {
     const uint32_t w = c_.world_size();
-    c_.frozen_slots_.resize(c_.frozen_.size() * w);
+    auto slots = CheckedMul<uint64_t>(c_.frozen_.size(), w, kMaxSlots);
+    if (!slots) {
+      return model0.Error(std::to_string(c_.frozen_.size()) + " frozen params at world size " +
+                          std::to_string(w) + " are more than " + std::to_string(kMaxSlots) +
+                          " fragments in all");
+    }
+    c_.frozen_slots_.resize(*slots);
     if (c_.frozen_.empty()) return Status::OK();
     for (uint32_t r = 0; r < w; ++r) {
       const std::string& path = c_.files_.model_files[r];
@@ -557,6 +600,7 @@ class CheckpointBuilder {
       if (v == pickle::kNoNode) return model0.Error("buffer " + what + " is missing");
       UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(model0, v, what));
       if (!t.contiguous()) return model0.Error("buffer " + what + " is not contiguous");
+      UCFS_RETURN_IF_ERROR(CountElements(model0, *name, t.numel()));
       UCFS_ASSIGN_OR_RETURN(uint64_t offset, model0.DataOffset(t));
       c_.buffers_.push_back(
           {std::string(*name), t.shape, t.dtype, Extent{c_.world_size(), offset, t.byte_size()}});
@@ -567,6 +611,7 @@ class CheckpointBuilder {
   Env& env_;
   TorchFileSource& source_;
   Checkpoint c_;
+  uint64_t total_elements_ = 0;  // CountElements
 };
 
 Result<Checkpoint> Checkpoint::Open(Env& env, const std::string& path,
@@ -600,7 +645,8 @@ std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
 Status Checkpoint::MapSlices(uint64_t numel, uint32_t element_size, uint64_t slot_element_offset,
                              const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
                              std::vector<Extent>* out) const {
-  const uint64_t total = numel * element_size;
+  // numel * element_size fits: Open bounds every numel to 2^58 elements.
+  const uint64_t total = CheckedMul<uint64_t>(numel, element_size).value_or(0);
   if (begin > end || end > total) {
     return Status::InvalidArgument("byte range [" + std::to_string(begin) + ", " +
                                    std::to_string(end) + ") outside a tensor of " +
@@ -617,10 +663,17 @@ Status Checkpoint::MapSlices(uint64_t numel, uint32_t element_size, uint64_t slo
     }
     uint64_t byte_begin = std::max(begin, piece.global_begin * element_size);
     uint64_t byte_end = std::min(end, (piece.global_begin + piece.count) * element_size);
-    Extent e{slot->file,
-             slot->offset + (slot_element_offset + piece.slot_offset) * element_size +
-                 (byte_begin - piece.global_begin * element_size),
-             byte_end - byte_begin};
+    // Bounded by Open (the slot's elements lie inside its record), and
+    // checked all the same: a wrapped offset would serve other bytes.
+    auto in_slot = CheckedAdd(slot_element_offset, piece.slot_offset);
+    auto offset =
+        in_slot ? CheckedMulAdd<uint64_t>(*in_slot, element_size, slot->offset) : std::nullopt;
+    if (offset) offset = CheckedAdd(*offset, byte_begin - piece.global_begin * element_size);
+    if (!offset) {
+      return Status::Corruption("rank " + std::to_string(piece.rank) +
+                                "'s slice of a tensor lies past 2^64 bytes of its file");
+    }
+    Extent e{slot->file, *offset, byte_end - byte_begin};
     if (!out->empty() && out->back().file == e.file &&
         out->back().offset + out->back().length == e.offset) {
       out->back().length += e.length;

@@ -321,5 +321,46 @@ TEST_F(BrokenCheckpointTest, FlatBufferOfTheWrongLength) {
       << s.ToString();
 }
 
+// Issue 10: a storage numel of 2^62 made numel * element size wrap to 0, and
+// the checkpoint opened, serving zip-header bytes as weights.
+TEST_F(BrokenCheckpointTest, StorageNumelWhoseByteSizeWrapsIsRefused) {
+  Load("z3_fp32_ws2");
+  const std::string optim1 = Tag("zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  env_.WriteFile(optim1, Repack(*env_.Contents(optim1), [](pickle::Document* doc) {
+                   for (size_t i = 0; i < doc->size(); ++i) {
+                     const auto& n = doc->node(static_cast<NodeId>(i));
+                     if (n.kind != pickle::Kind::kPersistentId) continue;
+                     NodeId numel = doc->node(n.a).items[4];
+                     doc->mutable_node(numel).scalar = int64_t{1} << 62;
+                   }
+                 }));
+  Status s = OpenStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(optim1 + ": fp32_flat_groups[0]: malformed tensor"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("is more than 2^62 bytes"), std::string::npos) << s.ToString();
+}
+
+// Issue 10: a shape [3, 6148914691236517207], whose product wraps to 5, was
+// accepted as a 5-element param.
+TEST_F(BrokenCheckpointTest, ShapeWhoseProductWrapsIsRefused) {
+  Load("z3_fp32_ws2");
+  const std::string model0 = Tag("zero_pp_rank_0_mp_rank_00_model_states.pt");
+  env_.WriteFile(
+      model0, Repack(*env_.Contents(model0), [](pickle::Document* doc) {
+        NodeId groups = doc->Get(doc->root(), "param_shapes");
+        NodeId first = doc->node(groups).items[0];
+        NodeId size = doc->MappingItems(first)->front().second;  // torch.Size(...)
+        NodeId dims = doc->node(doc->node(size).b).items[0];
+        doc->mutable_node(dims).items = {doc->AddInt(3), doc->AddInt(6148914691236517207)};
+      }));
+  Status s = OpenStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(model0 + ": param '"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("of shape [3, 6148914691236517207] has more than 2^58 elements"),
+            std::string::npos)
+      << s.ToString();
+}
+
 }  // namespace
 }  // namespace ucfs

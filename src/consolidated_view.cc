@@ -9,15 +9,17 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "ucfs/checked_math.h"
 #include "ucfs/pickle.h"
 
 namespace ucfs {
 namespace {
 
+// A tensor's bytes. Its shape and dtype come from a Checkpoint, which bounds
+// every tensor and the whole model to 2^58 elements: the product fits.
 uint64_t BytesOf(const ConsolidatedTensor& t) {
-  uint64_t numel = 1;
-  for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-  return numel * Info(t.dtype).element_size;
+  return CheckedMul<uint64_t>(NumelOf(t.shape), Info(t.dtype).element_size)
+      .value_or(kMaxFileQuantity);
 }
 
 StorageRun WholeRun(StorageRun::Kind kind, uint32_t index, uint32_t state, uint64_t length) {
@@ -231,7 +233,10 @@ Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
                                   std::string(Info(t.dtype).torch_name));
     }
     const uint64_t bytes = BytesOf(t);
-    fields[t.name] = {{"dtype", *dtype}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+    // Checkpoint::Open bounds the model to 2^58 elements: cannot fail.
+    auto end = CheckedAdd(at, bytes, kMaxFileQuantity);
+    if (!end) return Status::Corruption(t.name + ": the tensors are more than 2^62 bytes in all");
+    fields[t.name] = {{"dtype", *dtype}, {"shape", t.shape}, {"data_offsets", {at, *end}}};
     content->data_starts_.push_back(at);
     content->data_.push_back(std::move(t.storage));
     at += bytes;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "byte_order.h"
+#include "ucfs/checked_math.h"
 #include "ucfs/pickle.h"
 #include "ucfs/torch_tensor.h"
 
@@ -146,12 +147,12 @@ Result<LegacyArchive> LayOutStorages(const RandomAccessFile& file, Head head) {
       return Bad(file, "storage '" + key + "' holds " + std::to_string(count) +
                            " elements, the pickle says " + std::to_string(decl->second.numel));
     }
-    uint64_t bytes = 0;
-    if (__builtin_mul_overflow(count, decl->second.element_size, &bytes) ||
-        bytes > size - cursor - 8) {
+    auto checked = CheckedMul<uint64_t>(count, decl->second.element_size, size - cursor - 8);
+    if (!checked) {
       return Bad(file, "truncated: storage '" + key + "' of " + std::to_string(count) +
                            " elements runs past the end of the file");
     }
+    const uint64_t bytes = *checked;
     ZipRecord rec;
     rec.name = std::string(kLegacyPrefix) + "/data/" + key;
     rec.header_offset = cursor;

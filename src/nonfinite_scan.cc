@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ucfs/checked_math.h"
 #include "ucfs/parallel.h"
 #include "ucfs/source_files.h"
 #include "ucfs/torch_tensor.h"
@@ -141,7 +142,9 @@ class NonFiniteScan {
         }
         const uint32_t es = Info(dtype).element_size;
         std::vector<Extent> extents;
-        Status st = c.MapState(p, s, 0, c.params()[p].numel * es, &extents);
+        // Open bounds numel to 2^58: the product fits.
+        const uint64_t bytes = CheckedMul<uint64_t>(c.params()[p].numel, es).value_or(0);
+        Status st = c.MapState(p, s, 0, bytes, &extents);
         if (!st.ok()) {
           problem_(Kind::kStructure, tag_dir_, st.MessageAbout(tag_dir_));
           continue;

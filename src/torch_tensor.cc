@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "ucfs/checked_math.h"
+
 namespace ucfs {
 namespace {
 
@@ -66,9 +68,9 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 }
 
 uint64_t NumelOf(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
+  // Shapes reaching here were checked (MatchTensor, Checkpoint::Open); one
+  // that was not is a bug, and saturating beats serving a wrapped size.
+  return CheckedShapeProduct(shape).value_or(kMaxFileQuantity);
 }
 
 uint64_t TensorRef::numel() const { return NumelOf(shape); }
@@ -78,8 +80,9 @@ bool TensorRef::contiguous() const {
   uint64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && static_cast<uint64_t>(stride[i]) != expected) return false;
-    // No overflow: numel() <= 2^62 is checked by MatchTensor.
-    expected *= static_cast<uint64_t>(shape[i]);
+    // Cannot fail: the running product is a prefix of numel() <= 2^62, which
+    // MatchTensor checked.
+    expected = CheckedMul(expected, static_cast<uint64_t>(shape[i])).value_or(kMaxFileQuantity);
   }
   return true;
 }
@@ -188,12 +191,8 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
   t.stride = std::move(*stride);
   t.requires_grad = *rg != 0;
   if (t.shape.size() > 64) return Malformed(doc, id, "more than 64 dimensions");
-  uint64_t elements = 1;
-  for (int64_t d : t.shape) {
-    if (d != 0 && elements > (uint64_t{1} << 62) / static_cast<uint64_t>(d)) {
-      return Malformed(doc, id, "more than 2^62 elements");
-    }
-    elements *= static_cast<uint64_t>(d);
+  if (!CheckedShapeProduct(t.shape)) {
+    return Malformed(doc, id, "shape " + ShapeString(t.shape) + " has more than 2^62 elements");
   }
   if (v3) {
     if (args->size() < 7) return Malformed(doc, id, "_rebuild_tensor_v3 without a dtype");
@@ -210,17 +209,32 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
     }
     t.dtype = *real;
   }
+  // The storage, the tensor's bytes and its offset must all be sizes a file
+  // can have, so that byte_offset(), byte_size() and storage bytes never
+  // wrap wherever they are used.
+  const uint64_t es = t.element_size();
+  if (!CheckedMul(t.storage_numel, es, kMaxFileQuantity)) {
+    return Malformed(doc, id,
+                     "a storage of " + std::to_string(t.storage_numel) + " elements of " +
+                         std::to_string(es) + " bytes is more than 2^62 bytes");
+  }
+  if (!CheckedMul(t.numel(), es, kMaxFileQuantity)) {
+    return Malformed(doc, id, "shape " + ShapeString(t.shape) + " is more than 2^62 bytes");
+  }
+  if (t.storage_offset > t.storage_numel) {
+    return Malformed(doc, id,
+                     "storage offset " + std::to_string(t.storage_offset) +
+                         " is past the end of a storage of " + std::to_string(t.storage_numel));
+  }
   // Every element the tensor can reach must lie inside its storage.
   if (t.numel() > 0) {
     uint64_t last = t.storage_offset;
     for (size_t i = 0; i < t.shape.size(); ++i) {
       if (t.stride[i] < 0) return Malformed(doc, id, "negative stride");
-      uint64_t reach = 0;
-      if (__builtin_mul_overflow(static_cast<uint64_t>(t.shape[i] - 1),
-                                 static_cast<uint64_t>(t.stride[i]), &reach) ||
-          __builtin_add_overflow(last, reach, &last)) {
-        return Malformed(doc, id, "strides overflow");
-      }
+      auto reach = CheckedMulAdd(static_cast<uint64_t>(t.shape[i] - 1),
+                                 static_cast<uint64_t>(t.stride[i]), last);
+      if (!reach) return Malformed(doc, id, "strides overflow");
+      last = *reach;
     }
     if (last >= t.storage_numel) {
       return Malformed(doc, id,

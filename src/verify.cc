@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "nonfinite_scan.h"
+#include "ucfs/checked_math.h"
 #include "ucfs/checkpoint.h"
 #include "ucfs/checkpoint_layout.h"
 #include "ucfs/pickle.h"
@@ -212,7 +213,9 @@ class Verifier {
       if (t->has_value()) {
         const TensorRef& ref = **t;
         auto it = records.find(ref.storage_key);
-        const uint64_t need = ref.storage_numel * ref.element_size();
+        // MatchTensor bounds the storage to 2^62 bytes.
+        const uint64_t need =
+            CheckedMul(ref.storage_numel, ref.element_size()).value_or(UINT64_MAX);
         if (it == records.end()) {
           bad(where, "its storage record 'data/" + ref.storage_key + "' is not in the archive");
         } else if (it->second->size < need) {

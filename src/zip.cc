@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "byte_order.h"
+#include "ucfs/checked_math.h"
 
 namespace ucfs {
 namespace {
@@ -95,7 +96,7 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
   if (entries > kMaxEntries || cd_size > kMaxCentralDirectory) {
     return Bad(file, "central directory too large (" + std::to_string(entries) + " entries)");
   }
-  if (entries * kCentralHeaderSize > cd_size) {
+  if (!CheckedMul<uint64_t>(entries, kCentralHeaderSize, cd_size)) {
     return Bad(file, std::to_string(entries) + " entries cannot fit a central directory of " +
                          std::to_string(cd_size) + " bytes");
   }
@@ -105,6 +106,7 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
   archive.cd_offset_ = cd_offset;
   archive.records_.reserve(entries);
   size_t pos = 0;
+  uint64_t data_bytes = 0;  // the records' sizes, summed (kMaxZipDataBytes)
   for (uint64_t i = 0; i < entries; ++i) {
     if (pos + kCentralHeaderSize > cd.size() || LoadLE32(cd.data() + pos) != kCentralHeaderSig) {
       return Bad(file, "central directory entry " + std::to_string(i) + " at offset " +
@@ -156,9 +158,12 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
       return Status::NotSupported(file.path() + ": record '" + rec.name +
                                   "' uses compression method " + std::to_string(rec.method));
     }
-    if (rec.size > (uint64_t{1} << 62)) {
-      return Bad(file, "record '" + rec.name + "' claims " + std::to_string(rec.size) + " bytes");
+    auto total = CheckedAdd(data_bytes, rec.size, kMaxZipDataBytes);
+    if (!total) {
+      return Bad(file, "record '" + rec.name + "' claims " + std::to_string(rec.size) +
+                           " bytes, making the records more than 2^61 bytes in all");
     }
+    data_bytes = *total;
     if (rec.method == 0 && rec.compressed_size != rec.size) {
       return Bad(file, "stored record '" + rec.name + "' has different sizes in the directory");
     }
@@ -179,6 +184,7 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
     if (local_name_len != name_len) {
       return Bad(file, "local header of '" + rec.name + "' disagrees with the directory");
     }
+    // header_offset < cd_offset and the lengths are 16-bit: no wrap.
     rec.data_offset = rec.header_offset + kLocalHeaderSize + local_name_len + local_extra_len;
     if (rec.data_offset > cd_offset || rec.compressed_size > cd_offset - rec.data_offset) {
       return Bad(file, "data of record '" + rec.name + "' [" + std::to_string(rec.data_offset) +
@@ -222,6 +228,16 @@ Result<std::string> ZipArchive::ReadRecord(const RandomAccessFile& file, const Z
     return Status::InvalidArgument(file.path() + ": record '" + record.name + "' is " +
                                    std::to_string(record.size) + " bytes, more than " +
                                    std::to_string(max_bytes));
+  }
+  if (record.method != 0) {
+    const uint64_t most =
+        CheckedMulAdd(record.compressed_size, kMaxInflateRatio, kInflateSlack).value_or(UINT64_MAX);
+    if (record.size > most) {
+      return Status::Corruption(file.path() + ": record '" + record.name + "' claims to inflate " +
+                                std::to_string(record.compressed_size) + " bytes to " +
+                                std::to_string(record.size) + ", more than " +
+                                std::to_string(kMaxInflateRatio) + " times its size (a zip bomb?)");
+    }
   }
   UCFS_ASSIGN_OR_RETURN(std::string raw,
                         file.ReadString(record.data_offset, record.compressed_size));
@@ -275,18 +291,20 @@ Result<ZipLayout> ZipLayout::Plan(std::vector<ZipEntrySpec> entries, uint64_t al
   };
   std::vector<Central> central;
   central.reserve(layout.entries_.size());
+  uint64_t data_bytes = 0;  // the entries' sizes, summed (kMaxZipDataBytes)
   for (size_t i = 0; i < layout.entries_.size(); ++i) {
     const ZipEntrySpec& e = layout.entries_[i];
     if (e.inline_data && e.inline_data->size() != e.size) {
       return Status::InvalidArgument("zip entry '" + e.name + "': size differs from its data");
     }
-    // Every offset must fit a signed 64-bit file offset; bound each size
-    // and the running total so the cursor cannot wrap.
-    constexpr uint64_t kMaxArchive = uint64_t{1} << 62;
-    if (e.size > kMaxArchive || cursor > kMaxArchive - e.size) {
+    // The same bound as the reader's (kMaxZipDataBytes), so every archive
+    // that opens plans, and the cursor, headers included, stays below 2^62.
+    auto total = CheckedAdd(data_bytes, e.size, kMaxZipDataBytes);
+    if (!total) {
       return Status::InvalidArgument("zip entry '" + e.name + "' of " + std::to_string(e.size) +
-                                     " bytes makes the archive larger than 2^62 bytes");
+                                     " bytes makes the records more than 2^61 bytes in all");
     }
+    data_bytes = *total;
     if (e.name.empty() || e.name.size() > 0xffff) {
       return Status::InvalidArgument("zip entry name of " + std::to_string(e.name.size()) +
                                      " bytes");

@@ -21,6 +21,20 @@
 
 namespace ucfs {
 
+// The most record data, summed over all records, an archive may hold: the
+// reader refuses more, and the planner never makes more, so every archive
+// that opens can be planned again (and the planned one opens). 2^61 leaves
+// the headers, directory and end records room below 2^62, where every offset
+// still fits off_t and one more addition cannot wrap.
+inline constexpr uint64_t kMaxZipDataBytes = uint64_t{1} << 61;
+
+// A deflated record read whole (data.pkl, small records) may inflate to at
+// most this many times its compressed size, plus kInflateSlack: a real
+// pickle compresses 3-10x, and without a bound a 1 MB file could make ucfs
+// allocate gigabytes (zlib's own limit is 1032x).
+inline constexpr uint64_t kMaxInflateRatio = 64;
+inline constexpr uint64_t kInflateSlack = uint64_t{1} << 20;
+
 struct ZipRecord {
   std::string name;  // full name inside the archive, "<prefix>/data/0"
   uint64_t header_offset = 0;

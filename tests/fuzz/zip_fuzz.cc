@@ -123,11 +123,11 @@ void CheckReplan(const ucfs::ZipArchive& archive, std::vector<ucfs::ZipEntrySpec
   bool plannable = true;
   for (const auto& spec : specs) {
     plannable = plannable && !__builtin_add_overflow(total, spec.size, &total) &&
-                total <= (uint64_t{1} << 61);
+                total <= ucfs::kMaxZipDataBytes;
   }
   auto layout = ucfs::ZipLayout::Plan(std::move(specs));
   if (!plannable) {
-    if (layout.ok()) Fail("Plan accepted records of more than 2^61 bytes in all");
+    if (layout.ok()) Fail("Plan accepted records of more than kMaxZipDataBytes in all");
     return;
   }
   if (!layout.ok()) Fail("Plan refused an archive that opened: " + layout.status().ToString());
