@@ -31,7 +31,7 @@ struct TorchFile {
   Result<uint64_t> DataOffset(const TensorRef& t) const {
     UCFS_ASSIGN_OR_RETURN(const ZipRecord* rec, Record(t));
     auto offset = CheckedAdd(rec->data_offset, t.byte_offset());
-    if (!offset) return Error("storage record '" + rec->name + "': offset overflows");
+    if (!offset) return Error("storage record '" + Printable(rec->name) + "': offset overflows");
     return *offset;
   }
 
@@ -39,16 +39,17 @@ struct TorchFile {
     const ZipRecord* rec = summary.Find("data/" + t.storage_key);
     if (rec == nullptr) return Error("no storage record 'data/" + t.storage_key + "'");
     if (rec->method != 0) {
-      return Status::NotSupported(path() + ": storage record '" + rec->name +
+      return Status::NotSupported(path() + ": storage record '" + Printable(rec->name) +
                                   "' is compressed; ucfs serves tensor bytes in place and needs "
                                   "stored records (torch.save never compresses them)");
     }
     // storage_numel goes up to 2^63: the product may wrap.
     auto need = CheckedMul(t.storage_numel, t.element_size());
     if (!need || rec->size < *need) {
-      return Error("storage record '" + rec->name + "' holds " + std::to_string(rec->size) +
-                   " bytes, its storage of " + std::to_string(t.storage_numel) + " " +
-                   std::string(Info(t.dtype).torch_name) + " elements needs " +
+      return Error("storage record '" + Printable(rec->name) + "' holds " +
+                   std::to_string(rec->size) + " bytes, its storage of " +
+                   std::to_string(t.storage_numel) + " " + std::string(Info(t.dtype).torch_name) +
+                   " elements needs " +
                    (need ? std::to_string(*need) : std::string("more than 2^64")));
     }
     return rec;
@@ -72,7 +73,7 @@ Result<TorchFile> LoadTorchFile(TorchFileSource& source, const std::string& path
   auto start = std::chrono::steady_clock::now();
   TorchFile tf;
   UCFS_ASSIGN_OR_RETURN(tf.summary, source.Summarize(path));
-  UCFS_RETURN_IF_ERROR(CheckByteOrder(tf.summary));
+  UCFS_RETURN_IF_ERROR(CheckTorchLoadable(tf.summary));
   auto doc = pickle::Parse(tf.summary.pickle);
   if (!doc.ok()) return doc.status().Annotate(path + ": data.pkl");
   tf.doc = std::make_shared<Document>(std::move(doc).value());
@@ -209,6 +210,9 @@ class CheckpointBuilder {
     auto loaded = LoadTorchFile(source_, path);
     if (!loaded.ok()) return loaded.status().WithFile(path);
     TorchFile tf = std::move(loaded).value();
+    if (!tf.summary.legacy) {
+      UCFS_RETURN_IF_ERROR(CheckRankFileIdentity(c_.files_, path, tf.summary.prefix).WithFile(path));
+    }
     c_.sources_[index] = SourceFile{path, tf.summary.identity, tf.summary.access};
     return tf;
   }
@@ -239,11 +243,11 @@ class CheckpointBuilder {
           return tf.Error("param_shapes entry " + doc.Repr(k, 60) + " is not name -> torch.Size");
         }
         if (HasParam(std::string(*name))) {
-          return tf.Error("param_shapes lists '" + std::string(*name) + "' twice");
+          return tf.Error("param_shapes lists '" + Printable(*name) + "' twice");
         }
         auto numel = CheckedNumel(*shape);
         if (!numel) {
-          return tf.Error("param '" + std::string(*name) + "' of shape " + ShapeString(*shape) +
+          return tf.Error("param '" + Printable(*name) + "' of shape " + ShapeString(*shape) +
                           " has more than 2^58 elements");
         }
         UCFS_RETURN_IF_ERROR(CountElements(tf, *name, *numel));
@@ -257,7 +261,8 @@ class CheckpointBuilder {
         auto next = CheckedAdd(offset, p.partition_numel, kMaxFileQuantity / 16);
         if (!next) {
           return tf.Error("sub-group " + std::to_string(c_.sub_groups_.size()) +
-                          " holds more than 2^58 elements per rank (at '" + p.name + "')");
+                          " holds more than 2^58 elements per rank (at '" + Printable(p.name) +
+                          "')");
         }
         offset = *next;
         sg.params.push_back(static_cast<uint32_t>(c_.params_.size()));
@@ -274,7 +279,7 @@ class CheckpointBuilder {
         if (!name || !shape) return tf.Error("frozen_param_shapes entry is not name -> torch.Size");
         auto numel = CheckedNumel(*shape);
         if (!numel) {
-          return tf.Error("frozen param '" + std::string(*name) + "' of shape " +
+          return tf.Error("frozen param '" + Printable(*name) + "' of shape " +
                           ShapeString(*shape) + " has more than 2^58 elements");
         }
         UCFS_RETURN_IF_ERROR(CountElements(tf, *name, *numel));
@@ -329,7 +334,7 @@ class CheckpointBuilder {
   Status CountElements(const TorchFile& tf, std::string_view name, uint64_t numel) {
     auto total = CheckedAdd(total_elements_, numel, kMaxFileQuantity / 16);
     if (!total) {
-      return tf.Error("the model has more than 2^58 elements in all (at '" + std::string(name) +
+      return tf.Error("the model has more than 2^58 elements in all (at '" + Printable(name) +
                       "')");
     }
     total_elements_ = *total;
@@ -418,7 +423,7 @@ class CheckpointBuilder {
       }
       for (size_t s = 1; s < c_.states_.size(); ++s) {
         const std::string what =
-            "optimizer state[" + std::to_string(k) + "]['" + c_.states_[s].name + "']";
+            "optimizer state[" + std::to_string(k) + "]['" + Printable(c_.states_[s].name) + "']";
         const NodeId v = doc.Get(per_group, c_.states_[s].name);
         if (v == pickle::kNoNode) return tf.Error("no " + what);
         UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(tf, v, what));
@@ -564,7 +569,7 @@ class CheckpointBuilder {
       const NodeId fragments = tf->doc->Get(tf->doc->root(), "frozen_param_fragments");
       for (size_t f = 0; f < c_.frozen_.size(); ++f) {
         FrozenParamInfo& info = c_.frozen_[f];
-        const std::string what = "frozen_param_fragments['" + info.name + "']";
+        const std::string what = "frozen_param_fragments['" + Printable(info.name) + "']";
         const NodeId v = tf->doc->Get(fragments, info.name);
         if (v == pickle::kNoNode) return tf->Error("no " + what);
         UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(*tf, v, what));
@@ -595,7 +600,7 @@ class CheckpointBuilder {
     for (NodeId n : *names) {
       auto name = doc.AsStr(n);
       if (!name) return model0.Error("buffer_names holds a non-string");
-      const std::string what = "module['" + std::string(*name) + "']";
+      const std::string what = "module['" + Printable(*name) + "']";
       const NodeId v = doc.Get(module, *name);
       if (v == pickle::kNoNode) return model0.Error("buffer " + what + " is missing");
       UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(model0, v, what));

@@ -50,6 +50,9 @@ bool HasRankFiles(Env& env, const std::string& dir) {
   return false;
 }
 
+// How far the highest rank may lie past twice the rank files present.
+constexpr uint64_t kMaxRankGap = 64;
+
 }  // namespace
 
 std::optional<RankFileName> ParseRankFileName(std::string_view name) {
@@ -177,6 +180,23 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
                               "run do they belong to?");
   }
   files.optim_prefix = *prefixes.begin();
+  // The world size comes from the highest rank in a file name, and callers
+  // allocate per rank: a stray name (zero_pp_rank_999999999_...) must not
+  // make a world of a billion. A rank far beyond the files that exist is an
+  // error naming that file; a few missing ranks are still reported one by
+  // one (DiscoverCheckpoint, verify).
+  const size_t present = optim.size() + model.size();
+  for (const auto* by_rank : {&optim, &model}) {
+    if (by_rank->empty()) continue;
+    const uint32_t highest = by_rank->rbegin()->first;
+    if (highest >= kMaxRankGap + 2 * static_cast<uint64_t>(present)) {
+      return Status::Corruption(
+          by_rank->rbegin()->second + ": rank " + std::to_string(highest) + " is far beyond the " +
+          std::to_string(present) +
+          " rank files in the directory (a stray or misnamed file?); ucfs takes the world size "
+          "from the highest rank, and refuses one that most files would be missing from");
+    }
+  }
   // The highest rank of either kind: a missing last optimizer file is
   // still a missing rank, not a smaller world.
   files.world_size = optim.rbegin()->first + 1;
@@ -188,6 +208,28 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
     files.model_files.push_back(m == model.end() ? std::string() : m->second);
   }
   return files;
+}
+
+Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& path,
+                             std::string_view archive_prefix) {
+  auto own = ParseRankFileName(BaseName(path));
+  auto saved = ParseRankFileName(std::string(archive_prefix) + ".pt");
+  if (!own || !saved) return Status::OK();
+  if (own->kind == saved->kind && own->dp_rank == saved->dp_rank &&
+      own->mp_rank == saved->mp_rank) {
+    return Status::OK();
+  }
+  std::string other;
+  if (saved->mp_rank == 0 && saved->dp_rank < files.world_size) {
+    const auto& by_rank =
+        saved->kind == RankFileName::Kind::kOptim ? files.optim_files : files.model_files;
+    if (saved->dp_rank < by_rank.size()) other = by_rank[saved->dp_rank];
+  }
+  return Status::Corruption(
+      path + ": was saved as " + Printable(archive_prefix) +
+      ".pt (the top folder of its zip records), not under its own name: rank files renamed or "
+      "swapped" +
+      (other.empty() ? std::string() : "; " + other + " is the file of that name here"));
 }
 
 Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,

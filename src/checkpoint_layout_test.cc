@@ -141,5 +141,62 @@ TEST_F(DiscoverTest, BadInputsAreExplained) {
   EXPECT_FALSE(DiscoverCheckpoint(env_, "/nowhere").ok());
 }
 
+// Issue 10: one empty file named zero_pp_rank_999999999_... made every
+// command allocate per rank until the kernel killed it.
+TEST_F(DiscoverTest, RankFarBeyondTheFilesIsAnErrorNamingTheFile) {
+  env_.WriteFile("/f/latest", "t");
+  AddRanks("/f/t", 4);
+  env_.WriteFile("/f/t/zero_pp_rank_999999999_mp_rank_00_optim_states.pt", "");
+  for (bool list : {false, true}) {
+    auto f = list ? ListCheckpointFiles(env_, "/f") : DiscoverCheckpoint(env_, "/f");
+    ASSERT_FALSE(f.ok());
+    EXPECT_NE(f.status().message().find("/f/t/zero_pp_rank_999999999_mp_rank_00_optim_states.pt: "
+                                        "rank 999999999 is far beyond the 9 rank files"),
+              std::string::npos)
+        << f.status().ToString();
+  }
+  // A few missing ranks are still missing ranks, each named.
+  env_.RemoveFile("/f/t/zero_pp_rank_999999999_mp_rank_00_optim_states.pt");
+  env_.WriteFile("/f/t/zero_pp_rank_20_mp_rank_00_optim_states.pt", "");
+  auto f = ListCheckpointFiles(env_, "/f");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->world_size, 21u);
+  f = DiscoverCheckpoint(env_, "/f");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("zero_pp_rank_4_mp_rank_00_optim_states.pt: missing"),
+            std::string::npos);
+}
+
+TEST_F(DiscoverTest, ControlCharactersInLatestAreNeverPrinted) {
+  env_.WriteFile("/g/latest", std::string("a/\x1b[2J\0b", 8));
+  auto f = DiscoverCheckpoint(env_, "/g");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().message().find('\x1b'), std::string::npos) << f.status().message();
+  EXPECT_EQ(f.status().message().find('\0'), std::string::npos) << f.status().message();
+}
+
+TEST(RankFileIdentity, ArchiveFolderNamingAnotherRankIsAnError) {
+  CheckpointFiles files;
+  files.world_size = 2;
+  files.optim_files = {"/t/zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                       "/t/zero_pp_rank_1_mp_rank_00_optim_states.pt"};
+  files.model_files = {"/t/zero_pp_rank_0_mp_rank_00_model_states.pt", ""};
+  EXPECT_TRUE(
+      CheckRankFileIdentity(files, files.optim_files[0], "zero_pp_rank_0_mp_rank_00_optim_states")
+          .ok());
+  EXPECT_TRUE(CheckRankFileIdentity(files, files.optim_files[0], "archive").ok());
+  Status s =
+      CheckRankFileIdentity(files, files.optim_files[0], "zero_pp_rank_1_mp_rank_00_optim_states");
+  EXPECT_EQ(s.message(),
+            "/t/zero_pp_rank_0_mp_rank_00_optim_states.pt: was saved as "
+            "zero_pp_rank_1_mp_rank_00_optim_states.pt (the top folder of its zip records), not "
+            "under its own name: rank files renamed or swapped; "
+            "/t/zero_pp_rank_1_mp_rank_00_optim_states.pt is the file of that name here");
+  // Model and optimizer files swapped: the kind differs.
+  EXPECT_FALSE(
+      CheckRankFileIdentity(files, files.optim_files[0], "zero_pp_rank_0_mp_rank_00_model_states")
+          .ok());
+}
+
 }  // namespace
 }  // namespace ucfs

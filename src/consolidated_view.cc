@@ -200,7 +200,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
   std::map<std::string, int> index;
   auto add_name = [&](size_t i) -> Status {
     if (!index.emplace(out[i].name, static_cast<int>(i)).second) {
-      return Status::Corruption("'" + out[i].name + "' is twice in the state dict");
+      return Status::Corruption("'" + Printable(out[i].name) + "' is twice in the state dict");
     }
     return Status::OK();
   };
@@ -469,7 +469,7 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
 void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint) {
   const std::string name = ConsolidatedDirName(checkpoint->files().tag);
   Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint));
-  if (!s.ok()) spdlog::warn("no {} directory: {}", name, s.message());
+  if (!s.ok()) spdlog::warn("no {} directory: {}", name, TerminalSafe(s.message()));
 }
 
 }  // namespace ucfs

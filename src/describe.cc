@@ -16,6 +16,11 @@ class Describer {
   // Depth is bounded: documents from Parse are acyclic and at most
   // ParseLimits::max_depth deep.
   void Emit(NodeId id, int indent) {
+    if (over_budget_) return;
+    if (++values_ > options_.max_values || out_.size() > options_.max_output_bytes) {
+      over_budget_ = true;
+      return;
+    }
     if (id == pickle::kNoNode) {
       out_ += "<none>";
       return;
@@ -94,7 +99,16 @@ class Describer {
     out_ += doc_.Repr(id, 200);
   }
 
-  std::string Take() { return std::move(out_); }
+  Result<std::string> Take() {
+    if (over_budget_) {
+      return Status::InvalidArgument(
+          "the pickle renders as more than " + std::to_string(options_.max_values) + " values or " +
+          std::to_string(options_.max_output_bytes >> 20) +
+          " MiB: it references shared values so many times (a 'billion laughs' pickle?) that "
+          "ucfs will not expand it");
+    }
+    return std::move(out_);
+  }
 
  private:
   void Line(int indent, const std::string& text) {
@@ -103,7 +117,9 @@ class Describer {
   }
   std::string CallName(const pickle::Node& n) {
     const auto& callable = doc_.node(n.a);
-    std::string name = callable.kind == Kind::kGlobal ? callable.text + "." + callable.name : "?";
+    std::string name = callable.kind == Kind::kGlobal
+                           ? Printable(callable.text) + "." + Printable(callable.name)
+                           : "?";
     auto args = doc_.SequenceItems(n.b);
     if (args && !args->empty()) name += doc_.Repr(n.b, 80);
     return name;
@@ -135,14 +151,17 @@ class Describer {
   const Document& doc_;
   const DescribeOptions& options_;
   std::string out_;
+  size_t values_ = 0;  // Emit calls: values shown, shared ones each time
+  bool over_budget_ = false;
 };
 
 }  // namespace
 
-std::string Describe(const Document& doc, NodeId id, const DescribeOptions& options) {
+Result<std::string> Describe(const Document& doc, NodeId id, const DescribeOptions& options) {
   Describer d(doc, options);
   d.Emit(id, 0);
-  return d.Take() + "\n";
+  UCFS_ASSIGN_OR_RETURN(std::string out, d.Take());
+  return out + "\n";
 }
 
 }  // namespace ucfs

@@ -153,9 +153,9 @@ std::string InspectText(const Checkpoint& c) {
   uint64_t total = 0;
   for (const auto& p : c.params()) total += p.numel;
   std::vector<std::vector<std::string>> head = {
-      {"checkpoint", c.files().root.empty() ? c.files().tag_dir : c.files().root},
-      {"tag", c.files().tag + "  (" + c.files().tag_dir + ")"},
-      {"DeepSpeed", (c.ds_version().empty() ? "?" : c.ds_version()) + ", ZeRO stage " +
+      {"checkpoint", Printable(c.files().root.empty() ? c.files().tag_dir : c.files().root, 4096)},
+      {"tag", Printable(c.files().tag) + "  (" + Printable(c.files().tag_dir, 4096) + ")"},
+      {"DeepSpeed", (c.ds_version().empty() ? "?" : Printable(c.ds_version())) + ", ZeRO stage " +
                         std::to_string(c.zero_stage())},
       {"format", ContainerText(c)},
       {"world size", std::to_string(c.world_size())},
@@ -171,7 +171,7 @@ std::string InspectText(const Checkpoint& c) {
                           : "")},
   };
   std::string states;
-  for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + s.name;
+  for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + Printable(s.name);
   head.push_back({"states", states});
   out += Table(head, "");
 
@@ -180,9 +180,10 @@ std::string InspectText(const Checkpoint& c) {
   std::vector<std::vector<std::string>> rows = {
       {"name", "shape", "dtype", "numel", "group", "sub-group", "valid elements per rank"}};
   for (const auto& p : c.params()) {
-    rows.push_back({p.name, ShapeString(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
-                    std::to_string(p.numel), std::to_string(p.param_group),
-                    std::to_string(p.sub_group), RunLength(ValidPerRank(p.numel, c.world_size()))});
+    rows.push_back({Printable(p.name), ShapeString(p.shape),
+                    std::string(Info(c.states()[0].dtype).torch_name), std::to_string(p.numel),
+                    std::to_string(p.param_group), std::to_string(p.sub_group),
+                    RunLength(ValidPerRank(p.numel, c.world_size()))});
   }
   out += Table(rows, "  ");
   if (!c.frozen_params().empty()) {
@@ -190,20 +191,22 @@ std::string InspectText(const Checkpoint& c) {
     std::vector<std::vector<std::string>> fr = {
         {"name", "shape", "dtype", "numel", "valid elements per rank"}};
     for (const auto& f : c.frozen_params()) {
-      fr.push_back({f.name, ShapeString(f.shape), std::string(Info(f.dtype).torch_name),
+      fr.push_back({Printable(f.name), ShapeString(f.shape), std::string(Info(f.dtype).torch_name),
                     std::to_string(f.numel), RunLength(ValidPerRank(f.numel, c.world_size()))});
     }
     out += Table(fr, "  ");
   }
   if (!c.tied_params().empty()) {
     out += "\ntied: " + std::to_string(c.tied_params().size()) + "\n";
-    for (const auto& t : c.tied_params()) out += "  " + t.alias + " -> " + t.canonical + "\n";
+    for (const auto& t : c.tied_params())
+      out += "  " + Printable(t.alias) + " -> " + Printable(t.canonical) + "\n";
   }
   if (!c.buffers().empty()) {
     out += "\nbuffers: " + std::to_string(c.buffers().size()) + "\n";
     std::vector<std::vector<std::string>> br = {{"name", "shape", "dtype"}};
     for (const auto& b : c.buffers()) {
-      br.push_back({b.name, ShapeString(b.shape), std::string(Info(b.dtype).torch_name)});
+      br.push_back(
+          {Printable(b.name), ShapeString(b.shape), std::string(Info(b.dtype).torch_name)});
     }
     out += Table(br, "  ");
   }

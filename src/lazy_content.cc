@@ -48,7 +48,7 @@ uint64_t LazyContent::size() const {
     if (built.ok()) {
       size_ = (*built)->size();
     } else {
-      spdlog::error("{}", built.status().message());
+      spdlog::error("{}", TerminalSafe(built.status().message()));
     }
   });
   return size_;

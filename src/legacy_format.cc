@@ -58,7 +58,7 @@ Result<StorageDecl> DeclOf(const Document& doc, NodeId pid_node, std::string* ke
                               " has fields of the wrong types");
   }
   if (doc.node((*fields)[5]).kind != pickle::Kind::kNone) {
-    return Status::NotSupported("storage '" + std::string(*k) +
+    return Status::NotSupported("storage '" + Printable(*k) +
                                 "' is a view of another storage (torch < 1.0 files)");
   }
   *key = std::string(*k);
@@ -119,7 +119,8 @@ Result<Head> ParseHead(const RandomAccessFile& file, std::string_view head) {
     auto [it, inserted] = out.storages.emplace(key, *decl);
     if (!inserted &&
         (it->second.element_size != decl->element_size || it->second.numel != decl->numel)) {
-      return Bad(file, "storage '" + key + "' is declared twice with different types or sizes");
+      return Bad(
+          file, "storage '" + Printable(key) + "' is declared twice with different types or sizes");
     }
   }
   return out;
@@ -134,22 +135,23 @@ Result<LegacyArchive> LayOutStorages(const RandomAccessFile& file, Head head) {
   for (const std::string& key : head.keys) {
     auto decl = head.storages.find(key);
     if (decl == head.storages.end()) {
-      return Bad(file, "storage '" + key + "' is listed but no tensor of the pickle uses it");
+      return Bad(file,
+                 "storage '" + Printable(key) + "' is listed but no tensor of the pickle uses it");
     }
     char count_bytes[8];
     if (size - cursor < 8) {
-      return Bad(file, "truncated: storage '" + key + "' should start at byte " +
+      return Bad(file, "truncated: storage '" + Printable(key) + "' should start at byte " +
                            std::to_string(cursor) + " of " + std::to_string(size));
     }
     UCFS_RETURN_IF_ERROR(file.ReadExact(cursor, 8, count_bytes));
     const uint64_t count = LoadLE64(count_bytes);
     if (count != decl->second.numel) {
-      return Bad(file, "storage '" + key + "' holds " + std::to_string(count) +
+      return Bad(file, "storage '" + Printable(key) + "' holds " + std::to_string(count) +
                            " elements, the pickle says " + std::to_string(decl->second.numel));
     }
     auto checked = CheckedMul<uint64_t>(count, decl->second.element_size, size - cursor - 8);
     if (!checked) {
-      return Bad(file, "truncated: storage '" + key + "' of " + std::to_string(count) +
+      return Bad(file, "truncated: storage '" + Printable(key) + "' of " + std::to_string(count) +
                            " elements runs past the end of the file");
     }
     const uint64_t bytes = *checked;

@@ -328,7 +328,7 @@ class NonFiniteScan {
       if (t.nan > 0) what += std::to_string(t.nan) + " NaN";
       if (t.inf > 0) what += std::string(what.empty() ? "" : ", ") + std::to_string(t.inf) + " Inf";
       problem_(Kind::kNonFinite, path,
-               "'" + param.name + "' " + c.states()[s].name + ": " + what +
+               "'" + Printable(param.name) + "' " + Printable(c.states()[s].name) + ": " + what +
                    " in this rank's slice (the first is element " +
                    std::to_string(t.first_element) + " of the full parameter's " +
                    std::to_string(param.numel) + ")");

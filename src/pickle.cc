@@ -1,5 +1,6 @@
 #include "ucfs/pickle.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -233,7 +234,7 @@ void QuoteInto(std::string* out, std::string_view s) {
     if (c == '\'' || c == '\\') {
       out->push_back('\\');
       out->push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
       out->append(buf);
@@ -262,19 +263,23 @@ std::string FloatRepr(double v) {
 
 std::string Document::Repr(NodeId root, size_t max_chars) const {
   std::string out;
-  std::vector<bool> on_path(nodes_.size(), false);
-  // Recursion is bounded: Parse limits depth, and `on_path` cuts cycles.
+  // The nodes from the root to the current one: a cycle (possible in a
+  // Document built by hand) shows as "...". A list, not a bitmap of the
+  // document: Repr is called for messages about single values of documents
+  // of millions of nodes, and must cost what it prints, not the document.
+  std::vector<NodeId> path;
+  // Recursion is bounded: Parse limits depth, and `path` cuts cycles.
   auto rec = [&](auto&& self, NodeId id) -> void {
     if (out.size() > max_chars) return;
     if (id == kNoNode) {
       out += "<none>";
       return;
     }
-    if (on_path[id]) {
+    if (std::find(path.begin(), path.end(), id) != path.end()) {
       out += "...";
       return;
     }
-    on_path[id] = true;
+    path.push_back(id);
     const Node& n = nodes_[id];
     auto seq = [&](const char* open, const char* close, size_t begin, size_t end) {
       out += open;
@@ -332,7 +337,7 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
         out += "}";
         break;
       case Kind::kGlobal:
-        out += n.text + "." + n.name;
+        out += Printable(n.text) + "." + Printable(n.name);
         break;
       case Kind::kReduce:
       case Kind::kNewObj:
@@ -350,7 +355,7 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
         self(self, n.a);
         break;
     }
-    on_path[id] = false;
+    path.pop_back();
   };
   rec(rec, root);
   if (out.size() > max_chars) {

@@ -200,8 +200,8 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
                 // An int kept as a double by Checkpoint: only one that fits an
                 // int64 converts back (found by checkpoint_fuzz: 2^63 - 1).
                 if (!(scalar.value >= -0x1p63 && scalar.value < 0x1p63)) {
-                  return Status::NotSupported(path + ": scalar state '" + scalar.name + "' (" +
-                                              std::to_string(scalar.value) +
+                  return Status::NotSupported(path + ": scalar state '" + Printable(scalar.name) +
+                                              "' (" + std::to_string(scalar.value) +
                                               ") does not fit an int64");
                 }
                 v = doc.AddInt(static_cast<int64_t>(scalar.value));

@@ -215,7 +215,8 @@ TEST(Reshard, SplitMatchesDeepSpeedAtEveryWorldSize) {
         }
         DescribeOptions options;
         options.storage_details = false;
-        EXPECT_EQ(Describe(*da, da->root(), options), Describe(*db, db->root(), options))
+        EXPECT_EQ(Describe(*da, da->root(), options).value(),
+                  Describe(*db, db->root(), options).value())
             << name << " at " << ws;
       }
     }

@@ -1,5 +1,6 @@
 #include "ucfs/status.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -34,6 +35,52 @@ Status Status::Posix(int err, std::string msg) {
       break;
   }
   return Status(code, std::move(msg), err);
+}
+
+std::string Printable(std::string_view s, size_t max_bytes) {
+  std::string out;
+  const size_t n = std::min(s.size(), max_bytes);
+  out.reserve(n + 16);
+  auto hex = [&out](unsigned char c) {
+    static constexpr char kDigits[] = "0123456789abcdef";
+    out += "\\x";
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      hex(c);
+    } else if (c == '\\') {
+      out += "\\\\";
+    } else if (c == 0xc2 && i + 1 < n && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      hex(c);  // U+0080..U+009F: C1 controls, CSI among them
+      hex(static_cast<unsigned char>(s[++i]));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max_bytes) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+std::string TerminalSafe(std::string_view message, bool keep_newlines) {
+  std::string out;
+  out.reserve(message.size());
+  for (size_t i = 0; i < message.size(); ++i) {
+    const auto c = static_cast<unsigned char>(message[i]);
+    const bool c1 = c == 0xc2 && i + 1 < message.size() &&
+                    static_cast<unsigned char>(message[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(message[i + 1]) <= 0x9f;
+    if ((c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7f || c1) {
+      out += Printable(message.substr(i, c1 ? 2 : 1));
+      if (c1) ++i;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 std::string_view CodeName(Status::Code code) {

@@ -47,8 +47,9 @@ Result<TorchFileSummary> Summarize(Env& env, const std::string& path) {
     s.records = archive.records();
   }
   for (const auto& rec : s.records) {
-    if (rec.method != 0 || rec.size > TorchFileSummary::kSmallRecord ||
-        rec.name == s.prefix + "/data.pkl") {
+    // Deflated small records too (an archive re-written by Python's
+    // zipfile): the version record must be read whatever its method.
+    if (rec.size > TorchFileSummary::kSmallRecord || rec.name == s.prefix + "/data.pkl") {
       continue;
     }
     UCFS_ASSIGN_OR_RETURN(std::string bytes, ZipArchive::ReadRecord(*file, rec));
@@ -101,8 +102,45 @@ Status CheckByteOrder(const TorchFileSummary& s) {
   if (order != nullptr && *order == "little") return Status::OK();
   return Status::NotSupported(
       s.path + ": its storages are not little-endian (byteorder record " +
-      (order == nullptr ? std::string("unreadable") : "'" + order->substr(0, 16) + "'") +
+      (order == nullptr ? std::string("unreadable") : "'" + Printable(order->substr(0, 16)) + "'") +
       "); ucfs serves tensor bytes as they are stored and supports little-endian files only");
+}
+
+Status CheckTorchLoadable(const TorchFileSummary& s) {
+  UCFS_RETURN_IF_ERROR(CheckByteOrder(s));
+  if (s.legacy) return Status::OK();
+  // PyTorchStreamReader prefers .data/version (torch >= 2.?) and falls back
+  // to version; it parses with std::stoull: leading white space, digits,
+  // anything after.
+  const char* name = s.Find(".data/version") != nullptr ? ".data/version" : "version";
+  const ZipRecord* rec = s.Find(name);
+  if (rec == nullptr) {
+    return Status::Corruption(s.path + ": no '" + name +
+                              "' record (torch.load refuses a zip file without one)");
+  }
+  const std::string* bytes = s.SmallRecord(name);
+  if (bytes == nullptr) {
+    return Status::Corruption(s.path + ": its '" + name + "' record of " +
+                              std::to_string(rec->size) + " bytes is not a version number");
+  }
+  std::string_view v(*bytes);
+  while (!v.empty() && (v.front() == ' ' || (v.front() >= '\t' && v.front() <= '\r'))) {
+    v.remove_prefix(1);
+  }
+  uint64_t version = 0;
+  size_t digits = 0;
+  while (digits < v.size() && v[digits] >= '0' && v[digits] <= '9' && digits < 19) {
+    version = version * 10 + static_cast<uint64_t>(v[digits] - '0');
+    ++digits;
+  }
+  if (digits == 0 || version < kMinTorchFileFormatVersion || version > kMaxTorchFileFormatVersion) {
+    return Status::NotSupported(s.path + ": its '" + name + "' record says " +
+                                Printable(bytes->substr(0, 24)) +
+                                ", not a file format version torch.load supports (" +
+                                std::to_string(kMinTorchFileFormatVersion) + " to " +
+                                std::to_string(kMaxTorchFileFormatVersion) + ")");
+  }
+  return Status::OK();
 }
 
 std::string_view StyleName(const ContainerStyle& style) {

@@ -82,7 +82,8 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
     const ParamInfo& param = ckpt->params()[p];
     if (!IsSafePathComponent(param.name)) {
-      return Status::InvalidArgument(files.model_files[0] + ": parameter name '" + param.name +
+      return Status::InvalidArgument(files.model_files[0] + ": parameter name '" +
+                                     Printable(param.name) +
                                      "' cannot be a directory name (it contains '/' or NUL, or "
                                      "is empty, '.' or '..')");
     }

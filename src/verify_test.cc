@@ -349,9 +349,49 @@ TEST_F(BrokenVerifyTest, StrayRankBeyondTheWorldSize) {
   env_.WriteFile(Optim(4), *env_.Contents(Optim(3)));
   const VerifyReport r = Run();
   EXPECT_EQ(r.world_size, 4u);
-  ASSERT_EQ(r.problems.size(), 1u) << Describe(r);
-  EXPECT_EQ(r.problems[0].kind, Kind::kWorldSize);
+  // A copy of rank 3's file: beyond the world size, and saved as rank 3.
+  ASSERT_EQ(r.problems.size(), 2u) << Describe(r);
+  EXPECT_EQ(r.problems[0].kind, Kind::kUnreadable);
   EXPECT_EQ(r.problems[0].file, Optim(4));
+  EXPECT_NE(r.problems[0].message.find("was saved as zero_pp_rank_3_mp_rank_00_optim_states.pt"),
+            std::string::npos);
+  EXPECT_EQ(r.problems[1].kind, Kind::kWorldSize);
+  EXPECT_EQ(r.problems[1].file, Optim(4));
+}
+
+// Issue 10: rank files swapped by name were not detected. torch.save names
+// the archive's top folder after the file, so each still says which it is.
+TEST_F(BrokenVerifyTest, SwappedRankFilesAreNamedBoth) {
+  Load("z3_fp32_ws2");
+  const std::string zero = *env_.Contents(Optim(0));
+  env_.WriteFile(Optim(0), *env_.Contents(Optim(1)));
+  env_.WriteFile(Optim(1), zero);
+  const VerifyReport r = Run();
+  EXPECT_FALSE(r.ok());
+  ASSERT_GE(r.problems.size(), 2u) << Describe(r);
+  EXPECT_EQ(r.problems[0].file, Optim(0));
+  EXPECT_NE(r.problems[0].message.find("was saved as zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+            std::string::npos)
+      << Describe(r);
+  EXPECT_NE(r.problems[0].message.find(Optim(1) + " is the file of that name here"),
+            std::string::npos)
+      << Describe(r);
+  EXPECT_EQ(r.problems[1].file, Optim(1));
+}
+
+// Issue 10: verify said OK on a file torch.load refuses, whose version
+// record says 999 (torch accepts 1 to 10).
+TEST_F(BrokenVerifyTest, UnsupportedVersionRecord) {
+  Load("z3_fp32_ws2");
+  env_.WriteFile(Model(1),
+                 testing::ReplaceTorchRecord(*env_.Contents(Model(1)), "version", "999\n"));
+  const VerifyReport r = Run();
+  ASSERT_EQ(r.problems.size(), 1u) << Describe(r);
+  EXPECT_EQ(r.problems[0].file, Model(1));
+  EXPECT_NE(r.problems[0].message.find("'version' record says 999\\x0a, not a file format "
+                                       "version torch.load supports (1 to 10)"),
+            std::string::npos)
+      << Describe(r);
 }
 
 // torch.optim's step is a 0-dim tensor: its stored bytes edited on rank 1.

@@ -128,14 +128,16 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
     }
     rec.name.assign(h + kCentralHeaderSize, name_len);
     if (flags & 0x0001) {
-      return Status::NotSupported(file.path() + ": record '" + rec.name + "' is encrypted");
+      return Status::NotSupported(file.path() + ": record '" + Printable(rec.name) +
+                                  "' is encrypted");
     }
     // zip64 extra: the overflowed values, in the order size, csize, offset.
     const char* extra = h + kCentralHeaderSize + name_len;
     for (size_t e = 0; e + 4 <= extra_len;) {
       uint16_t id = LoadLE16(extra + e);
       uint16_t len = LoadLE16(extra + e + 2);
-      if (e + 4 + len > extra_len) return Bad(file, "extra field of '" + rec.name + "' overruns");
+      if (e + 4 + len > extra_len)
+        return Bad(file, "extra field of '" + Printable(rec.name) + "' overruns");
       if (id == 0x0001) {
         const char* z = extra + e + 4;
         size_t zl = len;
@@ -148,47 +150,50 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
           return true;
         };
         if (!take(&rec.size) || !take(&rec.compressed_size) || !take(&rec.header_offset)) {
-          return Bad(file, "zip64 extra field of '" + rec.name + "' is too short");
+          return Bad(file, "zip64 extra field of '" + Printable(rec.name) + "' is too short");
         }
       }
       e += 4 + len;
     }
     pos += kCentralHeaderSize + name_len + extra_len + comment_len;
     if (rec.method != 0 && rec.method != 8) {
-      return Status::NotSupported(file.path() + ": record '" + rec.name +
+      return Status::NotSupported(file.path() + ": record '" + Printable(rec.name) +
                                   "' uses compression method " + std::to_string(rec.method));
     }
     auto total = CheckedAdd(data_bytes, rec.size, kMaxZipDataBytes);
     if (!total) {
-      return Bad(file, "record '" + rec.name + "' claims " + std::to_string(rec.size) +
+      return Bad(file, "record '" + Printable(rec.name) + "' claims " + std::to_string(rec.size) +
                            " bytes, making the records more than 2^61 bytes in all");
     }
     data_bytes = *total;
     if (rec.method == 0 && rec.compressed_size != rec.size) {
-      return Bad(file, "stored record '" + rec.name + "' has different sizes in the directory");
+      return Bad(
+          file, "stored record '" + Printable(rec.name) + "' has different sizes in the directory");
     }
 
     // The data starts after the local header, whose name and extra lengths
     // may differ from the central directory's.
     if (rec.header_offset > cd_offset || cd_offset - rec.header_offset < kLocalHeaderSize) {
-      return Bad(file, "record '" + rec.name + "' header offset " +
+      return Bad(file, "record '" + Printable(rec.name) + "' header offset " +
                            std::to_string(rec.header_offset) + " is out of range");
     }
     UCFS_ASSIGN_OR_RETURN(std::string lh, file.ReadString(rec.header_offset, kLocalHeaderSize));
     if (LoadLE32(lh.data()) != kLocalHeaderSig) {
-      return Bad(file, "no local header for '" + rec.name + "' at offset " +
+      return Bad(file, "no local header for '" + Printable(rec.name) + "' at offset " +
                            std::to_string(rec.header_offset));
     }
     uint64_t local_name_len = LoadLE16(lh.data() + 26);
     uint64_t local_extra_len = LoadLE16(lh.data() + 28);
     if (local_name_len != name_len) {
-      return Bad(file, "local header of '" + rec.name + "' disagrees with the directory");
+      return Bad(file,
+                 "local header of '" + Printable(rec.name) + "' disagrees with the directory");
     }
     // header_offset < cd_offset and the lengths are 16-bit: no wrap.
     rec.data_offset = rec.header_offset + kLocalHeaderSize + local_name_len + local_extra_len;
     if (rec.data_offset > cd_offset || rec.compressed_size > cd_offset - rec.data_offset) {
-      return Bad(file, "data of record '" + rec.name + "' [" + std::to_string(rec.data_offset) +
-                           ", +" + std::to_string(rec.compressed_size) +
+      return Bad(file, "data of record '" + Printable(rec.name) + "' [" +
+                           std::to_string(rec.data_offset) + ", +" +
+                           std::to_string(rec.compressed_size) +
                            ") runs past the central directory (truncated?)");
     }
     archive.records_.push_back(std::move(rec));
@@ -197,13 +202,13 @@ Result<ZipArchive> ZipArchive::Open(const RandomAccessFile& file) {
   const std::string& first = archive.records_.front().name;
   auto slash = first.find('/');
   if (slash == std::string::npos || slash == 0) {
-    return Bad(file, "record '" + first + "' is not inside a top folder");
+    return Bad(file, "record '" + Printable(first) + "' is not inside a top folder");
   }
   archive.prefix_ = first.substr(0, slash);
   for (const auto& rec : archive.records_) {
     if (rec.name.compare(0, slash + 1, first, 0, slash + 1) != 0) {
-      return Bad(file,
-                 "record '" + rec.name + "' is outside the top folder '" + archive.prefix_ + "'");
+      return Bad(file, "record '" + Printable(rec.name) + "' is outside the top folder '" +
+                           Printable(archive.prefix_) + "'");
     }
   }
   return archive;
@@ -225,7 +230,7 @@ const ZipRecord* FindRecord(const std::vector<ZipRecord>& records, std::string_v
 Result<std::string> ZipArchive::ReadRecord(const RandomAccessFile& file, const ZipRecord& record,
                                            uint64_t max_bytes) {
   if (record.size > max_bytes) {
-    return Status::InvalidArgument(file.path() + ": record '" + record.name + "' is " +
+    return Status::InvalidArgument(file.path() + ": record '" + Printable(record.name) + "' is " +
                                    std::to_string(record.size) + " bytes, more than " +
                                    std::to_string(max_bytes));
   }
@@ -233,9 +238,9 @@ Result<std::string> ZipArchive::ReadRecord(const RandomAccessFile& file, const Z
     const uint64_t most =
         CheckedMulAdd(record.compressed_size, kMaxInflateRatio, kInflateSlack).value_or(UINT64_MAX);
     if (record.size > most) {
-      return Status::Corruption(file.path() + ": record '" + record.name + "' claims to inflate " +
-                                std::to_string(record.compressed_size) + " bytes to " +
-                                std::to_string(record.size) + ", more than " +
+      return Status::Corruption(file.path() + ": record '" + Printable(record.name) +
+                                "' claims to inflate " + std::to_string(record.compressed_size) +
+                                " bytes to " + std::to_string(record.size) + ", more than " +
                                 std::to_string(kMaxInflateRatio) + " times its size (a zip bomb?)");
     }
   }
@@ -254,7 +259,7 @@ Result<std::string> ZipArchive::ReadRecord(const RandomAccessFile& file, const Z
   uint64_t produced = zs.total_out;
   inflateEnd(&zs);
   if (rc != Z_STREAM_END || produced != record.size) {
-    return Status::Corruption(file.path() + ": record '" + record.name +
+    return Status::Corruption(file.path() + ": record '" + Printable(record.name) +
                               "' does not inflate to its recorded size");
   }
   return out;
@@ -295,13 +300,15 @@ Result<ZipLayout> ZipLayout::Plan(std::vector<ZipEntrySpec> entries, uint64_t al
   for (size_t i = 0; i < layout.entries_.size(); ++i) {
     const ZipEntrySpec& e = layout.entries_[i];
     if (e.inline_data && e.inline_data->size() != e.size) {
-      return Status::InvalidArgument("zip entry '" + e.name + "': size differs from its data");
+      return Status::InvalidArgument("zip entry '" + Printable(e.name) +
+                                     "': size differs from its data");
     }
     // The same bound as the reader's (kMaxZipDataBytes), so every archive
     // that opens plans, and the cursor, headers included, stays below 2^62.
     auto total = CheckedAdd(data_bytes, e.size, kMaxZipDataBytes);
     if (!total) {
-      return Status::InvalidArgument("zip entry '" + e.name + "' of " + std::to_string(e.size) +
+      return Status::InvalidArgument("zip entry '" + Printable(e.name) + "' of " +
+                                     std::to_string(e.size) +
                                      " bytes makes the records more than 2^61 bytes in all");
     }
     data_bytes = *total;

@@ -118,6 +118,15 @@ std::string AddTorchRecord(const std::string& bytes, const std::string& relative
   });
 }
 
+std::string ReplaceTorchRecord(const std::string& bytes, const std::string& relative_name,
+                               const std::string& data) {
+  return RewriteRecords(bytes, [&](const std::string& prefix, std::vector<ZipEntrySpec>* specs) {
+    for (ZipEntrySpec& e : *specs) {
+      if (e.name == prefix + "/" + relative_name) e = {e.name, data.size(), data, 0};
+    }
+  });
+}
+
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {
   std::string out;
   for (const Extent& e : extents) {

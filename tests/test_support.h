@@ -47,6 +47,10 @@ std::string RepackTorchFile(const std::string& bytes,
 std::string AddTorchRecord(const std::string& bytes, const std::string& relative_name,
                            const std::string& data);
 
+// The same file with the stored record `relative_name` holding `data`.
+std::string ReplaceTorchRecord(const std::string& bytes, const std::string& relative_name,
+                               const std::string& data);
+
 // The bytes of `extents` of `ckpt`'s source files, concatenated.
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
 

@@ -45,6 +45,15 @@ std::optional<RankFileName> ParseRankFileName(std::string_view name);
 std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
                             uint32_t mp_rank = 0);
 
+// torch.save names a zip archive's top folder after the file it writes
+// ("zero_pp_rank_1_mp_rank_00_optim_states/data.pkl"), so a rank file
+// renamed or swapped with another still says which it was. An error naming
+// both files when `archive_prefix` names another rank file than `path`'s
+// own name; OK when it names none ("archive", from a save to a file object;
+// legacy files have no folder).
+Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& path,
+                             std::string_view archive_prefix);
+
 Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                            const std::optional<std::string>& tag = std::nullopt);
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ucfs/pickle.h"
+#include "ucfs/status.h"
 
 namespace ucfs {
 
@@ -17,10 +18,16 @@ struct DescribeOptions {
   bool storage_details = true;
   // Containers longer than this are cut, with a count of what was left out.
   size_t max_items = 64;
+  // A pickle's memo lets one value be referenced from many places, so a few
+  // KB can stand for a tree of 64^k values ("billion laughs"): rendering
+  // stops with an error past this many bytes of output or values shown.
+  size_t max_output_bytes = size_t{64} << 20;
+  size_t max_values = size_t{1} << 22;
 };
 
-std::string Describe(const pickle::Document& doc, pickle::NodeId id,
-                     const DescribeOptions& options = {});
+// The rendering, or an error when it would pass the options' bounds.
+Result<std::string> Describe(const pickle::Document& doc, pickle::NodeId id,
+                             const DescribeOptions& options = {});
 
 }  // namespace ucfs
 

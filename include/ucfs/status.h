@@ -85,6 +85,18 @@ class Status {
 
 std::string_view CodeName(Status::Code code);
 
+// `s` made safe to show on a terminal and in a log line: control characters
+// (C0, DEL, and UTF-8-encoded C1, which terminals may obey as escape
+// sequences), NUL (which would cut a C string) and backslashes are escaped
+// as \xNN / \\, and text past `max_bytes` is cut with a note of the full
+// length. For names from files (parameter names, record names, `latest`)
+// wherever they go into a message.
+std::string Printable(std::string_view s, size_t max_bytes = 256);
+// A whole message made safe for a terminal: control characters (but not the
+// newlines of a multi-line report when `keep_newlines`) escaped as \xNN,
+// nothing cut, backslashes kept (the names in it were escaped by Printable).
+std::string TerminalSafe(std::string_view message, bool keep_newlines = false);
+
 // A value or the Status explaining why there is none.
 template <typename T>
 class [[nodiscard]] Result {

@@ -68,6 +68,16 @@ ContainerStyle StyleOf(const TorchFileSummary& summary);
 // error naming the file for a `byteorder` record (torch >= 2.1) other than
 // "little".
 Status CheckByteOrder(const TorchFileSummary& summary);
+
+// torch.load's own checks of a zip file's records, which ucfs must not be
+// more lenient than (a file ucfs serves or calls OK must load): the version
+// record (`.data/version`, else `version`) is a number in torch's supported
+// range, kMinSupportedFileFormatVersion..kMaxSupportedFileFormatVersion of
+// caffe2/serialize/versions.h, and the byte order is little-endian
+// (CheckByteOrder). Legacy (non-zip) files have no version record.
+inline constexpr uint64_t kMinTorchFileFormatVersion = 1;
+inline constexpr uint64_t kMaxTorchFileFormatVersion = 10;
+Status CheckTorchLoadable(const TorchFileSummary& summary);
 std::string_view StyleName(const ContainerStyle& style);
 
 // Reads a file's zip directory, data.pkl and small records (or the same of

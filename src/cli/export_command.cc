@@ -25,7 +25,8 @@ int RunExport(const ExportArgs& a) {
   }
   auto opened = OpenView(request);
   if (!opened.ok()) {
-    std::fprintf(stderr, "ucfs export: %s\n", opened.status().message().c_str());
+    std::fprintf(stderr, "ucfs export: %s\n",
+                 ucfs::TerminalSafe(opened.status().message()).c_str());
     return 1;
   }
   const std::vector<std::string> roots =
@@ -38,13 +39,13 @@ int RunExport(const ExportArgs& a) {
   for (const auto& [path, placement] : targets) {
     Status s = CheckPlacement(*opened->checkpoint, "the output", path, placement);
     if (!s.ok()) {
-      std::fprintf(stderr, "ucfs export: %s\n", s.message().c_str());
+      std::fprintf(stderr, "ucfs export: %s\n", ucfs::TerminalSafe(s.message()).c_str());
       return 2;
     }
   }
   auto files = ListExport(*opened->view, roots);
   if (!files.ok()) {
-    std::fprintf(stderr, "ucfs export: %s\n", files.status().message().c_str());
+    std::fprintf(stderr, "ucfs export: %s\n", ucfs::TerminalSafe(files.status().message()).c_str());
     return 1;
   }
   uint64_t total = 0;
@@ -56,7 +57,7 @@ int RunExport(const ExportArgs& a) {
   options.on_bytes = [&](uint64_t n) { progress.Add(n); };
   auto stats = Export(*opened->view, out, *files, options);
   if (!stats.ok()) {
-    progress.Finish("ucfs export: " + stats.status().message() +
+    progress.Finish("ucfs export: " + ucfs::TerminalSafe(stats.status().message()) +
                     " (files already written stay; run it again to go on)");
     return 1;
   }

@@ -64,7 +64,7 @@ void SetUpLogging(int verbosity, const std::string& log_file, bool daemon) {
 }
 
 int Fail(const char* command, const ucfs::Status& s) {
-  std::fprintf(stderr, "ucfs %s: %s\n", command, s.message().c_str());
+  std::fprintf(stderr, "ucfs %s: %s\n", command, ucfs::TerminalSafe(s.message()).c_str());
   return kExitCheckpointError;
 }
 
@@ -76,7 +76,9 @@ int RunInspect(const std::string& path, const std::optional<std::string>& tag, b
   auto ckpt = ucfs::Checkpoint::Open(*source->env, source->path, options);
   if (!ckpt.ok()) return Fail("inspect", ckpt.status());
   if (json) {
-    std::cout << ucfs::InspectJson(*ckpt).dump(2) << "\n";
+    std::cout << ucfs::InspectJson(*ckpt).dump(2, ' ', false,
+                                               nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << ucfs::InspectText(*ckpt);
   }
@@ -89,7 +91,9 @@ int RunShow(const std::string& path) {
   if (!summary.ok()) return Fail("show", summary.status());
   auto doc = ucfs::pickle::Parse(summary->pickle);
   if (!doc.ok()) return Fail("show", doc.status().Annotate(path + ": data.pkl"));
-  std::cout << ucfs::Describe(*doc, doc->root());
+  auto shown = ucfs::Describe(*doc, doc->root());
+  if (!shown.ok()) return Fail("show", shown.status().Annotate(path + ": data.pkl"));
+  std::cout << *shown;
   return 0;
 }
 
@@ -121,7 +125,7 @@ int RunMount(MountArgs a, int verbosity) {
                          ucfs::cli::CheckPlacement(*shared, "the mountpoint", mountpoint,
                                                    ucfs::cli::Placement::kApart)}) {
     if (!s.ok()) {
-      std::fprintf(stderr, "ucfs mount: %s\n", s.message().c_str());
+      std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(s.message()).c_str());
       return kExitUsage;
     }
   }
@@ -132,7 +136,7 @@ int RunMount(MountArgs a, int verbosity) {
     ucfs::Status placed =
         ucfs::cli::CheckPlacement(*shared, "--upper", upper, ucfs::cli::Placement::kApart);
     if (!placed.ok()) {
-      std::fprintf(stderr, "ucfs mount: %s\n", placed.message().c_str());
+      std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(placed.message()).c_str());
       return kExitUsage;
     }
     // The consolidated weights are shown read-only, --upper or not.

@@ -50,26 +50,27 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string VerifyText(const VerifyReport& r) {
   std::string out;
-  out += "checkpoint  " + r.tag_dir + "\n";
+  out += "checkpoint  " + TerminalSafe(r.tag_dir) + "\n";
   out += "world size  " + std::to_string(r.world_size) + "\n";
   out += "step        " + (r.step ? Step(*r.step) : std::string("-")) + "\n";
   out += "rank files  " + std::to_string(r.files_checked) + "\n";
   if (r.scanned) {
     out += "scanned     " + Plural(r.params, "param", "params") + " x " +
-           Plural(r.states.size(), "state", "states") + " (" + Join(r.states, ", ") + "), " +
-           Progress::Bytes(static_cast<double>(r.bytes_scanned)) + " of valid elements\n";
+           Plural(r.states.size(), "state", "states") + " (" + TerminalSafe(Join(r.states, ", ")) +
+           "), " + Progress::Bytes(static_cast<double>(r.bytes_scanned)) + " of valid elements\n";
   } else {
     out += "scanned     nothing: the NaN/Inf scan needs the checkpoint to open as a whole\n";
   }
   if (!r.problems.empty()) out += "\n";
-  for (const VerifyProblem& p : r.problems) out += p.file + ": " + p.message + "\n";
+  for (const VerifyProblem& p : r.problems)
+    out += TerminalSafe(p.file) + ": " + TerminalSafe(p.message) + "\n";
   if (!r.nonfinite.empty()) {
     std::vector<std::vector<std::string>> rows{{"param", "state", "NaN", "Inf", "ranks"}};
     for (const NonFiniteCount& n : r.nonfinite) {
       std::vector<std::string> ranks;
       for (const auto& pr : n.ranks) ranks.push_back(std::to_string(pr.rank));
-      rows.push_back(
-          {n.param, n.state, std::to_string(n.nan), std::to_string(n.inf), Join(ranks, " ")});
+      rows.push_back({Printable(n.param), Printable(n.state), std::to_string(n.nan),
+                      std::to_string(n.inf), Join(ranks, " ")});
     }
     out += "\nNaN/Inf by param and state (padding excluded):\n" + Table(rows);
   }
@@ -133,7 +134,8 @@ int RunVerify(const VerifyArgs& a) {
   auto report = source.ok() ? Verify(*source->env, source->path, options)
                             : Result<VerifyReport>(source.status());
   if (!report.ok()) {
-    std::fprintf(stderr, "ucfs verify: %s\n", report.status().message().c_str());
+    std::fprintf(stderr, "ucfs verify: %s\n",
+                 ucfs::TerminalSafe(report.status().message()).c_str());
     return 1;
   }
   if (progress) {
@@ -147,7 +149,8 @@ int RunVerify(const VerifyArgs& a) {
         Progress::Bytes(static_cast<double>(report->bytes_scanned) / std::max(s, 1e-9)) + "/s)");
   }
   if (a.json) {
-    std::cout << VerifyJson(*report).dump(2) << "\n";
+    std::cout << VerifyJson(*report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
   } else {
     std::cout << VerifyText(*report);
   }
