@@ -318,7 +318,7 @@ class CheckpointBuilder {
       for (const auto& [k, v] : *module) {
         auto name = doc.AsStr(k);
         if (!name || !HasParam(std::string(*name))) continue;
-        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
         if (t) {
           c_.lp_dtype_ = t->dtype;
           break;
@@ -346,6 +346,13 @@ class CheckpointBuilder {
       if (p.name == name) return true;
     }
     return false;
+  }
+
+  // MatchTensor, with the file named in its errors.
+  static Result<std::optional<TensorRef>> MatchIn(const TorchFile& tf, NodeId id) {
+    auto t = MatchTensor(*tf.doc, id);
+    if (!t.ok()) return t.status().Annotate(tf.path());
+    return t;
   }
 
   Result<TensorRef> RequireTensor(const TorchFile& tf, NodeId id, const std::string& what) {
@@ -448,7 +455,7 @@ class CheckpointBuilder {
       for (const auto& [name, v] : *entries) {
         auto n = doc.AsStr(name);
         if (!n) continue;
-        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
         if (t && t->shape.size() == 1 && t->numel() == flat.numel()) {
           c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
         }
@@ -527,7 +534,7 @@ class CheckpointBuilder {
         s.value = *num;
         s.dtype = doc.node(v).kind == Kind::kFloat ? DType::kFloat64 : DType::kInt64;
       } else {
-        UCFS_ASSIGN_OR_RETURN(auto t, MatchTensor(doc, v));
+        UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
         if (!t || t->numel() != 1 || !t->shape.empty()) continue;  // per-element, or not ours
         UCFS_ASSIGN_OR_RETURN(s.value, tf.ScalarValue(*t));
         UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(*t));

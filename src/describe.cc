@@ -141,7 +141,7 @@ class Describer {
     out_ += "]";
     if (t.requires_grad) out_ += ", requires_grad";
     if (options_.storage_details) {
-      out_ += ", storage '" + t.storage_key + "' " + t.location + " of " +
+      out_ += ", storage '" + Printable(t.storage_key) + "' " + Printable(t.location) + " of " +
               std::to_string(t.storage_numel);
       if (t.storage_offset) out_ += " at " + std::to_string(t.storage_offset);
     }

@@ -11,11 +11,9 @@ namespace {
 // holding the level below 10 times, through the memo. 3.9 KB of such a
 // pickle made `ucfs show` grow without bound and abort on bad_alloc.
 std::string BillionLaughs(int levels) {
-  std::string p = "\x80\x02";
-  p += "X\x03\x00\x00\x00lol";  // BINUNICODE 'lol'
-  p += "q\x00";                 // BINPUT 0
+  std::string p("\x80\x02X\x03\x00\x00\x00lolq\x00", 12);  // BINUNICODE 'lol', BINPUT 0
   for (int level = 1; level <= levels; ++level) {
-    p += "(";  // MARK
+    p += "0(";  // POP the level below (it stays in the memo), MARK
     for (int i = 0; i < 10; ++i) {
       p += "h";  // BINGET level - 1
       p += static_cast<char>(level - 1);

@@ -230,8 +230,16 @@ namespace {
 
 void QuoteInto(std::string* out, std::string_view s) {
   out->push_back('\'');
-  for (char c : s) {
-    if (c == '\'' || c == '\\') {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const auto next = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+    if (static_cast<unsigned char>(c) == 0xc2 && next >= 0x80 && next <= 0x9f) {
+      // A C1 control (U+0080..U+009F), as Python's repr shows it.
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", next);
+      out->append(buf);
+      ++i;
+    } else if (c == '\'' || c == '\\') {
       out->push_back('\\');
       out->push_back(c);
     } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {

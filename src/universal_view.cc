@@ -14,6 +14,9 @@ using pickle::NodeId;
 
 namespace {
 
+// NAME_MAX of Linux file systems, and of FUSE's readdir.
+constexpr size_t kMaxNameBytes = 255;
+
 // "0-3", or "0-1" when the last ranks hold only padding.
 std::string RanksText(uint64_t numel, uint32_t world) {
   uint32_t last = 0;
@@ -86,6 +89,14 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
                                      Printable(param.name) +
                                      "' cannot be a directory name (it contains '/' or NUL, or "
                                      "is empty, '.' or '..')");
+    }
+    // ds_to_universal.py makes the same directory; past NAME_MAX no file
+    // system (and no FUSE readdir) can hold it.
+    if (param.name.size() > kMaxNameBytes) {
+      return Status::InvalidArgument(
+          files.model_files[0] + ": parameter name '" + Printable(param.name, 64) + "' is " +
+          std::to_string(param.name.size()) + " bytes, longer than a directory name may be (" +
+          std::to_string(kMaxNameBytes) + "): the universal view cannot show it");
     }
     UCFS_ASSIGN_OR_RETURN(InodeId pdir, view->AddDirectory(zero, param.name));
     for (size_t s = 0; s < ckpt->states().size(); ++s) {

@@ -222,11 +222,29 @@ class Verifier {
       }
       return where;
     };
+    std::vector<bool> seen(d.size());
+    // Only containers and objects can be or hold tensors: scalars and
+    // strings are never pushed (a list of millions of them would otherwise
+    // cost a path step each).
+    auto may_hold_tensors = [&](NodeId id) {
+      if (id >= d.size() || seen[id]) return false;
+      switch (d.node(id).kind) {
+        case pickle::Kind::kTuple:
+        case pickle::Kind::kList:
+        case pickle::Kind::kDict:
+        case pickle::Kind::kSet:
+        case pickle::Kind::kFrozenSet:
+        case pickle::Kind::kReduce:
+        case pickle::Kind::kNewObj:
+          return true;
+        default:
+          return false;
+      }
+    };
     auto child = [&](size_t parent, std::string label) {
       steps.push_back({parent, std::move(label)});
       return steps.size() - 1;
     };
-    std::vector<bool> seen(d.size());
     std::vector<std::pair<NodeId, size_t>> stack{{d.root(), 0}};
     while (!stack.empty()) {
       auto [id, step] = stack.back();
@@ -261,7 +279,7 @@ class Verifier {
       }
       if (auto items = d.MappingItems(id)) {
         for (auto it = items->rbegin(); it != items->rend(); ++it) {
-          if (it->second < d.size() && seen[it->second]) continue;
+          if (!may_hold_tensors(it->second)) continue;
           auto key = d.AsStr(it->first);
           stack.emplace_back(
               it->second,
@@ -270,7 +288,7 @@ class Verifier {
         }
       } else if (auto seq = d.SequenceItems(id)) {
         for (size_t i = seq->size(); i-- > 0;) {
-          if ((*seq)[i] < d.size() && seen[(*seq)[i]]) continue;
+          if (!may_hold_tensors((*seq)[i])) continue;
           stack.emplace_back((*seq)[i], child(step, "[" + std::to_string(i) + "]"));
         }
       }

@@ -69,7 +69,10 @@ struct Node {
 
 struct ParseLimits {
   uint64_t max_bytes = uint64_t{1} << 31;
-  uint64_t max_nodes = uint64_t{1} << 26;
+  // A node costs about 120 bytes, and one opcode byte can make one: 4M
+  // nodes (~500 MB) keeps a hostile pickle within a command's memory and is
+  // ~20 values per parameter for models of 200k parameters.
+  uint64_t max_nodes = uint64_t{1} << 22;
   // Nesting depth of containers; CPython's own recursion limit is 1000.
   uint32_t max_depth = 1000;
 };
