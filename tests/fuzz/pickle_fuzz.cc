@@ -4,13 +4,17 @@
 // must survive Write -> Parse -> Write unchanged: the writer promises
 // CPython's canonical protocol-2 bytes, so writing twice is idempotent.
 // MatchTensor and Repr run on every node, reachable from the root or not,
-// because they are the first things to see an untrusted data.pkl.
+// because they are the first things to see an untrusted data.pkl. Describe
+// (`ucfs show`) renders the root within its bounds, or refuses, and what it
+// renders holds no raw control character but newlines: names from the file
+// must reach a terminal escaped.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
+#include "ucfs/describe.h"
 #include "ucfs/pickle.h"
 #include "ucfs/status.h"
 #include "ucfs/torch_tensor.h"
@@ -48,6 +52,28 @@ void WalkNodes(const Document& doc) {
     if (i % repr_stride == 0) sink += doc.Repr(id, 200).size();
   }
   sink += doc.Repr(doc.root(), 200).size();
+  ucfs::DescribeOptions options;
+  options.max_values = size_t{1} << 16;
+  options.max_output_bytes = size_t{1} << 20;
+  auto shown = ucfs::Describe(doc, doc.root(), options);
+  if (shown.ok()) {
+    // The bound is checked before each value is rendered; one value adds at
+    // most a cut Repr and a tensor line on top of it.
+    if (shown->size() > options.max_output_bytes + (size_t{1} << 16)) {
+      Fail("Describe went past its output bound",
+           ucfs::Status::Corruption(std::to_string(shown->size()) + " bytes"));
+    }
+    for (size_t i = 0; i < shown->size(); ++i) {
+      const auto c = static_cast<unsigned char>((*shown)[i]);
+      const auto next = i + 1 < shown->size() ? static_cast<unsigned char>((*shown)[i + 1]) : 0;
+      if ((c < 0x20 && c != '\n') || c == 0x7f || (c == 0xc2 && next >= 0x80 && next <= 0x9f)) {
+        Fail("Describe printed a raw control character",
+             ucfs::Status::Corruption("byte " + std::to_string(i) + ": " +
+                                      ucfs::Printable(shown->substr(i > 40 ? i - 40 : 0, 80))));
+      }
+    }
+    sink += shown->size();
+  }
   // Keeps the calls from being optimised away.
   if (sink == 0xdeadbeefdeadbeefULL) std::fputc('\0', stderr);
 }

@@ -654,6 +654,17 @@ def _(tag, root):
     edit(optim(tag, 1), fn)
 
 
+@case("pickles", "deep_and_wide_keys", "990 nested dicts with 200-byte keys and 300 entries each")
+def _(tag, root):
+    # Before verify kept paths as parent links, this cost 60 s and 22 GB.
+    def fn(tree, _):
+        x = tv.Lst([])
+        for i in range(990):
+            x = tv.Dct([[tv.Str("k" * 200 + str(i)), x]] + [[tv.Str(f"t{j}"), tv.Tup([])] for j in range(300)])
+        dict_set(tree, "deep", x)
+    edit(optim(tag, 1), fn)
+
+
 @case("pickles", "wide_inside_checkpoint", "200000 tensors-looking values in rank 1's optimizer file")
 def _(tag, root):
     def fn(tree, _):
