@@ -211,7 +211,8 @@ class CheckpointBuilder {
     if (!loaded.ok()) return loaded.status().WithFile(path);
     TorchFile tf = std::move(loaded).value();
     if (!tf.summary.legacy) {
-      UCFS_RETURN_IF_ERROR(CheckRankFileIdentity(c_.files_, path, tf.summary.prefix).WithFile(path));
+      UCFS_RETURN_IF_ERROR(
+          CheckRankFileIdentity(c_.files_, path, tf.summary.prefix).WithFile(path));
     }
     c_.sources_[index] = SourceFile{path, tf.summary.identity, tf.summary.access};
     return tf;
