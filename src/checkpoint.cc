@@ -164,6 +164,9 @@ class CheckpointBuilder {
   // params x ranks) a checkpoint may have: 16M, far beyond any real run
   // (4096 ranks x 1000 sub-groups x 4 states), and 400 MB of slots.
   static constexpr uint64_t kMaxSlots = uint64_t{1} << 24;
+  // Per-element optimizer states (exp_avg, exp_avg_sq, ...) a checkpoint may
+  // have: each is looked up by name in every rank's every sub-group.
+  static constexpr size_t kMaxStates = 64;
 
   CheckpointBuilder(Env& env, TorchFileSource& source) : env_(env), source_(source) {}
 
@@ -458,6 +461,12 @@ class CheckpointBuilder {
         if (!n) continue;
         UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
         if (t && t->shape.size() == 1 && t->numel() == flat.numel()) {
+          // Adam has 2, the optimizers DeepSpeed knows at most a few; every
+          // rank and sub-group is then searched for each by name.
+          if (c_.states_.size() > kMaxStates) {
+            return tf.Error("optimizer state[0] has more than " + std::to_string(kMaxStates) +
+                            " per-element states");
+          }
           c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
         }
       }
