@@ -120,7 +120,7 @@ Result<TorchFileSummary> SummaryIndex::Summarize(const std::string& path) {
     mdb_txn_abort(txn);
   }
   // A full or read-only index costs speed, not correctness.
-  if (rc != 0) spdlog::warn("index: cannot store {}: {}", path, mdb_strerror(rc));
+  if (rc != 0) spdlog::warn("index: cannot store {}: {}", TerminalSafe(path), mdb_strerror(rc));
   return summary;
 }
 

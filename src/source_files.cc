@@ -34,7 +34,7 @@ Status SourceFiles::Changed(uint32_t index, const SourceFile& src, const FileIde
     ReaderLock lock(mu_);
     reported = &entries_[index].reported;
   }
-  std::call_once(*reported, [&] { spdlog::error("{}", status.message()); });
+  std::call_once(*reported, [&] { spdlog::error("{}", TerminalSafe(status.message())); });
   return status;
 }
 
@@ -55,7 +55,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
     }
     auto opened = env_.Open(src.path);
     if (!opened.ok()) {
-      spdlog::error("{}", opened.status().message());
+      spdlog::error("{}", TerminalSafe(opened.status().message()));
       return Status::Posix(EIO, opened.status().message()).WithFile(src.path);
     }
     WriterLock lock(mu_);

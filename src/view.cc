@@ -95,14 +95,14 @@ View::Node* View::Find(InodeId inode) {
 
 Result<InodeId> View::AddNodeLocked(InodeId parent, std::string_view name, Node node) {
   if (!IsSafePathComponent(name)) {
-    return Status::InvalidArgument("'" + std::string(name) + "' is not a safe file name");
+    return Status::InvalidArgument("'" + Printable(name) + "' is not a safe file name");
   }
   Node* p = Find(parent);
   if (p == nullptr || !p->is_dir) return Status::InvalidArgument("parent is not a directory");
   auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
                              [](const auto& c, std::string_view n) { return c.first < n; });
   if (it != p->children.end() && it->first == name) {
-    return Status::InvalidArgument("'" + std::string(name) + "' exists twice in one directory");
+    return Status::InvalidArgument("'" + Printable(name) + "' exists twice in one directory");
   }
   node.name = std::string(name);
   node.parent = parent;

@@ -37,7 +37,7 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     if (opened.ok()) {
       index = std::move(opened).value();
     } else {
-      spdlog::warn("{} (going on without the index)", opened.status().message());
+      spdlog::warn("{} (going on without the index)", TerminalSafe(opened.status().message()));
     }
   }
   CheckpointOptions options;

@@ -259,7 +259,7 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t of
   std::vector<ReadPiece> pieces;
   Status st = s.view->Plan(ino, begin, size, &pieces);
   if (!st.ok()) {
-    spdlog::error("read of inode {} at {}: {}", ino, offset, st.ToString());
+    spdlog::error("read of inode {} at {}: {}", ino, offset, TerminalSafe(st.ToString()));
     fuse_reply_err(req, EIO);
     return;
   }
