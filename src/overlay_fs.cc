@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "ucfs/read_only_fs.h"
+
 namespace ucfs {
 namespace {
 
@@ -116,17 +118,7 @@ struct stat OverlayFs::StatOf(const std::string& path, const Overlay::Entry& e, 
   } else {
     Attr a{};
     if (auto got = view_->GetAttr(e.lower); got.ok()) a = *got;
-    st.st_mode = ViewEntryMode(a);
-    st.st_nlink = a.is_dir ? 2 : 1;
-    st.st_size = static_cast<off_t>(a.size);
-    st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
-    st.st_uid = ViewEntryUid(a);
-    st.st_gid = ViewEntryGid(a);
-    st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
-    st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
-    st.st_atim = st.st_mtim;
-    st.st_ctim = st.st_mtim;
-    st.st_blksize = 128 << 10;
+    st = StatOfAttr(a);  // as the read-only mount shows it
   }
   // Read-only entries show so, and the kernel refuses writers (EACCES)
   // before asking.
