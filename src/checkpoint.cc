@@ -172,6 +172,10 @@ class CheckpointBuilder {
 
   Result<Checkpoint> Build(const std::string& path, const CheckpointOptions& options) {
     UCFS_ASSIGN_OR_RETURN(c_.files_, DiscoverCheckpoint(env_, path, options.tag));
+    // DeepSpeed saves model states per rank at stage 3 only (engine.py
+    // _get_ckpt_name); each rank file then says which optimizer wrote it.
+    c_.partitioning_ =
+        c_.files_.model_per_rank ? Partitioning::kPerParam : Partitioning::kFlatGroup;
     const uint32_t w = c_.world_size();
     c_.sources_.resize(2 * static_cast<size_t>(w));
 
@@ -183,15 +187,22 @@ class CheckpointBuilder {
     for (uint32_t r = 0; r < w; ++r) {
       const std::string& optim_path = c_.files_.optim_files[r];
       UCFS_ASSIGN_OR_RETURN(TorchFile optim, Load(r, optim_path));
-      UCFS_RETURN_IF_ERROR(ReadOptimizerStates(r, optim).WithFile(optim_path));
+      UCFS_RETURN_IF_ERROR((flat_groups() ? ReadFlatGroupOptimizerStates(r, optim)
+                                          : ReadOptimizerStates(r, optim))
+                               .WithFile(optim_path));
       if (r == 0) {
         c_.rank0_optim_ = optim.doc;
         c_.container_style_ = StyleOf(optim.summary);
         c_.rank0_optim_summary_ = std::make_shared<TorchFileSummary>(std::move(optim.summary));
       }
     }
-    UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0).WithFile(model0_path));
-    UCFS_RETURN_IF_ERROR(ReadBuffers(model0).WithFile(model0_path));
+    if (flat_groups()) {
+      UCFS_RETURN_IF_ERROR(ReadBuffers(model0).WithFile(model0_path));
+      UCFS_RETURN_IF_ERROR(ReadWholeFrozenParams(model0).WithFile(model0_path));
+    } else {
+      UCFS_RETURN_IF_ERROR(ReadFrozenFragments(model0).WithFile(model0_path));
+      UCFS_RETURN_IF_ERROR(ReadBuffers(model0).WithFile(model0_path));
+    }
     c_.rank0_model_ = model0.doc;
     c_.rank0_model_summary_ = std::make_shared<TorchFileSummary>(std::move(model0.summary));
     // Model files read for nothing else are still sources (passed through).
@@ -221,6 +232,8 @@ class CheckpointBuilder {
     return tf;
   }
 
+  bool flat_groups() const { return c_.partitioning_ == Partitioning::kFlatGroup; }
+
   // Rank 0's model states: the parameter table's names and shapes, frozen
   // and tied params, and run metadata.
   Status ReadModelStates(const TorchFile& tf) {
@@ -231,9 +244,7 @@ class CheckpointBuilder {
     const NodeId shapes = doc.Get(root, "param_shapes");
     auto groups = doc.SequenceItems(shapes);
     if (!groups) {
-      return tf.Error(
-          "no 'param_shapes' list: not a ZeRO-3 model-states file (ZeRO stage 0-2 "
-          "checkpoints are not supported)");
+      return tf.Error("no 'param_shapes' list: not the model states of a ZeRO checkpoint");
     }
     for (NodeId group : *groups) {
       auto items = doc.MappingItems(group);
@@ -262,7 +273,9 @@ class CheckpointBuilder {
         p.partition_numel = PartitionNumel(p.numel, c_.world_size());
         p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
         p.offset = offset;
-        auto next = CheckedAdd(offset, p.partition_numel, kMaxFileQuantity / 16);
+        // ZeRO-3 packs each param's slot, ZeRO-1/2 the whole param.
+        auto next = CheckedAdd(offset, flat_groups() ? p.numel : p.partition_numel,
+                               kMaxFileQuantity / 16);
         if (!next) {
           return tf.Error("sub-group " + std::to_string(c_.sub_groups_.size()) +
                           " holds more than 2^58 elements per rank (at '" + Printable(p.name) +
@@ -272,9 +285,22 @@ class CheckpointBuilder {
         sg.params.push_back(static_cast<uint32_t>(c_.params_.size()));
         c_.params_.push_back(std::move(p));
       }
-      sg.partition_numel = offset;
+      if (flat_groups()) {
+        // Stage 1/2: one flat buffer per param group, sub-group k = group k.
+        sg.param_group = static_cast<uint32_t>(c_.sub_groups_.size());
+        sg.numel = offset;
+        sg.partition_numel = FlatPartitionNumel(offset, c_.world_size());
+        for (uint32_t p : sg.params) {
+          c_.params_[p].partition_numel = sg.partition_numel;
+          c_.params_[p].param_group = sg.param_group;
+        }
+      } else {
+        sg.partition_numel = offset;
+        for (uint32_t p : sg.params) sg.numel += c_.params_[p].numel;
+      }
       c_.sub_groups_.push_back(std::move(sg));
     }
+    if (flat_groups()) c_.param_group_count_ = static_cast<uint32_t>(c_.sub_groups_.size());
 
     if (auto frozen = doc.MappingItems(doc.Get(root, "frozen_param_shapes"))) {
       for (const auto& [k, v] : *frozen) {
@@ -291,7 +317,7 @@ class CheckpointBuilder {
         f.name = std::string(*name);
         f.shape = std::move(*shape);
         f.numel = *numel;
-        f.partition_numel = PartitionNumel(f.numel, c_.world_size());
+        f.partition_numel = flat_groups() ? f.numel : PartitionNumel(f.numel, c_.world_size());
         c_.frozen_.push_back(std::move(f));
       }
     }
@@ -373,10 +399,14 @@ class CheckpointBuilder {
     if (!doc.MappingItems(osd)) return tf.Error("no 'optimizer_state_dict' dict");
     auto stage = DecodeZeroStage(doc, doc.Get(osd, "zero_stage"));
     if (!stage) return tf.Error("no readable 'zero_stage'");
-    if (rank == 0) c_.zero_stage_ = *stage;
+    if (rank == 0) {
+      c_.zero_stage_ = *stage;
+      c_.optimizer_class_ = "DeepSpeedZeroOptimizer_Stage3";
+    }
     if (*stage != 3) {
-      return Status::NotSupported(tf.path() + ": zero_stage is " + std::to_string(*stage) +
-                                  "; ucfs supports ZeRO stage 3 checkpoints only");
+      return tf.Error("zero_stage is " + std::to_string(*stage) +
+                      ", but the tag directory has a model-states file per rank, as only ZeRO "
+                      "stage 3 saves them");
     }
     const NodeId pc = doc.Get(osd, "partition_count");
     std::optional<int64_t> partition_count = doc.AsInt(pc);
@@ -405,70 +435,190 @@ class CheckpointBuilder {
     const NodeId state = doc.Get(inner, "state");
     auto state_items = doc.MappingItems(state);
 
-    if (rank == 0) {
-      UCFS_RETURN_IF_ERROR(DefineStates(
-          tf, (*flats)[0], state_items.value_or(std::vector<std::pair<NodeId, NodeId>>{})));
-      UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
-      // One slot per rank, sub-group and state: bounded before allocating,
-      // as every count comes from the files.
-      auto slots = CheckedMul<uint64_t>(c_.world_size(), groups);
-      if (slots) slots = CheckedMul<uint64_t>(*slots, c_.states_.size(), kMaxSlots);
-      if (!slots) {
-        return tf.Error(std::to_string(groups) + " sub-groups of " +
-                        std::to_string(c_.states_.size()) + " states at world size " +
-                        std::to_string(c_.world_size()) + " are more than " +
-                        std::to_string(kMaxSlots) + " flat buffers in all");
-      }
-      c_.flat_slots_.resize(*slots);
-      c_.scalars_.resize(groups);
-    }
-    for (size_t k = 0; k < groups; ++k) {
-      const std::string where = "fp32_flat_groups[" + std::to_string(k) + "]";
-      UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, (*flats)[k], where));
-      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, 0, flat, where));
-      NodeId per_group = pickle::kNoNode;
+    // torch.optim keys the state of sub-group k by k.
+    auto per_group = [&](size_t k) {
+      NodeId found = pickle::kNoNode;
       if (state_items) {
         for (const auto& [key, value] : *state_items) {
-          if (doc.AsInt(key) == static_cast<int64_t>(k)) per_group = value;
+          if (doc.AsInt(key) == static_cast<int64_t>(k)) found = value;
         }
       }
+      return found;
+    };
+    if (rank == 0) {
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat0,
+                            RequireTensor(tf, (*flats)[0], "fp32_flat_groups[0]"));
+      UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, per_group(0), flat0.numel(), flat0.numel()));
+      UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
+      UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
+    }
+    return ReadFlatBuffers(rank, tf, *flats, "fp32_flat_groups", per_group);
+  }
+
+  // One rank's optimizer file at ZeRO stage 1 or 2: per param group, its
+  // partition of the fp32 weights (single_partition_of_fp32_groups) and of
+  // the base optimizer's states (base_optimizer_state).
+  Status ReadFlatGroupOptimizerStates(uint32_t rank, const TorchFile& tf) {
+    const Document& doc = *tf.doc;
+    const NodeId osd = doc.Get(doc.root(), "optimizer_state_dict");
+    if (!doc.MappingItems(osd)) return tf.Error("no 'optimizer_state_dict' dict");
+    // DeepSpeedZeroOptimizer records its stage; BF16_Optimizer does not (its
+    // stage is the config's: 0 or 1).
+    int stage = 0;
+    std::string optimizer_class;
+    if (const NodeId zs = doc.Get(osd, "zero_stage"); zs != pickle::kNoNode) {
+      auto decoded = DecodeZeroStage(doc, zs);
+      if (!decoded) return tf.Error("no readable 'zero_stage'");
+      stage = *decoded;
+      optimizer_class = "DeepSpeedZeroOptimizer";
+      if (stage == 3) {
+        return tf.Error("zero_stage is 3, but the tag directory has " + SharedModelFileName() +
+                        " and no per-rank model states, as only ZeRO stages 0-2 save them");
+      }
+    } else {
+      const NodeId zero_cfg = doc.Get(doc.Get(doc.root(), "ds_config"), "zero_optimization");
+      stage = static_cast<int>(doc.AsInt(doc.Get(zero_cfg, "stage")).value_or(0));
+      optimizer_class = "BF16_Optimizer";
+    }
+    if (rank == 0) {
+      c_.zero_stage_ = stage;
+      c_.optimizer_class_ = optimizer_class;
+    } else if (optimizer_class != c_.optimizer_class_ || stage != c_.zero_stage_) {
+      return tf.Error("written by " + optimizer_class + " at ZeRO stage " + std::to_string(stage) +
+                      ", but rank 0's by " + c_.optimizer_class_ + " at stage " +
+                      std::to_string(c_.zero_stage_) + ": files of different runs");
+    }
+
+    // One count per param group; expert (MoE) groups may be partitioned over
+    // fewer ranks than the others.
+    const NodeId pc = doc.Get(osd, "partition_count");
+    std::vector<NodeId> counts;
+    if (auto items = doc.SequenceItems(pc)) {
+      counts = *items;
+    } else if (doc.AsInt(pc)) {
+      counts = {pc};
+    }
+    if (counts.empty()) return tf.Error("no 'partition_count'");
+    for (NodeId id : counts) {
+      auto count = doc.AsInt(id);
+      if (!count) return tf.Error("partition_count holds " + doc.Repr(id, 40) + ", not a number");
+      if (*count != static_cast<int64_t>(c_.world_size())) {
+        return tf.Error("inconsistent world size: partition_count is " + doc.Repr(pc, 80) +
+                        " but the tag directory has " + std::to_string(c_.world_size()) +
+                        " ranks of optimizer files (param groups partitioned over fewer ranks, "
+                        "as MoE expert groups are, are not supported)");
+      }
+    }
+
+    auto flats = doc.SequenceItems(doc.Get(osd, "single_partition_of_fp32_groups"));
+    if (!flats) return tf.Error("no 'single_partition_of_fp32_groups' list");
+    const size_t groups = c_.sub_groups_.size();
+    if (flats->size() != groups) {
+      return tf.Error(std::to_string(flats->size()) +
+                      " single_partition_of_fp32_groups, but param_shapes in " +
+                      std::string(BaseName(c_.files_.model_files[0])) + " has " +
+                      std::to_string(groups) + " param groups");
+    }
+    if (groups == 0) return tf.Error("no trainable parameters: param_shapes is empty");
+
+    // base_optimizer_state is torch's optimizer.state_dict() ({'state': {k:
+    // ...}, 'param_groups': [...]}), or with elastic_checkpoint a list of
+    // each group's state without its padding.
+    const NodeId base = doc.Get(osd, "base_optimizer_state");
+    std::optional<std::vector<std::pair<NodeId, NodeId>>> state_items;
+    std::optional<std::vector<NodeId>> elastic_items;
+    if (doc.MappingItems(base)) {
+      state_items = doc.MappingItems(doc.Get(base, "state"));
+    } else {
+      elastic_items = doc.SequenceItems(base);
+      if (!elastic_items) return tf.Error("no 'base_optimizer_state' dict or list");
+    }
+    auto per_group = [&](size_t k) {
+      NodeId found = pickle::kNoNode;
+      if (elastic_items) {
+        if (k < elastic_items->size()) found = (*elastic_items)[k];
+      } else if (state_items) {
+        for (const auto& [key, value] : *state_items) {
+          if (doc.AsInt(key) == static_cast<int64_t>(k)) found = value;
+        }
+      }
+      return found;
+    };
+    if (rank == 0) {
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat0, RequireTensor(tf, (*flats)[0],
+                                                           "single_partition_of_fp32_groups[0]"));
+      const SubGroupInfo& g0 = c_.sub_groups_[0];
+      UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, per_group(0),
+                                        FlatValidNumel(g0.numel, c_.world_size(), 0),
+                                        g0.partition_numel));
+      UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
+    }
+    return ReadFlatBuffers(rank, tf, *flats, "single_partition_of_fp32_groups", per_group);
+  }
+
+  // One slot per rank, flat buffer and state: bounded before allocating, as
+  // every count comes from the files.
+  Status AllocateSlots(const TorchFile& tf) {
+    const size_t groups = c_.sub_groups_.size();
+    auto slots = CheckedMul<uint64_t>(c_.world_size(), groups);
+    if (slots) slots = CheckedMul<uint64_t>(*slots, c_.states_.size(), kMaxSlots);
+    if (!slots) {
+      return tf.Error(std::to_string(groups) + " flat buffers of " +
+                      std::to_string(c_.states_.size()) + " states at world size " +
+                      std::to_string(c_.world_size()) + " are more than " +
+                      std::to_string(kMaxSlots) + " in all");
+    }
+    c_.flat_slots_.resize(*slots);
+    c_.scalars_.resize(groups);
+    return Status::OK();
+  }
+
+  // Rank `rank`'s copy of every flat buffer: `flats[k]` holds the fp32
+  // weights of buffer k, per_group(k) the optimizer's state of it.
+  template <typename PerGroup>
+  Status ReadFlatBuffers(uint32_t rank, const TorchFile& tf, const std::vector<NodeId>& flats,
+                         const std::string& flats_name, const PerGroup& per_group) {
+    const Document& doc = *tf.doc;
+    for (size_t k = 0; k < c_.sub_groups_.size(); ++k) {
+      const std::string where = flats_name + "[" + std::to_string(k) + "]";
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, flats[k], where));
+      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, 0, flat, where));
+      const NodeId state = per_group(k);
       for (size_t s = 1; s < c_.states_.size(); ++s) {
         const std::string what =
             "optimizer state[" + std::to_string(k) + "]['" + Printable(c_.states_[s].name) + "']";
-        const NodeId v = doc.Get(per_group, c_.states_[s].name);
+        const NodeId v = doc.Get(state, c_.states_[s].name);
         if (v == pickle::kNoNode) return tf.Error("no " + what);
         UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(tf, v, what));
         UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, s, t, what));
       }
-      if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, per_group));
+      if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, state));
     }
     return Status::OK();
   }
 
-  // The per-element states, from rank 0's first sub-group: "fp32", then
-  // every state tensor shaped like the flat buffer, in the optimizer's order.
-  Status DefineStates(const TorchFile& tf, NodeId flat0,
-                      const std::vector<std::pair<NodeId, NodeId>>& state_items) {
-    UCFS_ASSIGN_OR_RETURN(TensorRef flat, RequireTensor(tf, flat0, "fp32_flat_groups[0]"));
+  // The per-element states, from rank 0's first flat buffer: "fp32", then
+  // every 1-D state tensor of a partition's length (between min_numel and
+  // max_numel elements), in the optimizer's order.
+  Status DefineStates(const TorchFile& tf, const TensorRef& flat, NodeId state0,
+                      uint64_t min_numel, uint64_t max_numel) {
     c_.states_.push_back({"fp32", flat.dtype, flat.requires_grad});
+    if (state0 == pickle::kNoNode) return Status::OK();
     const Document& doc = *tf.doc;
-    for (const auto& [key, value] : state_items) {
-      if (doc.AsInt(key) != 0) continue;
-      auto entries = doc.MappingItems(value);
-      if (!entries) return tf.Error("optimizer state[0] is not a dict");
-      for (const auto& [name, v] : *entries) {
-        auto n = doc.AsStr(name);
-        if (!n) continue;
-        UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
-        if (t && t->shape.size() == 1 && t->numel() == flat.numel()) {
-          // Adam has 2, the optimizers DeepSpeed knows at most a few; every
-          // rank and sub-group is then searched for each by name.
-          if (c_.states_.size() > kMaxStates) {
-            return tf.Error("optimizer state[0] has more than " + std::to_string(kMaxStates) +
-                            " per-element states");
-          }
-          c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
+    auto entries = doc.MappingItems(state0);
+    if (!entries) return tf.Error("optimizer state[0] is not a dict");
+    for (const auto& [name, v] : *entries) {
+      auto n = doc.AsStr(name);
+      if (!n) continue;
+      UCFS_ASSIGN_OR_RETURN(auto t, MatchIn(tf, v));
+      if (t && t->shape.size() == 1 && t->numel() >= min_numel && t->numel() <= max_numel) {
+        // Adam has 2, the optimizers DeepSpeed knows at most a few; every
+        // rank and sub-group is then searched for each by name.
+        if (c_.states_.size() > kMaxStates) {
+          return tf.Error("optimizer state[0] has more than " + std::to_string(kMaxStates) +
+                          " per-element states");
         }
+        c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
       }
     }
     return Status::OK();
@@ -512,7 +662,20 @@ class CheckpointBuilder {
   Status SetSlot(const TorchFile& tf, uint32_t rank, size_t k, size_t s, const TensorRef& t,
                  const std::string& what) {
     const SubGroupInfo& sg = c_.sub_groups_[k];
-    if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {
+    if (flat_groups()) {
+      // A partition may be saved without its padding (DeepSpeedZeroOptimizer
+      // drops it from the fp32 weights; elastic checkpoints from every
+      // state), never without a valid element.
+      const uint64_t valid = FlatValidNumel(sg.numel, c_.world_size(), rank);
+      if (t.shape.size() != 1 || t.numel() < valid || t.numel() > sg.partition_numel ||
+          !t.contiguous()) {
+        return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but param group " +
+                        std::to_string(k) + " (" + std::to_string(sg.numel) +
+                        " elements) has partitions of " + std::to_string(sg.partition_numel) +
+                        " at world size " + std::to_string(c_.world_size()) + ", " +
+                        std::to_string(valid) + " of them valid on rank " + std::to_string(rank));
+      }
+    } else if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {
       return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but sub-group " +
                       std::to_string(k) + "'s params need a flat buffer of " +
                       std::to_string(sg.partition_numel) + " elements at world size " +
@@ -608,6 +771,83 @@ class CheckpointBuilder {
     return Status::OK();
   }
 
+  // ZeRO-1/2 model states hold the whole model: a frozen parameter is its
+  // module entry (stage 2 also lists it in frozen_param_shapes and keeps a
+  // copy in frozen_param_fragments; stage 1 and BF16_Optimizer do neither,
+  // so there every module entry that is no trainable param, buffer or tied
+  // alias is one).
+  Status ReadWholeFrozenParams(const TorchFile& model0) {
+    const Document& doc = *model0.doc;
+    const NodeId root = doc.root();
+    auto module = doc.MappingItems(doc.Get(root, "module"));
+    std::vector<Checkpoint::Slot> found(c_.frozen_.size());
+    if (module) {
+      for (const auto& [k, v] : *module) {
+        auto name = doc.AsStr(k);
+        if (!name) return model0.Error("module holds a key that is not a string");
+        const std::string n(*name);
+        if (HasParam(n) || IsBuffer(n) || IsTiedAlias(n)) continue;
+        const std::string what = "module['" + Printable(n) + "']";
+        UCFS_ASSIGN_OR_RETURN(TensorRef t, RequireTensor(model0, v, what));
+        auto f = c_.FindFrozen(n);
+        if (!f) {
+          auto numel = CheckedNumel(t.shape);
+          if (!numel) return model0.Error(what + " has more than 2^58 elements");
+          UCFS_RETURN_IF_ERROR(CountElements(model0, n, *numel));
+          FrozenParamInfo info;
+          info.name = n;
+          info.shape = t.shape;
+          info.numel = *numel;
+          info.partition_numel = *numel;
+          c_.frozen_.push_back(std::move(info));
+          found.emplace_back();
+          f = c_.frozen_.size() - 1;
+        }
+        FrozenParamInfo& info = c_.frozen_[*f];
+        if (t.shape != info.shape || !t.contiguous()) {
+          return model0.Error("frozen param " + what + " has shape " + ShapeString(t.shape) +
+                              (t.contiguous() ? "" : " (not contiguous)") +
+                              ", but frozen_param_shapes says " + ShapeString(info.shape));
+        }
+        info.dtype = t.dtype;
+        UCFS_ASSIGN_OR_RETURN(uint64_t offset, model0.DataOffset(t));
+        found[*f] = {c_.world_size(), offset, true};  // rank 0's model file is source W
+      }
+    }
+    for (size_t f = 0; f < c_.frozen_.size(); ++f) {
+      if (!found[f].present) {
+        return model0.Error("frozen param '" + Printable(c_.frozen_[f].name) +
+                            "' of frozen_param_shapes is not in module");
+      }
+    }
+    // The whole tensor is "rank 0's fragment" (FlatGroup placement with
+    // P = numel puts every element on rank 0).
+    const uint32_t w = c_.world_size();
+    auto slots = CheckedMul<uint64_t>(c_.frozen_.size(), w, kMaxSlots);
+    if (!slots) {
+      return model0.Error(std::to_string(c_.frozen_.size()) + " frozen params at world size " +
+                          std::to_string(w) + " are more than " + std::to_string(kMaxSlots) +
+                          " fragments in all");
+    }
+    c_.frozen_slots_.assign(*slots, Checkpoint::Slot{});
+    for (size_t f = 0; f < c_.frozen_.size(); ++f) c_.frozen_slots_[f * w] = found[f];
+    return Status::OK();
+  }
+
+  bool IsBuffer(const std::string& name) const {
+    for (const auto& b : c_.buffers_) {
+      if (b.name == name) return true;
+    }
+    return false;
+  }
+
+  bool IsTiedAlias(const std::string& name) const {
+    for (const auto& t : c_.tied_) {
+      if (t.alias == name) return true;
+    }
+    return false;
+  }
+
   // Persistent buffers are real tensors in rank 0's module.
   Status ReadBuffers(const TorchFile& model0) {
     const Document& doc = *model0.doc;
@@ -664,21 +904,27 @@ std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
   return std::nullopt;
 }
 
-Status Checkpoint::MapSlices(uint64_t numel, uint32_t element_size, uint64_t slot_element_offset,
-                             const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
-                             std::vector<Extent>* out) const {
-  // numel * element_size fits: Open bounds every numel to 2^58 elements.
-  const uint64_t total = CheckedMul<uint64_t>(numel, element_size).value_or(0);
-  if (begin > end || end > total) {
-    return Status::InvalidArgument("byte range [" + std::to_string(begin) + ", " +
-                                   std::to_string(end) + ") outside a tensor of " +
-                                   std::to_string(total) + " bytes");
+std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partition_numel,
+                                                  uint64_t flat_offset, uint64_t first,
+                                                  uint64_t last) const {
+  if (partitioning_ == Partitioning::kPerParam) {
+    return SplitByRank(numel, world_size(), first, last);
   }
-  if (begin == end) return Status::OK();
-  // Whole elements covering the byte range, then trimmed back to bytes.
-  const uint64_t first = begin / element_size;
-  const uint64_t last = (end + element_size - 1) / element_size;
-  for (const RankPiece& piece : SplitByRank(numel, world_size(), first, last)) {
+  // The flat offsets fit: Open bounds every group to 2^58 elements.
+  std::vector<RankPiece> pieces =
+      SplitFlatByRank(partition_numel, flat_offset + first, flat_offset + last);
+  for (RankPiece& piece : pieces) piece.global_begin -= flat_offset;
+  return pieces;
+}
+
+Status Checkpoint::MapPieces(uint32_t element_size, uint64_t slot_element_offset,
+                             const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
+                             const std::vector<RankPiece>& pieces,
+                             std::vector<Extent>* out) const {
+  for (const RankPiece& piece : pieces) {
+    if (piece.rank >= world_size()) {
+      return Status::Corruption("a tensor's elements lie past the last rank's partition");
+    }
     const Slot* slot = slots + piece.rank * slot_stride;
     if (!slot->present) {
       return Status::NotFound("rank " + std::to_string(piece.rank) + "'s file is missing");
@@ -706,24 +952,54 @@ Status Checkpoint::MapSlices(uint64_t numel, uint32_t element_size, uint64_t slo
   return Status::OK();
 }
 
+namespace {
+
+// The whole elements covering bytes [begin, end) of a tensor of `numel`
+// elements, after checking the range.
+Result<std::pair<uint64_t, uint64_t>> ElementsCovering(uint64_t numel, uint32_t element_size,
+                                                       uint64_t begin, uint64_t end) {
+  // numel * element_size fits: Open bounds every numel to 2^58 elements.
+  const uint64_t total = CheckedMul<uint64_t>(numel, element_size).value_or(0);
+  if (begin > end || end > total) {
+    return Status::InvalidArgument("byte range [" + std::to_string(begin) + ", " +
+                                   std::to_string(end) + ") outside a tensor of " +
+                                   std::to_string(total) + " bytes");
+  }
+  return std::make_pair(begin / element_size, (end + element_size - 1) / element_size);
+}
+
+}  // namespace
+
 Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t end,
                             std::vector<Extent>* out) const {
   if (param >= params_.size() || state >= states_.size()) {
     return Status::InvalidArgument("no such parameter or state");
   }
   const ParamInfo& p = params_[param];
+  const uint32_t es = Info(states_[state].dtype).element_size;
+  UCFS_ASSIGN_OR_RETURN(auto elements, ElementsCovering(p.numel, es, begin, end));
+  if (begin == end) return Status::OK();
+  const bool per_param = partitioning_ == Partitioning::kPerParam;
   // Rank r's slot is flat_slots_[(r * groups + sub_group) * states + state].
   const size_t stride = sub_groups_.size() * states_.size();
-  return MapSlices(p.numel, Info(states_[state].dtype).element_size, p.offset,
-                   &flat_slots_[p.sub_group * states_.size() + state], stride, begin, end, out);
+  return MapPieces(
+      es, per_param ? p.offset : 0, &flat_slots_[p.sub_group * states_.size() + state],
+      stride, begin, end,
+      PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset, elements.first,
+                    elements.second),
+      out);
 }
 
 Status Checkpoint::MapFrozen(size_t frozen, uint64_t begin, uint64_t end,
                              std::vector<Extent>* out) const {
   if (frozen >= frozen_.size()) return Status::InvalidArgument("no such frozen parameter");
   const FrozenParamInfo& f = frozen_[frozen];
-  return MapSlices(f.numel, Info(f.dtype).element_size, 0, &frozen_slots_[frozen * world_size()], 1,
-                   begin, end, out);
+  const uint32_t es = Info(f.dtype).element_size;
+  UCFS_ASSIGN_OR_RETURN(auto elements, ElementsCovering(f.numel, es, begin, end));
+  if (begin == end) return Status::OK();
+  return MapPieces(es, 0, &frozen_slots_[frozen * world_size()], 1, begin, end,
+                   PlaceElements(f.numel, f.partition_numel, 0, elements.first, elements.second),
+                   out);
 }
 
 }  // namespace ucfs

@@ -50,6 +50,16 @@ bool HasRankFiles(Env& env, const std::string& dir) {
   return false;
 }
 
+// "mp_rank_03_model_states.pt" -> 3.
+std::optional<uint32_t> ParseSharedModelFileName(std::string_view name) {
+  uint32_t mp = 0;
+  if (!ConsumePrefix(&name, "mp_rank_") || !ConsumeNumber(&name, &mp) ||
+      name != "_model_states.pt") {
+    return std::nullopt;
+  }
+  return mp;
+}
+
 // How far the highest rank may lie past twice the rank files present.
 constexpr uint64_t kMaxRankGap = 64;
 
@@ -72,6 +82,12 @@ std::optional<RankFileName> ParseRankFileName(std::string_view name) {
     return std::nullopt;
   }
   return out;
+}
+
+std::string SharedModelFileName(uint32_t mp_rank) {
+  std::string mp = std::to_string(mp_rank);
+  if (mp.size() < 2) mp.insert(0, 2 - mp.size(), '0');
+  return "mp_rank_" + mp + "_model_states.pt";
 }
 
 std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
@@ -148,8 +164,13 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   std::map<uint32_t, std::string> optim, model;
   std::set<std::string> prefixes;
   std::set<uint32_t> mp_ranks;
+  std::map<uint32_t, std::string> shared_model;  // mp_rank_NN_model_states.pt, by mp rank
   for (const auto& e : entries) {
     if (e.is_dir) continue;
+    if (auto mp = ParseSharedModelFileName(e.name)) {
+      shared_model.emplace(*mp, JoinPath(files.tag_dir, e.name));
+      continue;
+    }
     auto parsed = ParseRankFileName(e.name);
     if (!parsed) continue;
     mp_ranks.insert(parsed->mp_rank);
@@ -164,15 +185,24 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
     }
   }
   if (optim.empty()) {
-    return Status::NotFound(files.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +
-                            (env.Stat(JoinPath(files.tag_dir, "mp_rank_00_model_states.pt")).ok()
-                                 ? " (this looks like a ZeRO stage 0-2 checkpoint)"
-                                 : ""));
+    return Status::NotFound(
+        files.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +
+        (shared_model.empty() ? ""
+                              : " (" + SharedModelFileName() +
+                                    " alone is a checkpoint saved without ZeRO: its optimizer "
+                                    "state is not partitioned, so there is nothing to reshard)"));
+  }
+  // ZeRO-3 saves a model-states file per DP rank, stages 0-2 one per
+  // model-parallel rank.
+  files.model_per_rank = !model.empty() || shared_model.empty();
+  if (!files.model_per_rank) {
+    for (const auto& [mp, name] : shared_model) mp_ranks.insert(mp);
   }
   if (mp_ranks.size() > 1 || *mp_ranks.begin() != 0) {
     return Status::NotSupported(files.tag_dir +
-                                ": model-parallel ranks other than mp_rank_00; "
-                                "ucfs handles data-parallel ZeRO-3 checkpoints only");
+                                ": model-parallel ranks other than mp_rank_00 (tensor or "
+                                "pipeline parallelism); ucfs handles data-parallel checkpoints "
+                                "only (docs/design/model-parallelism.md)");
   }
   if (prefixes.size() > 1) {
     return Status::Corruption(files.tag_dir +
@@ -207,6 +237,7 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
     auto m = model.find(r);
     files.model_files.push_back(m == model.end() ? std::string() : m->second);
   }
+  if (!files.model_per_rank) files.model_files[0] = shared_model.begin()->second;
   return files;
 }
 
@@ -246,7 +277,9 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
   if (files.model_files[0].empty()) {
     return Status::NotFound(
         JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", 0)) +
-        ": missing: rank 0's model states hold the parameter shapes");
+        ": missing: rank 0's model states hold the parameter shapes (for a ZeRO stage 1 or 2 "
+        "checkpoint, " +
+        SharedModelFileName() + ")");
   }
   return files;
 }

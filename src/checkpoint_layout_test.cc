@@ -136,7 +136,7 @@ TEST_F(DiscoverTest, BadInputsAreExplained) {
   env_.WriteFile("/e/t/mp_rank_00_model_states.pt", "x");
   f = DiscoverCheckpoint(env_, "/e");
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("ZeRO stage 0-2"), std::string::npos);
+  EXPECT_NE(f.status().message().find("saved without ZeRO"), std::string::npos);
 
   EXPECT_FALSE(DiscoverCheckpoint(env_, "/nowhere").ok());
 }

@@ -17,14 +17,25 @@ std::string TestDataDir() { return UCFS_TEST_DATA; }
 
 std::string FixtureDir(const std::string& name) { return TestDataDir() + "/fixtures/" + name; }
 
-std::vector<std::string> FixtureNames() {
+namespace {
+
+// The fixtures whose ORACLE.json names a ZeRO stage `stage3 ? 3 : 1-2`.
+std::vector<std::string> FixturesOfStage(bool stage3) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(TestDataDir() + "/fixtures")) {
-    if (e.is_directory()) names.push_back(e.path().filename().string());
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    if ((Oracle(name)["zero_stage"].get<int>() == 3) == stage3) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
   return names;
 }
+
+}  // namespace
+
+std::vector<std::string> FixtureNames() { return FixturesOfStage(true); }
+
+std::vector<std::string> FlatGroupFixtureNames() { return FixturesOfStage(false); }
 
 std::vector<std::string> TorchFilesBelow(const std::string& dir) {
   std::vector<std::string> out;

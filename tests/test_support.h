@@ -17,8 +17,10 @@ namespace ucfs::testing {
 std::string TestDataDir();
 // tests/data/fixtures/<name>
 std::string FixtureDir(const std::string& name);
-// The fixtures' names (z3_fp32_ws2, ...).
+// The ZeRO-3 fixtures' names (z3_fp32_ws2, ...).
 std::vector<std::string> FixtureNames();
+// The ZeRO-1 and -2 fixtures' names (z2_tricky_fp32_ws2, ...).
+std::vector<std::string> FlatGroupFixtureNames();
 // Every *.pt / *.bin file below `dir`, sorted.
 std::vector<std::string> TorchFilesBelow(const std::string& dir);
 std::string ReadFile(const std::string& path);

@@ -1,14 +1,23 @@
-// The ZeRO-3 checkpoint model: what every rank file holds, and where.
+// The ZeRO checkpoint model: what every rank file holds, and where.
 //
 // Checkpoint::Open parses the small parts of every rank file (zip
 // directory, data.pkl) and builds the parameter table: for each parameter
-// its shape, partition size, sub-group and offset in the sub-group's flat
-// buffer, and for each rank and each per-element state (the fp32 master
-// weights, exp_avg, exp_avg_sq, ...) the exact byte position of that
-// parameter's slice. MapState answers "bytes [a, b) of state s of param p"
-// as extents of the source files; it is the only place in ucfs where that
-// arithmetic is done. No tensor data is read by Open except 0-dim scalars
-// (the Adam step).
+// its shape, the flat buffer it lives in and its offset there, and for each
+// rank and each per-element state (the fp32 master weights, exp_avg,
+// exp_avg_sq, ...) the exact byte position of that rank's copy of the
+// buffer. MapState answers "bytes [a, b) of state s of param p" as extents
+// of the source files; it is the only place in ucfs where that arithmetic
+// is done (with partition.h, which holds each stage's rule). No tensor data
+// is read by Open except 0-dim scalars (the Adam step).
+//
+// Two layouts, one model:
+//  - ZeRO-3 partitions every parameter on its own; a flat buffer is a
+//    sub-group's per-rank slots (fp32_flat_groups), and the model states
+//    are saved per rank.
+//  - ZeRO-1 and -2 (DeepSpeedZeroOptimizer, and BF16_Optimizer) flatten a
+//    whole param group and cut it into equal partitions; a flat buffer is
+//    a param group (single_partition_of_fp32_groups), "sub-group" k is
+//    param group k, and the whole model is in mp_rank_00_model_states.pt.
 #ifndef UCFS_CHECKPOINT_H_
 #define UCFS_CHECKPOINT_H_
 
@@ -20,6 +29,7 @@
 
 #include "ucfs/checkpoint_layout.h"
 #include "ucfs/env.h"
+#include "ucfs/partition.h"
 #include "ucfs/pickle.h"
 #include "ucfs/status.h"
 #include "ucfs/torch_file.h"
@@ -42,28 +52,43 @@ struct Extent {
   bool operator==(const Extent&) const = default;
 };
 
+// How a checkpoint spreads its parameters over the ranks (partition.h).
+enum class Partitioning : uint8_t {
+  kPerParam,   // ZeRO-3
+  kFlatGroup,  // ZeRO-1 and -2
+};
+
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
   uint64_t numel = 0;
-  uint64_t partition_numel = 0;  // P = ceil(numel / world_size)
+  // kPerParam: P = ceil(numel / world_size), this param's slot on each rank.
+  // kFlatGroup: P of its group's flat buffer (the same for all its params).
+  uint64_t partition_numel = 0;
   uint32_t sub_group = 0;
   uint32_t param_group = 0;
-  uint64_t offset = 0;  // elements from the start of the sub-group's flat buffer
+  // kPerParam: elements from the start of each rank's sub-group buffer.
+  // kFlatGroup: elements from the start of the group's whole flat buffer
+  // (all ranks' partitions in order).
+  uint64_t offset = 0;
 };
 
 struct FrozenParamInfo {
   std::string name;
   std::vector<int64_t> shape;
   uint64_t numel = 0;
+  // kPerParam: each rank's fragment (frozen_param_fragments); kFlatGroup:
+  // numel, as the whole tensor is in the model states.
   uint64_t partition_numel = 0;
   DType dtype = DType::kFloat32;
 };
 
+// A flat buffer: a ZeRO-3 sub-group, or a ZeRO-1/2 param group.
 struct SubGroupInfo {
   uint32_t param_group = 0;
   std::vector<uint32_t> params;  // indices into params()
-  uint64_t partition_numel = 0;  // elements of each rank's flat buffer
+  uint64_t partition_numel = 0;  // elements of each rank's flat buffer (with padding)
+  uint64_t numel = 0;            // its params' elements, without padding
 };
 
 // A per-element optimizer state, laid out like the fp32 master weights.
@@ -110,6 +135,13 @@ class Checkpoint {
   const std::vector<SourceFile>& sources() const { return sources_; }
   uint32_t world_size() const { return files_.world_size; }
   int zero_stage() const { return zero_stage_; }
+  Partitioning partitioning() const { return partitioning_; }
+  // The DeepSpeed class that wrote the optimizer files:
+  // "DeepSpeedZeroOptimizer_Stage3", "DeepSpeedZeroOptimizer" (stages 1, 2)
+  // or "BF16_Optimizer" (bf16 at stages 0 and 1 with fp32 gradient
+  // accumulation), which saves its partitions with their padding.
+  const std::string& optimizer_class() const { return optimizer_class_; }
+  bool IsBf16Optimizer() const { return optimizer_class_ == "BF16_Optimizer"; }
   const std::string& ds_version() const { return ds_version_; }
   // The training (low-precision) dtype, from the module's placeholders.
   std::optional<DType> lp_dtype() const { return lp_dtype_; }
@@ -156,15 +188,25 @@ class Checkpoint {
     uint64_t offset = 0;  // byte offset of element 0 in the file
     bool present = false;
   };
-  // The partition arithmetic: rank r's slot is slots[r * slot_stride].
-  Status MapSlices(uint64_t numel, uint32_t element_size, uint64_t slot_element_offset,
+  // Extents of bytes [begin, end) of a tensor whose elements `pieces`
+  // place (partition.h); rank r's slot is
+  // slots[r * slot_stride], the piece's slot_offset counted from element
+  // `slot_element_offset` of it.
+  Status MapPieces(uint32_t element_size, uint64_t slot_element_offset,
                    const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
-                   std::vector<Extent>* out) const;
+                   const std::vector<RankPiece>& pieces, std::vector<Extent>* out) const;
+  // Where elements [first, last) of a param or frozen param of `numel`
+  // elements lie (partition.h): the stage's rule, in one place.
+  std::vector<RankPiece> PlaceElements(uint64_t numel, uint64_t partition_numel,
+                                              uint64_t flat_offset, uint64_t first,
+                                              uint64_t last) const;
   friend class CheckpointBuilder;
 
   CheckpointFiles files_;
   std::vector<SourceFile> sources_;
   int zero_stage_ = 0;
+  Partitioning partitioning_ = Partitioning::kPerParam;
+  std::string optimizer_class_;
   std::string ds_version_;
   std::optional<DType> lp_dtype_;
   std::optional<int64_t> global_steps_;

@@ -25,11 +25,18 @@ struct CheckpointFiles {
   std::string optim_prefix;              // "bf16_" when the run trained in bf16, else ""
   uint32_t world_size = 0;               // from the file names
   std::vector<std::string> optim_files;  // by DP rank, full paths (see ListCheckpointFiles)
+  // ZeRO-3 saves one model-states file per DP rank; stages 0-2 save the
+  // whole model once, in mp_rank_00_model_states.pt.
+  bool model_per_rank = true;
   // By DP rank; "" where a rank's model-states file is absent (DeepSpeed
   // 0.14.5 to 0.17 with load_universal set at save time writes only rank
-  // 0's).
+  // 0's). When !model_per_rank, [0] is mp_rank_00_model_states.pt and the
+  // others are "".
   std::vector<std::string> model_files;
 };
+
+// The model-states file of ZeRO stages 0-2: "mp_rank_00_model_states.pt".
+std::string SharedModelFileName(uint32_t mp_rank = 0);
 
 // A rank file name taken apart: "bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt".
 struct RankFileName {

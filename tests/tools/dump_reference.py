@@ -42,7 +42,17 @@ def dump_universal(zero_dir, out_dir, rel_prefix):
             if not fname.endswith(".pt"):
                 continue
             t = torch.load(os.path.join(pdir, fname), map_location="cpu")
-            states[fname[:-3]] = tensor_entry(t, out_dir, f"{rel_prefix}/{name}/{fname[:-3]}.bin")
+            rel = f"{rel_prefix}/{name}/{fname[:-3]}.bin"
+            if isinstance(t, dict):
+                # ZeRO-1/2: {'cat_dim': 0, 'param': tensor of the param's shape}.
+                entry = tensor_entry(t["param"], out_dir, rel)
+                entry["dict_keys"] = list(t.keys())
+                entry["dict_ints"] = {k: v for k, v in t.items() if isinstance(v, int)}
+            elif torch.is_tensor(t):
+                entry = tensor_entry(t, out_dir, rel)
+            else:
+                entry = {"value": t}  # a step saved as a Python number
+            states[fname[:-3]] = entry
         params[name] = states
     return params
 
