@@ -990,6 +990,18 @@ Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t
       out);
 }
 
+std::vector<uint64_t> Checkpoint::ElementsPerRank(size_t param) const {
+  std::vector<uint64_t> counts(world_size());
+  if (param >= params_.size()) return counts;
+  const ParamInfo& p = params_[param];
+  const bool per_param = partitioning_ == Partitioning::kPerParam;
+  for (const RankPiece& piece :
+       PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset, 0, p.numel)) {
+    if (piece.rank < counts.size()) counts[piece.rank] += piece.count;
+  }
+  return counts;
+}
+
 Status Checkpoint::MapFrozen(size_t frozen, uint64_t begin, uint64_t end,
                              std::vector<Extent>* out) const {
   if (frozen >= frozen_.size()) return Status::InvalidArgument("no such frozen parameter");

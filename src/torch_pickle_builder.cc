@@ -1,6 +1,9 @@
 #include "ucfs/torch_pickle_builder.h"
 
+#include <algorithm>
 #include <unordered_map>
+
+#include "ucfs/checked_math.h"
 
 namespace ucfs {
 
@@ -105,19 +108,71 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
                                 crc_reader);
 }
 
-Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad) {
+namespace {
+
+// _rebuild_tensor_v2 of storage "0" holding exactly a contiguous tensor of
+// `shape`, as torch.save pickles one.
+Result<pickle::NodeId> AddContiguousTensor(pickle::Document& doc, DType dtype,
+                                           const std::vector<int64_t>& shape,
+                                           bool requires_grad) {
   using pickle::NodeId;
-  pickle::Document doc;
+  auto numel = CheckedShapeProduct(shape, kMaxFileQuantity / 16);
+  if (!numel) return Status::InvalidArgument("a tensor of shape " + ShapeString(shape) +
+                                             " has too many elements");
+  std::vector<NodeId> sizes, strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = doc.AddInt(stride);
+    stride *= std::max<int64_t>(shape[d], 1);
+  }
+  for (int64_t n : shape) sizes.push_back(doc.AddInt(n));
   const NodeId rebuild = doc.Global("torch._utils", "_rebuild_tensor_v2");
   const NodeId pid = doc.AddTuple(
       {doc.AddStr("storage"), doc.Global("torch", std::string(Info(dtype).storage_class)),
-       doc.AddStr("0"), doc.AddStr("cpu"), doc.AddInt(static_cast<int64_t>(numel))});
+       doc.AddStr("0"), doc.AddStr("cpu"), doc.AddInt(static_cast<int64_t>(*numel))});
   const NodeId hooks = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
-  const NodeId args =
-      doc.AddTuple({doc.AddPersistentId(pid), doc.AddInt(0),
-                    doc.AddTuple({doc.AddInt(static_cast<int64_t>(numel))}),
-                    doc.AddTuple({doc.AddInt(1)}), doc.AddBool(requires_grad), hooks});
-  doc.set_root(doc.AddReduce(rebuild, args));
+  const NodeId args = doc.AddTuple({doc.AddPersistentId(pid), doc.AddInt(0),
+                                    doc.AddTuple(std::move(sizes)),
+                                    doc.AddTuple(std::move(strides)), doc.AddBool(requires_grad),
+                                    hooks});
+  return doc.AddReduce(rebuild, args);
+}
+
+}  // namespace
+
+Result<std::string> BareTensorPickle(DType dtype, const std::vector<int64_t>& shape,
+                                     bool requires_grad) {
+  pickle::Document doc;
+  UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,
+                        AddContiguousTensor(doc, dtype, shape, requires_grad));
+  doc.set_root(tensor);
+  return pickle::Write(doc);
+}
+
+Result<std::string> UniversalParamPickle(DType dtype, const std::vector<int64_t>& shape,
+                                         bool requires_grad) {
+  pickle::Document doc;
+  // Insertion order as ds_to_universal fills the dict: cat_dim, then param.
+  const pickle::NodeId cat_dim = doc.AddStr("cat_dim");
+  const pickle::NodeId zero = doc.AddInt(0);
+  const pickle::NodeId param = doc.AddStr("param");
+  UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,
+                        AddContiguousTensor(doc, dtype, shape, requires_grad));
+  doc.set_root(doc.AddDict({cat_dim, zero, param, tensor}));
+  return pickle::Write(doc);
+}
+
+Result<std::string> NumberPickle(double value, bool is_float) {
+  pickle::Document doc;
+  if (is_float) {
+    doc.set_root(doc.AddFloat(value));
+  } else {
+    if (!(value >= -0x1p63 && value < 0x1p63)) {
+      return Status::NotSupported("an int step of " + std::to_string(value) +
+                                  " does not fit an int64");
+    }
+    doc.set_root(doc.AddInt(static_cast<int64_t>(value)));
+  }
   return pickle::Write(doc);
 }
 

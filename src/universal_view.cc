@@ -17,17 +17,26 @@ namespace {
 // NAME_MAX of Linux file systems, and of FUSE's readdir.
 constexpr size_t kMaxNameBytes = 255;
 
-// "0-3", or "0-1" when the last ranks hold only padding.
-std::string RanksText(uint64_t numel, uint32_t world) {
+// The ranks holding a param's elements: "0-3", "0-1" when the last ranks
+// hold only padding (ZeRO-3), "2" or "1-2" for a ZeRO-1/2 param in the
+// middle of its group.
+std::string RanksText(const Checkpoint& c, size_t param) {
+  std::optional<uint32_t> first;
   uint32_t last = 0;
-  for (uint32_t r = 0; r < world; ++r) {
-    if (ValidNumel(numel, world, r) > 0) last = r;
+  const std::vector<uint64_t> counts = c.ElementsPerRank(param);
+  for (uint32_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] == 0) continue;
+    if (!first) first = r;
+    last = r;
   }
-  return last == 0 ? "0" : "0-" + std::to_string(last);
+  const uint32_t from = first.value_or(0);
+  return from == last ? std::to_string(last) : std::to_string(from) + "-" + std::to_string(last);
 }
 
-// rank 0's optimizer_state_dict plus a 'param_groups' key (ds_to_universal's
-// optimizer_state.pt).
+// ds_to_universal's optimizer_state.pt: rank 0's optimizer_state_dict plus
+// a 'param_groups' key, its optimizer's param_groups. At ZeRO-1/2 without
+// the three sharded entries (base_optimizer_state, whose param_groups it
+// is, single_partition_of_fp32_groups and param_slice_mappings).
 Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<const Checkpoint> ckpt,
                                                              SourceFiles* crc_reader) {
   const Document& src = ckpt->rank0_optim();
@@ -39,12 +48,61 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<con
                                                   summary, 0, &copied));
   Document& doc = builder.doc();
   doc.set_root(root);
-  const NodeId param_groups = doc.Get(doc.Get(root, "optimizer_state_dict"), "param_groups");
-  if (param_groups == pickle::kNoNode || doc.node(root).kind != Kind::kDict) {
-    return Status::Corruption(summary.path + ": optimizer_state_dict has no param_groups");
+  if (doc.node(root).kind != Kind::kDict) {
+    return Status::Corruption(summary.path + ": optimizer_state_dict is not a dict");
   }
-  doc.AppendPair(root, doc.AddStr("param_groups"), param_groups);
+  if (ckpt->partitioning() == Partitioning::kPerParam) {
+    const NodeId param_groups = doc.Get(doc.Get(root, "optimizer_state_dict"), "param_groups");
+    if (param_groups == pickle::kNoNode) {
+      return Status::Corruption(summary.path + ": optimizer_state_dict has no param_groups");
+    }
+    doc.AppendPair(root, doc.AddStr("param_groups"), param_groups);
+  } else {
+    const NodeId param_groups = doc.Get(doc.Get(root, "base_optimizer_state"), "param_groups");
+    if (param_groups == pickle::kNoNode) {
+      return Status::NotSupported(
+          summary.path +
+          ": base_optimizer_state keeps no param_groups (an elastic_checkpoint save?); "
+          "DeepSpeed's universal loader restores every group's hyper-parameters from them");
+    }
+    std::vector<NodeId> kept;
+    const pickle::Node& n = doc.node(root);
+    for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
+      auto key = doc.AsStr(n.items[i]);
+      if (key && (*key == "base_optimizer_state" || *key == "single_partition_of_fp32_groups" ||
+                  *key == "param_slice_mappings")) {
+        continue;
+      }
+      kept.push_back(n.items[i]);
+      kept.push_back(n.items[i + 1]);
+    }
+    kept.push_back(doc.AddStr("param_groups"));
+    kept.push_back(param_groups);
+    doc.mutable_node(root).items = std::move(kept);
+  }
   return builder.Finish(ckpt, "optimizer_state", crc_reader);
+}
+
+// step.pt: the step of a param's group, as rank 0 saved it (a 0-dim tensor,
+// or a Python number from an older torch).
+Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                   const ScalarState& step,
+                                                   SourceFiles* crc_reader) {
+  if (!step.is_tensor) {
+    UCFS_ASSIGN_OR_RETURN(std::string pkl,
+                          NumberPickle(step.value, step.dtype == DType::kFloat64));
+    return TorchFileContent::Make(ckpt, "step", std::move(pkl), {}, crc_reader);
+  }
+  UCFS_ASSIGN_OR_RETURN(std::string pkl, BareTensorPickle(step.dtype, {}, false));
+  StorageSpec storage;
+  storage.key = "0";
+  StorageRun run;
+  run.kind = StorageRun::Kind::kSource;
+  run.source = step.extent.file;
+  run.source_offset = step.extent.offset;
+  run.length = step.extent.length;
+  storage.runs.push_back(run);
+  return TorchFileContent::Make(ckpt, "step", std::move(pkl), {storage}, crc_reader);
 }
 
 }  // namespace
@@ -82,6 +140,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
   UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
 
+  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
     const ParamInfo& param = ckpt->params()[p];
     if (!IsSafePathComponent(param.name)) {
@@ -99,11 +158,29 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
           std::to_string(kMaxNameBytes) + "): the universal view cannot show it");
     }
     UCFS_ASSIGN_OR_RETURN(InodeId pdir, view->AddDirectory(zero, param.name));
+    const std::vector<Xattr> param_xattrs = {
+        {"user.ucfs.param", param.name},
+        {"user.ucfs.shape", ShapeString(param.shape)},
+        {"user.ucfs.numel", std::to_string(param.numel)},
+        {"user.ucfs.param_group", std::to_string(param.param_group)},
+        {"user.ucfs.sub_group", std::to_string(param.sub_group)},
+        {"user.ucfs.world_size", std::to_string(ckpt->world_size())},
+        {"user.ucfs.source_ranks", RanksText(*ckpt, p)},
+    };
     for (size_t s = 0; s < ckpt->states().size(); ++s) {
       const StateInfo& state = ckpt->states()[s];
       const uint64_t bytes = param.numel * Info(state.dtype).element_size;
-      UCFS_ASSIGN_OR_RETURN(std::string pkl,
-                            BareTensorPickle(state.dtype, param.numel, state.requires_grad));
+      // ZeRO-3's files are bare 1-D tensors; ZeRO-1/2's are dicts holding the
+      // param at its shape (a 0-dim param as [1]: torch.cat, which
+      // ds_to_universal merges with, makes no 0-dim tensors).
+      std::vector<int64_t> shape = param.shape;
+      if (shape.empty()) shape = {1};
+      UCFS_ASSIGN_OR_RETURN(
+          std::string pkl,
+          flat_groups
+              ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
+              : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
+                                 state.requires_grad));
       StorageSpec storage;
       storage.key = "0";
       StorageRun run;
@@ -114,19 +191,22 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
       storage.runs.push_back(run);
       UCFS_ASSIGN_OR_RETURN(auto content, TorchFileContent::Make(ckpt, state.name, std::move(pkl),
                                                                  {storage}, crc_reader.get()));
-      std::vector<Xattr> xattrs = {
-          {"user.ucfs.param", param.name},
-          {"user.ucfs.state", state.name},
-          {"user.ucfs.shape", ShapeString(param.shape)},
-          {"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)},
-          {"user.ucfs.numel", std::to_string(param.numel)},
-          {"user.ucfs.param_group", std::to_string(param.param_group)},
-          {"user.ucfs.sub_group", std::to_string(param.sub_group)},
-          {"user.ucfs.world_size", std::to_string(ckpt->world_size())},
-          {"user.ucfs.source_ranks", RanksText(param.numel, ckpt->world_size())},
-      };
+      std::vector<Xattr> xattrs = param_xattrs;
+      xattrs.push_back({"user.ucfs.state", state.name});
+      xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
       UCFS_RETURN_IF_ERROR(
           view->AddFile(pdir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
+    }
+    if (flat_groups) {
+      // ds_to_universal's stage-1/2 path also writes the param group's step.
+      for (const ScalarState& scalar : ckpt->scalar_states()[param.sub_group]) {
+        if (scalar.name != "step") continue;
+        UCFS_ASSIGN_OR_RETURN(auto content, StepFile(ckpt, scalar, crc_reader.get()));
+        std::vector<Xattr> xattrs = param_xattrs;
+        xattrs.push_back({"user.ucfs.state", "step"});
+        UCFS_RETURN_IF_ERROR(
+            view->AddFile(pdir, "step.pt", std::move(content), std::move(xattrs)).status());
+      }
     }
   }
 

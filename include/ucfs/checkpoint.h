@@ -167,6 +167,8 @@ class Checkpoint {
   // excluded). Appends to *out, merging adjacent extents.
   Status MapState(size_t param, size_t state, uint64_t begin, uint64_t end,
                   std::vector<Extent>* out) const;
+  // How many of param `param`'s elements each rank holds, by rank.
+  std::vector<uint64_t> ElementsPerRank(size_t param) const;
   // The same for a frozen parameter's value (its lp-dtype fragments in the
   // model-states files).
   Status MapFrozen(size_t frozen, uint64_t begin, uint64_t end, std::vector<Extent>* out) const;

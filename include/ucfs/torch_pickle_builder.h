@@ -59,9 +59,19 @@ class TorchPickleBuilder {
   pickle::NodeId new_key_count_ = 0;
 };
 
-// data.pkl of a torch.save'd bare tensor: _rebuild_tensor_v2 of storage "0"
-// with shape (numel,), as ds_to_universal writes its per-param files.
-Result<std::string> BareTensorPickle(DType dtype, uint64_t numel, bool requires_grad);
+// data.pkl of a torch.save'd bare contiguous tensor: _rebuild_tensor_v2 of
+// storage "0" of exactly its elements. As ds_to_universal writes its
+// ZeRO-3 per-param files (shape {numel}) and every step.pt (shape {}).
+Result<std::string> BareTensorPickle(DType dtype, const std::vector<int64_t>& shape,
+                                     bool requires_grad);
+
+// data.pkl of ds_to_universal's ZeRO-1/2 per-param file: {'cat_dim': 0,
+// 'param': the tensor at its full shape}, storage "0".
+Result<std::string> UniversalParamPickle(DType dtype, const std::vector<int64_t>& shape,
+                                         bool requires_grad);
+
+// data.pkl of a torch.save'd Python number (a step kept as an int or float).
+Result<std::string> NumberPickle(double value, bool is_float);
 
 }  // namespace ucfs
 

@@ -402,12 +402,15 @@ total0=$(date +%s.%N)
 
 for fx in "${fixtures[@]}"; do
   name=$(basename "$fx")
-  read -r W GB MODEL < <("$PY" -c '
+  read -r W GB MODEL STAGE < <("$PY" -c '
 import json, sys
 o = json.load(open(sys.argv[1]))
-print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).get("model", "tiny"))' "$fx/ORACLE.json") ||
+print(o["world_size"], o["ds_config"]["train_batch_size"], o.get("harness", {}).get("model", "tiny"),
+      o.get("zero_stage", 3))' "$fx/ORACLE.json") ||
     { rows+=("$name|-|FAIL|0.0|cannot read ORACLE.json"); any_fail=1; continue; }
+  # The fixed ZeRO-3 loader reads every sub-group; stages 1 and 2 have DeepSpeed's own.
   if [ -n "${UNIVERSAL_LOADER:-}" ]; then loader=$UNIVERSAL_LOADER
+  elif [ "$STAGE" -lt 3 ]; then loader=stock
   elif [ "$name" = z3_tricky_fp32_ws4 ] || [ "$MODEL" = tricky ]; then loader=fixed
   else loader=stock; fi
 
