@@ -183,6 +183,81 @@ TEST_P(UniversalViewTest, RandomRangesMatchWholeFileReads) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, UniversalViewTest, ::testing::ValuesIn(testing::FixtureNames()));
 
+// The names of the files and directories below `dir`, relative to it.
+std::vector<std::string> TreeBelow(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    out.push_back(fs::relative(e.path(), dir).string() + (e.is_directory() ? "/" : ""));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> ViewTreeBelow(View& view, InodeId dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  auto entries = view.ReadDir(dir);
+  EXPECT_TRUE(entries.ok());
+  for (const auto& [name, attr] : *entries) {
+    if (name == "." || name == "..") continue;
+    const bool is_dir = attr.is_dir;
+    out.push_back(prefix + name + (is_dir ? "/" : ""));
+    if (is_dir) {
+      auto sub = ViewTreeBelow(view, *view.Lookup(dir, name), prefix + name + "/");
+      out.insert(out.end(), sub.begin(), sub.end());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class FlatGroupUniversalViewTest : public ::testing::TestWithParam<std::string> {};
+
+// ZeRO-1/2: the universal tree holds exactly the reference's files
+// (expected/: byte-identical to what ds_to_universal.py wrote before it
+// crashed, and complete), and with real CRCs each is byte for byte the
+// reference's: the {'cat_dim', 'param'} dicts, step.pt, optimizer_state.pt
+// and the model states.
+TEST_P(FlatGroupUniversalViewTest, TreeIsByteIdenticalToTheReference) {
+  Env& env = *Env::Posix();
+  Mounted m = Build(env, FixtureDir(GetParam()) + "/checkpoint", /*crc=*/true);
+  const std::string ref_dir = FixtureDir(GetParam()) + "/expected";
+  EXPECT_EQ(ReadAll(env, *m.view, "latest_universal"), ReadFile(ref_dir + "/latest_universal"));
+  const std::string utag = "global_step4_universal";
+  const std::vector<std::string> theirs = TreeBelow(ref_dir + "/" + utag);
+  ASSERT_EQ(ViewTreeBelow(*m.view, Resolve(*m.view, utag), ""), theirs);
+  size_t files = 0;
+  for (const std::string& rel : theirs) {
+    if (rel.back() == '/') continue;
+    EXPECT_EQ(ReadAll(env, *m.view, utag + "/" + rel), ReadFile(ref_dir + "/" + utag + "/" + rel))
+        << rel;
+    ++files;
+  }
+  // 12 params x {fp32, exp_avg, exp_avg_sq, step}, optimizer_state.pt, the model states.
+  EXPECT_EQ(files, 12u * 4 + 2);
+}
+
+// Any byte range of any file equals the same range of the whole file.
+TEST_P(FlatGroupUniversalViewTest, RandomRangesMatchWholeFileReads) {
+  Env& env = *Env::Posix();
+  Mounted m = Build(env, FixtureDir(GetParam()) + "/checkpoint", false);
+  std::mt19937 rng(11);
+  for (const ParamInfo& p : m.checkpoint->params()) {
+    for (const char* state : {"fp32", "exp_avg_sq", "step"}) {
+      const std::string rel = "global_step4_universal/zero/" + p.name + "/" + state + ".pt";
+      const std::string whole = ReadAll(env, *m.view, rel);
+      const InodeId node = Resolve(*m.view, rel);
+      for (int i = 0; i < 20; ++i) {
+        const uint64_t a = rng() % (whole.size() + 1);
+        const uint64_t n = rng() % (whole.size() + 10);
+        EXPECT_EQ(ReadRange(env, *m.view, node, a, n), whole.substr(a, n)) << rel << " @" << a;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupUniversalViewTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
 TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   Env& env = *Env::Posix();
   Mounted m = Build(env, FixtureDir("z3_fp32_ws2") + "/checkpoint", false);
