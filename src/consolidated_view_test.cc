@@ -269,6 +269,65 @@ TEST(DeferredBytes, MadeOnFirstReadOnly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConsolidatedTest, ::testing::ValuesIn(testing::FixtureNames()));
+// ZeRO-2's zero_to_fp32 output (its stage-1/2 path).
+INSTANTIATE_TEST_SUITE_P(FlatGroupFixtures, ConsolidatedTest,
+                         ::testing::Values("z2_tricky_fp32_ws2"));
+
+// BF16_Optimizer checkpoints, which zero_to_fp32.py refuses ("not a zero
+// checkpoint": they record no zero_stage), and whose frozen params it would
+// drop at stage 1 (no frozen_param_shapes): the state dict it makes of the
+// other stages, with the values the live engine held (ORACLE.json) — the
+// buffer as float32, the frozen params in their own dtype from the model
+// states, the fp32 master weights, the tied alias.
+TEST(ConsolidatedFlatGroup, Bf16OptimizerStateDictHoldsTheLiveEnginesValues) {
+  auto c = Open("z1_tricky_bf16opt_ws2");
+  const auto oracle = testing::Oracle("z1_tricky_bf16opt_ws2");
+  auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  std::vector<std::string> names;
+  for (const ConsolidatedTensor& t : *tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"mix", "proj.weight", "proj.bias", "tri",
+                                              "embed.weight", "fc1.weight", "fc2.weight", "gate",
+                                              "ln1.weight", "ln1.bias", "fc1.bias", "fc2.bias",
+                                              "ln2.weight", "ln2.bias", "head.bias",
+                                              "head.weight"}));
+  auto values = [&](const ConsolidatedTensor& t) {
+    std::vector<ReadPiece> pieces;
+    EXPECT_TRUE(PlanStorage(*c, t.storage, 0, t.storage.size(), &pieces).ok());
+    const std::string bytes = ReadPieces(*c, pieces);
+    std::vector<double> out;
+    for (size_t i = 0; i < bytes.size(); i += Info(t.dtype).element_size) {
+      uint32_t bits = 0;
+      if (t.dtype == DType::kBFloat16) {
+        uint16_t half;
+        std::memcpy(&half, bytes.data() + i, 2);
+        bits = uint32_t{half} << 16;
+      } else {
+        std::memcpy(&bits, bytes.data() + i, 4);
+      }
+      float f;
+      std::memcpy(&f, &bits, 4);
+      out.push_back(f);
+    }
+    return out;
+  };
+  for (const ConsolidatedTensor& t : *tensors) {
+    SCOPED_TRACE(t.name);
+    const std::string name = t.name == "head.weight" ? "embed.weight" : t.name;
+    if (oracle["expected_buffer_values"].contains(name)) {
+      EXPECT_EQ(t.dtype, DType::kFloat32);
+      EXPECT_EQ(values(t), oracle["expected_buffer_values"][name]["values"].get<std::vector<double>>());
+    } else if (oracle["expected_frozen_values"].contains(name)) {
+      EXPECT_EQ(t.dtype, DType::kBFloat16);
+      EXPECT_EQ(values(t), oracle["expected_frozen_values"][name]["values"].get<std::vector<double>>());
+    } else {
+      EXPECT_EQ(t.dtype, DType::kFloat32);
+      EXPECT_EQ(t.shape, oracle["harness"]["param_shapes"][name].get<std::vector<int64_t>>());
+      EXPECT_EQ(values(t), oracle["expected_full_values"]["fp32"][name].get<std::vector<double>>());
+    }
+  }
+  EXPECT_EQ(tensors->back().alias_of, 4);
+}
 
 // The tensors of a pytorch_model.bin (or a shard of it): name -> (storage
 // key, bytes), and whether its top object is a plain dict.
