@@ -22,6 +22,21 @@ Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& opt
       c.configured_sub_group_size().value_or(options.sub_group_size.value_or(kDefaultSubGroupSize));
   layout.sub_group_of.resize(c.params().size());
   layout.offset_of.resize(c.params().size());
+  if (c.partitioning() == Partitioning::kFlatGroup) {
+    // ZeRO-1/2: the same param groups, in the same order, each cut into N
+    // partitions of its own.
+    for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
+      SubGroupInfo sg = c.sub_groups()[k];
+      sg.partition_numel = FlatPartitionNumel(sg.numel, options.world_size);
+      for (uint32_t p : sg.params) {
+        layout.sub_group_of[p] = k;
+        layout.offset_of[p] = c.params()[p].offset;
+      }
+      layout.sub_groups.push_back(std::move(sg));
+      layout.old_sub_group.push_back(k);
+    }
+    return layout;
+  }
   // Each param group's params, in order: its old sub-groups concatenated.
   for (uint32_t g = 0; g < c.param_group_count(); ++g) {
     std::vector<uint32_t> params;
@@ -88,6 +103,39 @@ std::vector<StorageRun> FlatRuns(const Checkpoint& c, const ReshardLayout& layou
       runs.push_back(run);
     }
     add_zeros((part - valid) * es);
+  }
+  return runs;
+}
+
+// The first `length` elements of rank s's partition of flat group k, for
+// one state: the params' elements it covers, then zero padding.
+std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
+                                      uint32_t rank, uint32_t state, uint64_t length) {
+  std::vector<StorageRun> runs;
+  const uint64_t es = Info(c.states()[state].dtype).element_size;
+  const SubGroupInfo& sg = layout.sub_groups[k];
+  const uint64_t begin = rank * sg.partition_numel;
+  const uint64_t end = begin + length;
+  uint64_t at = begin;
+  for (uint32_t p : sg.params) {
+    const ParamInfo& param = c.params()[p];
+    const uint64_t a = std::max(begin, param.offset);
+    const uint64_t b = std::min(end, param.offset + param.numel);
+    if (a >= b) continue;
+    StorageRun run;
+    run.kind = StorageRun::Kind::kState;
+    run.param = p;
+    run.state = state;
+    run.state_offset = (a - param.offset) * es;
+    run.length = (b - a) * es;
+    runs.push_back(run);
+    at = b;
+  }
+  if (end > at) {
+    StorageRun z;
+    z.kind = StorageRun::Kind::kZeros;
+    z.length = (end - at) * es;
+    runs.push_back(z);
   }
   return runs;
 }
@@ -232,6 +280,134 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
                                                          c.files().optim_prefix, rank)));
 }
 
+// A rank file of a ZeRO-1/2 checkpoint at N ranks: rank 0's pickle with
+// each param group's partition of rank `rank` — the fp32 weights as the
+// optimizer saves them (DeepSpeedZeroOptimizer without the padding,
+// BF16_Optimizer with it), every per-element state with it — and the
+// bookkeeping DeepSpeed saves with them: group_paddings, partition_count,
+// param_slice_mappings.
+Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
+    std::shared_ptr<const Checkpoint> ckpt, const ReshardLayout& layout, uint32_t rank) {
+  const Checkpoint& c = *ckpt;
+  const Document& src = c.rank0_optim();
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), c.rank0_optim_summary(), 0, &copied));
+  Document& doc = b.doc();
+  doc.set_root(root);
+  const std::string& path = c.rank0_optim_summary().path;
+  const uint32_t n = layout.world_size;
+  const size_t groups = layout.sub_groups.size();
+  const NodeId osd = doc.Get(root, "optimizer_state_dict");
+  NodeId* flats = ValueSlot(doc, osd, "single_partition_of_fp32_groups");
+  NodeId* paddings = ValueSlot(doc, osd, "group_paddings");
+  NodeId* counts = ValueSlot(doc, osd, "partition_count");
+  NodeId* mappings = ValueSlot(doc, osd, "param_slice_mappings");
+  const NodeId base = doc.Get(osd, "base_optimizer_state");
+  const NodeId state = doc.Get(base, "state");
+  if (flats == nullptr || paddings == nullptr || counts == nullptr || mappings == nullptr ||
+      !doc.MappingItems(base)) {
+    return Status::NotSupported(
+        path +
+        ": optimizer_state_dict lacks single_partition_of_fp32_groups, group_paddings, "
+        "partition_count, param_slice_mappings or a base_optimizer_state dict (an "
+        "elastic_checkpoint save?); the reshard view writes what DeepSpeed saves by default");
+  }
+
+  const StateInfo& fp32 = c.states()[0];
+  std::vector<NodeId> new_flats, new_paddings, new_counts, new_mappings;
+  // The attribute names of every fragment_address, one str object each as
+  // in Python's pickle of the dataclasses' __dict__.
+  const NodeId numel_key = doc.AddStr("numel");
+  const NodeId start_key = doc.AddStr("start");
+  const NodeId fragment = doc.Global("deepspeed.utils.tensor_fragment", "fragment_address");
+  const NodeId ordered_dict = doc.Global("collections", "OrderedDict");
+  for (uint32_t k = 0; k < groups; ++k) {
+    const SubGroupInfo& sg = layout.sub_groups[k];
+    const uint64_t saved = c.IsBf16Optimizer() ? sg.partition_numel
+                                               : ZeroOptimizerSavedNumel(sg.numel, n, rank);
+    new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)},
+                                    fp32.requires_grad, FlatGroupRuns(c, layout, k, rank, 0, saved)));
+    new_paddings.push_back(doc.AddInt(
+        rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
+    new_counts.push_back(doc.AddInt(n));
+    // Each param's fragment of this partition (tensor_fragment.py).
+    const NodeId od = doc.AddReduce(ordered_dict, doc.AddTuple({}));
+    const uint64_t part_begin = rank * sg.partition_numel;
+    const uint64_t part_end = part_begin + sg.partition_numel;
+    for (uint32_t p : sg.params) {
+      const ParamInfo& param = c.params()[p];
+      const uint64_t a = std::max(part_begin, param.offset);
+      const uint64_t e = std::min(part_end, param.offset + param.numel);
+      if (a >= e) continue;
+      pickle::Node address;
+      address.kind = Kind::kNewObj;
+      address.a = fragment;
+      address.b = doc.AddTuple({});
+      address.state = doc.AddDict({numel_key, doc.AddInt(static_cast<int64_t>(e - a)), start_key,
+                                   doc.AddInt(static_cast<int64_t>(a - part_begin))});
+      doc.AppendPair(od, doc.AddStr(param.name), doc.Add(std::move(address)));
+    }
+    new_mappings.push_back(od);
+  }
+  *flats = doc.AddList(std::move(new_flats));
+  *paddings = doc.AddList(std::move(new_paddings));
+  *counts = doc.AddList(std::move(new_counts));
+  *mappings = doc.AddList(std::move(new_mappings));
+
+  // base_optimizer_state['state'][k]: rank 0's entry of group k, its
+  // per-element states re-partitioned (with padding, as torch keeps them).
+  if (auto old_state = doc.MappingItems(state)) {
+    std::vector<NodeId> kv;
+    for (const auto& [key, value] : *old_state) {
+      auto k = doc.AsInt(key);
+      auto entries = doc.MappingItems(value);
+      if (!k || *k < 0 || static_cast<size_t>(*k) >= groups || !entries) {
+        return Status::Corruption(path + ": base_optimizer_state['state'] holds " +
+                                  doc.Repr(key, 40) + ", not one of the " +
+                                  std::to_string(groups) + " param groups");
+      }
+      const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
+      std::vector<NodeId> entry;
+      for (const auto& [name_node, v] : *entries) {
+        NodeId nv = v;
+        // Copied: adding nodes below may move the string AsStr points into.
+        const std::string name(doc.AsStr(name_node).value_or(""));
+        if (auto s = c.FindState(name); s && *s > 0) {
+          const StateInfo& info = c.states()[*s];
+          nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)},
+                           info.requires_grad,
+                           FlatGroupRuns(c, layout, static_cast<uint32_t>(*k), rank,
+                                         static_cast<uint32_t>(*s), sg.partition_numel));
+        }
+        entry.push_back(name_node);
+        entry.push_back(nv);
+      }
+      kv.push_back(key);
+      kv.push_back(doc.AddDict(std::move(entry)));
+    }
+    doc.mutable_node(state).items = std::move(kv);
+  }
+  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
+                                                         c.files().optim_prefix, rank)));
+}
+
+// ZeRO-1/2's one model-states file: rank 0's with dp_world_size N (DeepSpeed
+// loads that many optimizer files).
+Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                          const ReshardLayout& layout) {
+  const Checkpoint& c = *ckpt;
+  const Document& src = c.rank0_model();
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), c.rank0_model_summary(),
+                                            c.world_size(), &copied));
+  Document& doc = b.doc();
+  doc.set_root(root);
+  if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
+  return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName()));
+}
+
 Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
                                                     const ReshardLayout& layout, uint32_t rank) {
   const Checkpoint& c = *ckpt;
@@ -300,13 +476,31 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir, view->AddDirectory(kRootInode, files.tag));
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
   auto cache = std::make_shared<ContentCache>(options.cached_files);
+  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
+  if (flat_groups) {
+    UCFS_ASSIGN_OR_RETURN(auto model, SharedModelFile(ckpt, *shared_layout));
+    UCFS_RETURN_IF_ERROR(view->AddFile(tag_dir, SharedModelFileName(), std::move(model)).status());
+  }
   for (uint32_t s = 0; s < shared_layout->world_size; ++s) {
     auto optim = std::make_shared<LazyContent>(
-        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
-          UCFS_ASSIGN_OR_RETURN(auto built, OptimizerFile(ckpt, *shared_layout, s));
+        [ckpt, shared_layout, s, flat_groups]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, flat_groups
+                                                ? FlatGroupOptimizerFile(ckpt, *shared_layout, s)
+                                                : OptimizerFile(ckpt, *shared_layout, s));
           return std::shared_ptr<const FileContent>(std::move(built));
         },
         cache);
+    if (flat_groups) {
+      if (s == 0 || s + 1 == shared_layout->world_size) {
+        std::vector<ReadPiece> probe;
+        UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
+      }
+      UCFS_RETURN_IF_ERROR(
+          view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s),
+                        std::move(optim))
+              .status());
+      continue;
+    }
     auto model = std::make_shared<LazyContent>(
         [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
           UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s));
