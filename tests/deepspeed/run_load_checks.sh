@@ -31,7 +31,8 @@
 #                                                                                          [umount]
 #      checks that the fixture's checkpoint listing is unchanged                           [fixture]
 #      checks that DIR/latest names resaved_wsN and DIR/resaved_wsN/ holds the N optim-state and N
-#      model-state files of ranks 0..N-1, all readable by their owner                      [upper]
+#      model-state files of ranks 0..N-1 (at ZeRO stages 1 and 2 one mp_rank_00_model_states.pt),
+#      all readable by their owner                                                         [upper]
 #   5. runs load_check.py --ckpt DIR --mode native --world-size N (no --tag: DIR/latest is followed), so DIR
 #      alone must be a DeepSpeed checkpoint with the fixture's state; the detail notes whether its losses are
 #      bit-identical to step 2's                                                           [reload]
@@ -324,15 +325,18 @@ print("rank %s raised in %s: %s: %s" % (e["rank"], e["stage"], e["type"], " ".jo
     if [ -z "$msg" ] && [ "$(tr -d '[:space:]' <<<"$latest")" != "$tag" ]; then msg="DIR/latest holds '$latest', not $tag"; fi
     if [ -z "$msg" ]; then
       nopt=$(find "$upper/$tag" -maxdepth 1 -name '*zero_pp_rank_*_mp_rank_00_optim_states.pt' 2>/dev/null | wc -l)
-      nmod=$(find "$upper/$tag" -maxdepth 1 -name 'zero_pp_rank_*_mp_rank_00_model_states.pt' 2>/dev/null | wc -l)
+      # ZeRO-3 saves model states per rank, stages 1 and 2 once (mp_rank_00_model_states.pt).
+      if [ "$STAGE" -lt 3 ]; then want_mod=1; else want_mod=$N; fi
+      nmod=$(find "$upper/$tag" -maxdepth 1 -name '*mp_rank_00_model_states.pt' 2>/dev/null | wc -l)
       missing=""
       for ((r = 0; r < N; r++)); do
         seen=$(find "$upper/$tag" -maxdepth 1 -name "*zero_pp_rank_${r}_mp_rank_00_optim_states.pt" 2>/dev/null | wc -l)
         [ "$seen" = 1 ] || missing="$missing optim$r"
-        [ -f "$upper/$tag/zero_pp_rank_${r}_mp_rank_00_model_states.pt" ] || missing="$missing model$r"
+        [ "$STAGE" -lt 3 ] || [ -f "$upper/$tag/zero_pp_rank_${r}_mp_rank_00_model_states.pt" ] || missing="$missing model$r"
       done
-      if [ "$nopt" != "$N" ] || [ "$nmod" != "$N" ] || [ -n "$missing" ]; then
-        msg="DIR/$tag holds $nopt optim-state and $nmod model-state files (want $N each)${missing:+; missing:$missing}"
+      [ "$STAGE" -ge 3 ] || [ -f "$upper/$tag/mp_rank_00_model_states.pt" ] || missing="$missing mp_rank_00_model_states.pt"
+      if [ "$nopt" != "$N" ] || [ "$nmod" != "$want_mod" ] || [ -n "$missing" ]; then
+        msg="DIR/$tag holds $nopt optim-state and $nmod model-state files (want $N and $want_mod)${missing:+; missing:$missing}"
       fi
     fi
     # A saved checkpoint others cannot read is broken even if root can.

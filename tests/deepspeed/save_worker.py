@@ -6,11 +6,13 @@ Started at N ranks by the oracle's launch.py (env RANK, WORLD_SIZE, LOCAL_RANK, 
   /usr/bin/python3 $ORACLE_DIR/launch.py N LOGDIR --worker /abs/path/save_worker.py -- \
       --fixture FIXTURE_DIR --ckpt CKPT_DIR --tag TAG --out OUT_DIR [--load-tag TAG]
 
-It builds the fixture's model, optimizer and ds_config exactly as the oracle's lc_worker.py does in native mode
+It builds the fixture's model, optimizer and ds_config exactly as the oracle's lc_worker.py (lc_worker12.py for
+ZeRO stages 1 and 2) does in native mode
 (same model registry, same seed offset, same gloo shim and CPU fp16 patch, the spec from harness_spec.load_spec,
 i.e. what load_check.py hands to lc_worker.py), calls a plain engine.load_checkpoint(CKPT_DIR) (reads
 CKPT_DIR/latest), and then, without any training step, engine.save_checkpoint(CKPT_DIR, tag=TAG): DeepSpeed
-writes CKPT_DIR/TAG/ (every rank its own zero_pp_rank_{r}_* files) and rewrites CKPT_DIR/latest.
+writes CKPT_DIR/TAG/ (every rank its own zero_pp_rank_{r}_* files; at stages 1 and 2 rank 0 also
+mp_rank_00_model_states.pt) and rewrites CKPT_DIR/latest.
 
 OUT_DIR/rank{r}.json   what this rank loaded and saved (load path, global steps, the files it saw afterwards)
 OUT_DIR/rank{r}.err    JSON {rank, stage, type, message, traceback} if something raised on that rank (exit 3)
@@ -81,8 +83,14 @@ def main():
         # as lc_worker.py --mode native: everything (trainable, frozen, buffers) from another seed, so that all
         # of it has to come from the checkpoint
         model = ms.build(om.SEED + 777)
-        opt = ms.optimizer(model)
-        cfg = ms.ds_config(N, spec["dtype"], load_universal=False)
+        if spec.get("zero_stage", 3) < 3:
+            # as lc_worker12.py --mode native (the stage-1/2 load check)
+            opt = ms.optimizer(model, drop_all_frozen_groups=True)
+            cfg = ms.ds_config(N, spec["dtype"], load_universal=False, stage=spec["zero_stage"],
+                               grad_accum_fp32=bool(spec.get("grad_accum_fp32")))
+        else:
+            opt = ms.optimizer(model)
+            cfg = ms.ds_config(N, spec["dtype"], load_universal=False)
         engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
         engine.optimizer.lc_param_names = engine.param_names
         lc_universal_loaders.install("stock")  # native: DeepSpeed's own loader, untouched
