@@ -7,6 +7,9 @@
 namespace ucfs {
 namespace {
 
+bool FlatGroups(const Checkpoint& c) { return c.partitioning() == Partitioning::kFlatGroup; }
+
+// A ZeRO-3 frozen param's fragment sizes.
 std::vector<uint64_t> ValidPerRank(uint64_t numel, uint32_t world) {
   std::vector<uint64_t> v(world);
   for (uint32_t r = 0; r < world; ++r) v[r] = ValidNumel(numel, world, r);
@@ -63,6 +66,24 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
   return out;
 }
 
+// ZeRO-3: "2 param group(s), 5 sub-group(s), sub_group_size 100";
+// ZeRO-1/2: "2 param group(s) of 831, 105 elements, partitions of 416, 54".
+std::string GroupsText(const Checkpoint& c) {
+  std::string out = std::to_string(c.param_group_count()) + " param group(s)";
+  if (FlatGroups(c)) {
+    std::string numels, partitions;
+    for (const SubGroupInfo& sg : c.sub_groups()) {
+      numels += (numels.empty() ? "" : ", ") + std::to_string(sg.numel);
+      partitions += (partitions.empty() ? "" : ", ") + std::to_string(sg.partition_numel);
+    }
+    return out + " of " + numels + " elements, in partitions of " + partitions + " per rank";
+  }
+  return out + ", " + std::to_string(c.sub_groups().size()) + " sub-group(s)" +
+         (c.configured_sub_group_size()
+              ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
+              : "");
+}
+
 // How rank 0's optimizer file was written: "torch >= 2.7 zip, 4096-byte
 // alignment", "torch legacy (non-zip)".
 std::string ContainerText(const Checkpoint& c) {
@@ -85,6 +106,8 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   j["tag_dir"] = c.files().tag_dir;
   j["ds_version"] = c.ds_version();
   j["zero_stage"] = c.zero_stage();
+  j["optimizer_class"] = c.optimizer_class();
+  j["partitioning"] = FlatGroups(c) ? "flat_group" : "per_param";
   j["format"] = ContainerText(c);
   j["world_size"] = c.world_size();
   j["dtype"] = c.lp_dtype() ? json(Info(*c.lp_dtype()).torch_name) : json(nullptr);
@@ -109,12 +132,14 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
     json names = json::array();
     for (uint32_t p : sg.params) names.push_back(c.params()[p].name);
     sub_groups.push_back({{"param_group", sg.param_group},
+                          {"numel", sg.numel},
                           {"partition_numel", sg.partition_numel},
                           {"params", names}});
   }
   j["sub_groups"] = sub_groups;
   json params = json::array();
-  for (const auto& p : c.params()) {
+  for (size_t i = 0; i < c.params().size(); ++i) {
+    const ParamInfo& p = c.params()[i];
     params.push_back({{"name", p.name},
                       {"shape", p.shape},
                       {"dtype", Info(c.states()[0].dtype).torch_name},
@@ -123,17 +148,23 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
                       {"param_group", p.param_group},
                       {"sub_group", p.sub_group},
                       {"offset", p.offset},
-                      {"valid_per_rank", ValidPerRank(p.numel, c.world_size())}});
+                      {"valid_per_rank", c.ElementsPerRank(i)}});
   }
   j["params"] = params;
   json frozen = json::array();
   for (const auto& f : c.frozen_params()) {
-    frozen.push_back({{"name", f.name},
-                      {"shape", f.shape},
-                      {"dtype", Info(f.dtype).torch_name},
-                      {"numel", f.numel},
-                      {"partition_numel", f.partition_numel},
-                      {"valid_per_rank", ValidPerRank(f.numel, c.world_size())}});
+    json entry = {{"name", f.name},
+                  {"shape", f.shape},
+                  {"dtype", Info(f.dtype).torch_name},
+                  {"numel", f.numel},
+                  {"partition_numel", f.partition_numel}};
+    // ZeRO-1/2 keep frozen params whole, in the model states.
+    if (FlatGroups(c)) {
+      entry["in_model_states"] = true;
+    } else {
+      entry["valid_per_rank"] = ValidPerRank(f.numel, c.world_size());
+    }
+    frozen.push_back(std::move(entry));
   }
   j["frozen"] = frozen;
   json tied = json::array();
@@ -156,7 +187,7 @@ std::string InspectText(const Checkpoint& c) {
       {"checkpoint", Printable(c.files().root.empty() ? c.files().tag_dir : c.files().root, 4096)},
       {"tag", Printable(c.files().tag) + "  (" + Printable(c.files().tag_dir, 4096) + ")"},
       {"DeepSpeed", (c.ds_version().empty() ? "?" : Printable(c.ds_version())) + ", ZeRO stage " +
-                        std::to_string(c.zero_stage())},
+                        std::to_string(c.zero_stage()) + " (" + c.optimizer_class() + ")"},
       {"format", ContainerText(c)},
       {"world size", std::to_string(c.world_size())},
       {"dtype", std::string(c.lp_dtype() ? Info(*c.lp_dtype()).torch_name : "?") + " (master " +
@@ -164,11 +195,7 @@ std::string InspectText(const Checkpoint& c) {
       {"step",
        FormatStep(c) +
            (c.global_steps() ? "  (global_steps " + std::to_string(*c.global_steps()) + ")" : "")},
-      {"groups", std::to_string(c.param_group_count()) + " param group(s), " +
-                     std::to_string(c.sub_groups().size()) + " sub-group(s)" +
-                     (c.configured_sub_group_size()
-                          ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
-                          : "")},
+      {"groups", GroupsText(c)},
   };
   std::string states;
   for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + Printable(s.name);
@@ -177,22 +204,29 @@ std::string InspectText(const Checkpoint& c) {
 
   out += "\nparams: " + std::to_string(c.params().size()) + " trainable, " + std::to_string(total) +
          " elements\n";
+  // ZeRO-3 places a param by its sub-group; ZeRO-1/2 by its offset in its
+  // group's flat buffer, which decides which ranks hold it.
   std::vector<std::vector<std::string>> rows = {
-      {"name", "shape", "dtype", "numel", "group", "sub-group", "valid elements per rank"}};
-  for (const auto& p : c.params()) {
+      {"name", "shape", "dtype", "numel", "group", FlatGroups(c) ? "offset" : "sub-group",
+       "valid elements per rank"}};
+  for (size_t i = 0; i < c.params().size(); ++i) {
+    const ParamInfo& p = c.params()[i];
     rows.push_back({Printable(p.name), ShapeString(p.shape),
                     std::string(Info(c.states()[0].dtype).torch_name), std::to_string(p.numel),
-                    std::to_string(p.param_group), std::to_string(p.sub_group),
-                    RunLength(ValidPerRank(p.numel, c.world_size()))});
+                    std::to_string(p.param_group),
+                    std::to_string(FlatGroups(c) ? p.offset : p.sub_group),
+                    RunLength(c.ElementsPerRank(i))});
   }
   out += Table(rows, "  ");
   if (!c.frozen_params().empty()) {
-    out += "\nfrozen: " + std::to_string(c.frozen_params().size()) + "\n";
-    std::vector<std::vector<std::string>> fr = {
-        {"name", "shape", "dtype", "numel", "valid elements per rank"}};
+    out += "\nfrozen: " + std::to_string(c.frozen_params().size()) +
+           (FlatGroups(c) ? " (whole, in the model states)" : "") + "\n";
+    std::vector<std::vector<std::string>> fr = {{"name", "shape", "dtype", "numel"}};
+    if (!FlatGroups(c)) fr[0].push_back("valid elements per rank");
     for (const auto& f : c.frozen_params()) {
       fr.push_back({Printable(f.name), ShapeString(f.shape), std::string(Info(f.dtype).torch_name),
-                    std::to_string(f.numel), RunLength(ValidPerRank(f.numel, c.world_size()))});
+                    std::to_string(f.numel)});
+      if (!FlatGroups(c)) fr.back().push_back(RunLength(ValidPerRank(f.numel, c.world_size())));
     }
     out += Table(fr, "  ");
   }

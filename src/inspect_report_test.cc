@@ -62,6 +62,53 @@ TEST_P(InspectTest, JsonAgreesWithTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, InspectTest, ::testing::ValuesIn(testing::FixtureNames()));
 
+class FlatGroupInspectTest : public ::testing::TestWithParam<std::string> {};
+
+// ZeRO-1/2: the stage, the optimizer, each group's partitions and where each
+// param lies, as DeepSpeed's live engine reported them (ORACLE.json): the
+// valid elements of a param on rank r are its param_slice_mappings numel.
+TEST_P(FlatGroupInspectTest, JsonAgreesWithTheOracle) {
+  auto c = Checkpoint::Open(*Env::Posix(), testing::FixtureDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto j = nlohmann::json::parse(InspectJson(*c).dump());
+  const auto oracle = testing::Oracle(GetParam());
+  const uint32_t w = oracle["world_size"].get<uint32_t>();
+  EXPECT_EQ(j["zero_stage"], oracle["zero_stage"]);
+  const std::string cls = oracle["optimizer_class"].get<std::string>();
+  EXPECT_EQ(j["optimizer_class"], cls.substr(cls.rfind('.') + 1));
+  EXPECT_EQ(j["partitioning"], "flat_group");
+  EXPECT_EQ(j["step"], 4.0);
+  EXPECT_EQ(j["optimizer_file_prefix"], oracle["dtype"] == "bf16" ? "bf16_" : "");
+  const auto& groups = oracle["partitioning"]["groups"];
+  ASSERT_EQ(j["sub_groups"].size(), groups.size());
+  EXPECT_EQ(j["param_groups"], groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(j["sub_groups"][g]["numel"], groups[g]["numel"]);
+    EXPECT_EQ(j["sub_groups"][g]["partition_numel"], groups[g]["partition_numel"]);
+    EXPECT_EQ(j["sub_groups"][g]["params"], groups[g]["params"]);
+  }
+  for (const auto& p : j["params"]) {
+    const std::string name = p["name"].get<std::string>();
+    std::vector<uint64_t> expected(w);
+    for (uint32_t r = 0; r < w; ++r) {
+      for (const auto& mapping : oracle["file_facts"]["per_rank"][r]["param_slice_mappings"]) {
+        if (mapping.contains(name)) expected[r] = mapping[name]["numel"].get<uint64_t>();
+      }
+    }
+    EXPECT_EQ(p["valid_per_rank"].get<std::vector<uint64_t>>(), expected) << name;
+  }
+  ASSERT_EQ(j["frozen"].size(), 2u);
+  EXPECT_EQ(j["frozen"][0]["in_model_states"], true);
+  const std::string text = InspectText(*c);
+  EXPECT_NE(text.find("ZeRO stage " + std::to_string(oracle["zero_stage"].get<int>())),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("frozen: 2 (whole, in the model states)"), std::string::npos) << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupInspectTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
 TEST(InspectText, ValidCountsAreRunLengthEncoded) {
   auto c = Checkpoint::Open(*Env::Posix(), testing::FixtureDir("z3_fp32_ws4") + "/checkpoint");
   ASSERT_TRUE(c.ok());
