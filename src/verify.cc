@@ -60,6 +60,7 @@ struct RankFile {
   std::optional<int64_t> world_claim;  // partition_count or dp_world_size
   const char* claim_name = "";
   std::map<int64_t, double> steps;  // sub-group -> Adam step
+  bool flat_groups = false;         // an optimizer file of ZeRO-1/2
 };
 
 // Checkpoint::Open reads summaries through this: the ones the per-file
@@ -94,6 +95,17 @@ class Verifier {
       if (!files_.model_files[r].empty()) rank_files_.push_back(ReadRankFile(r, false));
     }
     report_.files_checked = rank_files_.size();
+    // Without any model-states file the names cannot tell the stage; the
+    // optimizer files can: ZeRO-1/2 ones miss mp_rank_00_model_states.pt.
+    bool any_model = false, all_flat = true, any_optim = false;
+    for (const RankFile& f : rank_files_) {
+      any_model |= !f.optim;
+      if (f.optim && f.readable) {
+        any_optim = true;
+        all_flat &= f.flat_groups;
+      }
+    }
+    if (!any_model && any_optim && all_flat) files_.model_per_rank = false;
     CheckWorldSize();
     CheckSteps();
     auto ckpt = OpenModel(path);
@@ -106,6 +118,8 @@ class Verifier {
     // In rank order, each rank's optimizer file before its model states;
     // a file's problems in the order they were found.
     auto order = [](const VerifyProblem& p) {
+      // ZeRO-1/2's one model-states file goes with rank 0's.
+      if (BaseName(p.file) == SharedModelFileName()) return std::pair<int64_t, int>(0, 1);
       auto name = ParseRankFileName(BaseName(p.file));
       if (!name) return std::pair<int64_t, int>(-1, 0);
       return std::pair<int64_t, int>(name->dp_rank, name->kind == RankFileName::Kind::kModel);
@@ -125,6 +139,7 @@ class Verifier {
   }
 
   std::string ExpectedPath(uint32_t rank, bool optim) const {
+    if (!optim && !files_.model_per_rank) return JoinPath(files_.tag_dir, SharedModelFileName());
     return JoinPath(files_.tag_dir,
                     RankFileNameFor(optim ? RankFileName::Kind::kOptim : RankFileName::Kind::kModel,
                                     files_.optim_prefix, rank));
@@ -165,7 +180,12 @@ class Verifier {
         }
       }
       f.claim_name = "partition_count";
-      ReadSteps(f, *summary, d, d.Get(d.Get(osd, "optimizer_state_dict"), "state"));
+      f.flat_groups = d.Get(osd, "single_partition_of_fp32_groups") != pickle::kNoNode;
+      // torch's optimizer state: ZeRO-3 keeps it as optimizer_state_dict,
+      // ZeRO-1/2 as base_optimizer_state (state[k] of param group k).
+      NodeId state = d.Get(d.Get(osd, "optimizer_state_dict"), "state");
+      if (state == pickle::kNoNode) state = d.Get(d.Get(osd, "base_optimizer_state"), "state");
+      ReadSteps(f, *summary, d, state);
     } else {
       f.world_claim = d.AsInt(d.Get(d.root(), "dp_world_size"));
       f.claim_name = "dp_world_size";
@@ -391,7 +411,9 @@ class Verifier {
     }
     for (uint32_t r = 0; r < listed; ++r) {
       const bool have_optim = r < files_.world_size && !files_.optim_files[r].empty();
-      const bool have_model = r < files_.world_size && !files_.model_files[r].empty();
+      // ZeRO-1/2 save the model states once, beside rank 0's optimizer file.
+      const bool have_model = (r < files_.world_size && !files_.model_files[r].empty()) ||
+                              (r > 0 && !files_.model_per_rank);
       if (!have_optim) {
         Problem(Kind::kMissing, ExpectedPath(r, true),
                 "missing: rank " + std::to_string(r) + " of world size " + std::to_string(world));
@@ -405,7 +427,8 @@ class Verifier {
               "saving with checkpoint.load_universal set; a plain load_checkpoint at this world "
               "size needs every rank's)";
         } else if (r == 0) {
-          why += "; rank 0's model states hold the parameter shapes";
+          why += "; rank 0's model states hold the parameter shapes (" + SharedModelFileName() +
+                 " at ZeRO stages 1 and 2)";
         }
         Problem(Kind::kMissing, ExpectedPath(r, false), why);
       }

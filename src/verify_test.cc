@@ -78,6 +78,31 @@ TEST_P(VerifyFixtureTest, RealCheckpointsVerifyClean) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, VerifyFixtureTest, ::testing::ValuesIn(testing::FixtureNames()));
 
+class FlatGroupVerifyTest : public ::testing::TestWithParam<std::string> {};
+
+// ZeRO-1/2 checkpoints DeepSpeed wrote are clean: W optimizer files and one
+// model-states file, the step, every valid element scanned (the fp32 and
+// moments of every param: 936 elements x 3 states x 4 bytes).
+TEST_P(FlatGroupVerifyTest, RealCheckpointsVerifyClean) {
+  const auto oracle = testing::Oracle(GetParam());
+  VerifyOptions options;
+  options.threads = 2;
+  options.chunk_bytes = 64;
+  auto r = Verify(*Env::Posix(), FixtureDir(GetParam()) + "/checkpoint", options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << Describe(*r);
+  EXPECT_EQ(r->world_size, oracle["world_size"].get<uint32_t>());
+  ASSERT_TRUE(r->step.has_value());
+  EXPECT_EQ(*r->step, oracle["partitioning"]["adam_step"].get<double>());
+  EXPECT_EQ(r->files_checked, r->world_size + 1);
+  EXPECT_EQ(r->params, 12u);
+  EXPECT_EQ(r->bytes_scanned,
+            oracle["model"]["total_trainable_numel"].get<uint64_t>() * 3 * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupVerifyTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
 TEST(Verify, NoCheckpointAtAllIsAnError) {
   MemEnv env;
   auto r = Verify(env, "/nowhere");
@@ -559,6 +584,56 @@ TEST_F(BrokenVerifyTest, NonFiniteInPaddingIsIgnored) {
   EXPECT_TRUE(r.ok()) << Describe(r);
   EXPECT_TRUE(r.nonfinite.empty());
   EXPECT_TRUE(r.scanned);
+}
+
+// ZeRO-2: a NaN in rank 1's fp32 partition of param group 1 at element 1,
+// which is fc2.bias's element 10 (rank 0 holds its first 9: ORACLE.json
+// param_slice_mappings), is reported there; NaN and Inf in the padding of
+// rank 1's moments of both groups (the last 1 and 3 of their partitions of
+// 416 and 54) are not.
+TEST_F(BrokenVerifyTest, FlatGroupNonFiniteValuesAreMappedToTheirParam) {
+  Load("z2_tricky_fp32_ws2");
+  const auto oracle = testing::Oracle(fixture_);
+  const auto& rank1 = oracle["file_facts"]["per_rank"][1]["param_slice_mappings"];
+  ASSERT_EQ(rank1[1]["fc2.bias"]["start"], 0);
+  ASSERT_EQ(oracle["file_facts"]["per_rank"][0]["param_slice_mappings"][1]["fc2.bias"]["numel"], 9);
+  const std::vector<std::string> fp32 = {"optimizer_state_dict", "single_partition_of_fp32_groups",
+                                         "1"};
+  auto moment = [](const std::string& group, const std::string& state) {
+    return std::vector<std::string>{"optimizer_state_dict", "base_optimizer_state", "state", group,
+                                    state};
+  };
+  Poke(Optim(1), ElementOffset(Optim(1), fp32, 1), std::numeric_limits<float>::quiet_NaN());
+  Poke(Optim(1), ElementOffset(Optim(1), moment("0", "exp_avg"), 415),
+       std::numeric_limits<float>::infinity());
+  for (uint64_t i : {51, 52, 53}) {
+    Poke(Optim(1), ElementOffset(Optim(1), moment("1", "exp_avg_sq"), i),
+         std::numeric_limits<float>::quiet_NaN());
+  }
+  const VerifyReport r = Run();
+  ASSERT_EQ(r.problems.size(), 1u) << Describe(r);
+  EXPECT_EQ(r.problems[0].kind, Kind::kNonFinite);
+  EXPECT_EQ(r.problems[0].file, Optim(1));
+  EXPECT_NE(r.problems[0].message.find("'fc2.bias' fp32: 1 NaN"), std::string::npos)
+      << r.problems[0].message;
+  ASSERT_EQ(r.nonfinite.size(), 1u);
+  ASSERT_EQ(r.nonfinite[0].ranks.size(), 1u);
+  EXPECT_EQ(r.nonfinite[0].ranks[0].rank, 1u);
+  EXPECT_EQ(r.nonfinite[0].ranks[0].first_element, 10u);
+}
+
+// ZeRO-1/2 keep the model states in one file: its absence is named (the
+// optimizer files say which stage wrote them); no rank misses another.
+TEST_F(BrokenVerifyTest, FlatGroupMissingModelStates) {
+  Load("z2_tricky_fp32_ws2");
+  ASSERT_TRUE(env_.RemoveFile(Tag("mp_rank_00_model_states.pt")));
+  const VerifyReport r = Run();
+  auto missing = Of(r, Kind::kMissing);
+  ASSERT_EQ(missing.size(), 1u) << Describe(r);
+  EXPECT_EQ(missing[0]->file, Tag("mp_rank_00_model_states.pt"));
+  EXPECT_NE(missing[0]->message.find("mp_rank_00_model_states.pt at ZeRO stages 1 and 2"),
+            std::string::npos)
+      << missing[0]->message;
 }
 
 }  // namespace
