@@ -343,6 +343,8 @@ class CheckpointBuilder {
       // A float in the JSON (1e20: never split) may not fit: as good as infinite.
       c_.sub_group_size_ = *sgs < 0x1p64 ? static_cast<uint64_t>(*sgs) : UINT64_MAX;
     }
+    c_.round_robin_gradients_ =
+        doc.AsInt(doc.Get(zero_cfg, "round_robin_gradients")).value_or(0) != 0;
     // The module's entries are placeholders in the training dtype.
     if (auto module = doc.MappingItems(doc.Get(root, "module"))) {
       for (const auto& [k, v] : *module) {

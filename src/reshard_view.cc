@@ -23,6 +23,16 @@ Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& opt
   layout.sub_group_of.resize(c.params().size());
   layout.offset_of.resize(c.params().size());
   if (c.partitioning() == Partitioning::kFlatGroup) {
+    if (c.round_robin_gradients() && options.world_size != c.world_size()) {
+      // DeepSpeed would flatten each group in another order at N
+      // (stage_1_and_2.py _round_robin_reorder), which the files do not
+      // record: refused rather than guessed.
+      return Status::NotSupported(
+          c.files().model_files[0] +
+          ": trained with zero_optimization.round_robin_gradients, which orders each param "
+          "group's flat buffer by the world size; the reshard view cannot show it at another "
+          "world size (the universal view and the consolidated weights can)");
+    }
     // ZeRO-1/2: the same param groups, in the same order, each cut into N
     // partitions of its own.
     for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
@@ -324,10 +334,14 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
   const NodeId ordered_dict = doc.Global("collections", "OrderedDict");
   for (uint32_t k = 0; k < groups; ++k) {
     const SubGroupInfo& sg = layout.sub_groups[k];
+    // DeepSpeedZeroOptimizer saves partition[:P - padding], a view: its
+    // storage is still the whole partition.
     const uint64_t saved = c.IsBf16Optimizer() ? sg.partition_numel
                                                : ZeroOptimizerSavedNumel(sg.numel, n, rank);
     new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)},
-                                    fp32.requires_grad, FlatGroupRuns(c, layout, k, rank, 0, saved)));
+                                    fp32.requires_grad,
+                                    FlatGroupRuns(c, layout, k, rank, 0, sg.partition_numel),
+                                    sg.partition_numel));
     new_paddings.push_back(doc.AddInt(
         rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
     new_counts.push_back(doc.AddInt(n));

@@ -6,6 +6,7 @@
 #include "ucfs/describe.h"
 #include "ucfs/partition.h"
 #include "ucfs/torch_pickle_builder.h"
+#include "ucfs/zip.h"
 
 namespace ucfs {
 namespace {
@@ -152,6 +153,126 @@ TEST_P(ReshardTest, ATinyCacheServesTheSameBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReshardTest, ::testing::ValuesIn(testing::FixtureNames()));
+
+// The records of a torch.save file: name -> bytes.
+std::map<std::string, std::string> Records(Env& env, const std::string& path) {
+  std::map<std::string, std::string> out;
+  auto file = env.Open(path);
+  EXPECT_TRUE(file.ok()) << path;
+  if (!file.ok()) return out;
+  auto archive = ZipArchive::Open(**file);
+  EXPECT_TRUE(archive.ok()) << path << ": " << archive.status().ToString();
+  if (!archive.ok()) return out;
+  for (const ZipRecord& rec : archive->records()) {
+    auto bytes = ZipArchive::ReadRecord(**file, rec);
+    EXPECT_TRUE(bytes.ok()) << path << " " << rec.name << ": " << bytes.status().ToString();
+    if (bytes.ok()) out[rec.name] = std::move(bytes).value();
+  }
+  return out;
+}
+
+class FlatGroupReshardTest : public ::testing::TestWithParam<std::string> {};
+
+// ZeRO-1/2 at the checkpoint's own world size: every rank file and the
+// model states hold exactly DeepSpeed's own records — data.pkl byte for
+// byte (the same pickle: fp32 partitions as views of the padded partition,
+// group_paddings, partition_count, param_slice_mappings' fragment_address
+// objects, dp_world_size) and every storage.
+TEST_P(FlatGroupReshardTest, AtTheSameWorldSizeTheFilesAreDeepSpeeds) {
+  Env& env = *Env::Posix();
+  auto source = Open(env, FixtureDir(GetParam()) + "/checkpoint");
+  auto view = BuildReshardView(env, source, {source->world_size(), std::nullopt});
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  MemEnv out;
+  Materialize(env, **view, source->files().tag, &out);
+  const std::string tag_dir = source->files().tag_dir;
+  size_t files = 0;
+  const auto entries = env.ListDir(tag_dir);
+  ASSERT_TRUE(entries.ok());
+  for (const auto& e : *entries) {
+    SCOPED_TRACE(e.name);
+    const auto theirs = Records(env, tag_dir + "/" + e.name);
+    const auto ours = Records(out, "/r/" + source->files().tag + "/" + e.name);
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (const auto& [name, bytes] : theirs) {
+      ASSERT_TRUE(ours.contains(name)) << name;
+      EXPECT_EQ(ours.at(name), bytes) << name;
+    }
+    ++files;
+  }
+  EXPECT_EQ(files, source->world_size() + 1);
+}
+
+// At every world size 1..8 the files are a ZeRO-1/2 checkpoint of N ranks
+// (read back with ucfs's own model) holding the same state: every state of
+// every param, the frozen params, buffers, tied params and the step.
+TEST_P(FlatGroupReshardTest, GeneratedFilesAreAValidCheckpointWithTheSameState) {
+  Env& env = *Env::Posix();
+  auto source = Open(env, FixtureDir(GetParam()) + "/checkpoint");
+  for (uint32_t n = 1; n <= 8; ++n) {
+    SCOPED_TRACE("N=" + std::to_string(n));
+    auto view = BuildReshardView(env, source, {n, std::nullopt});
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    MemEnv out;
+    Materialize(env, **view, source->files().tag, &out);
+    auto c = Checkpoint::Open(out, "/r");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->world_size(), n);
+    EXPECT_EQ(c->partitioning(), Partitioning::kFlatGroup);
+    EXPECT_EQ(c->optimizer_class(), source->optimizer_class());
+    ASSERT_EQ(c->sub_groups().size(), source->sub_groups().size());
+    for (size_t k = 0; k < c->sub_groups().size(); ++k) {
+      EXPECT_EQ(c->sub_groups()[k].partition_numel,
+                FlatPartitionNumel(source->sub_groups()[k].numel, n));
+    }
+    ASSERT_EQ(c->params().size(), source->params().size());
+    ASSERT_EQ(c->states().size(), source->states().size());
+    for (size_t p = 0; p < c->params().size(); ++p) {
+      EXPECT_EQ(c->params()[p].name, source->params()[p].name);
+      EXPECT_EQ(c->params()[p].offset, source->params()[p].offset);
+      for (size_t s = 0; s < c->states().size(); ++s) {
+        std::vector<Extent> extents;
+        ASSERT_TRUE(c->MapState(p, s, 0, c->params()[p].numel * 4, &extents).ok());
+        std::string ours;
+        for (const Extent& e : extents) {
+          ours += *(*out.Open(c->sources()[e.file].path))->ReadString(e.offset, e.length);
+        }
+        EXPECT_EQ(ours, FullState(*source, p, s)) << c->params()[p].name;
+      }
+    }
+    ASSERT_EQ(c->frozen_params().size(), source->frozen_params().size());
+    ASSERT_EQ(c->buffers().size(), source->buffers().size());
+    ASSERT_EQ(c->tied_params().size(), source->tied_params().size());
+    for (size_t k = 0; k < c->scalar_states().size(); ++k) {
+      ASSERT_EQ(c->scalar_states()[k].size(), 1u);
+      EXPECT_EQ(c->scalar_states()[k][0].value, source->scalar_states()[k][0].value);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupReshardTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
+// round_robin_gradients orders each group's flat buffer by the world size:
+// the view refuses other world sizes rather than guess, and still serves
+// the checkpoint's own.
+TEST(FlatGroupReshard, RoundRobinGradientsOnlyAtTheSameWorldSize) {
+  MemEnv env;
+  ASSERT_TRUE(env.CopyTreeFrom(FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  const std::string model = "/ck/global_step4/mp_rank_00_model_states.pt";
+  env.WriteFile(model, testing::RepackTorchFile(*env.Contents(model), [](pickle::Document* d) {
+                  const pickle::NodeId zero =
+                      d->Get(d->Get(d->root(), "ds_config"), "zero_optimization");
+                  d->AppendPair(zero, d->AddStr("round_robin_gradients"), d->AddBool(true));
+                }));
+  auto c = Open(env, "/ck");
+  EXPECT_TRUE(c->round_robin_gradients());
+  EXPECT_TRUE(PlanReshard(*c, {2, std::nullopt}).ok());
+  auto other = PlanReshard(*c, {3, std::nullopt});
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), Status::Code::kNotSupported);
+  EXPECT_NE(other.status().message().find("round_robin_gradients"), std::string::npos);
+}
 
 // The sub-group split at every world size DeepSpeed trained the tricky model
 // with, as DeepSpeed made it (ORACLE.json world_size_structures), and the

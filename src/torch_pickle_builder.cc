@@ -23,6 +23,9 @@ Result<pickle::NodeId> TorchPickleBuilder::Copy(const pickle::Document& source_d
     // The legacy format's ids carry a sixth field (view metadata, None);
     // the zip format's persistent_load takes exactly five.
     fields->resize(5);
+    // torch.save pickles one 'storage' string for all ids (memoized), so
+    // copied ids share it with new ones.
+    if (doc_.AsStr((*fields)[0]) == "storage") (*fields)[0] = StorageString();
     // The id gets a tuple of its own, a key string of its own (shared only by
     // the ids of one storage) and the one 'cpu' string: Finish renames keys
     // in place, and the source may share the nodes it had there with anything
@@ -55,18 +58,24 @@ pickle::NodeId TorchPickleBuilder::CpuString() {
   return cpu_str_;
 }
 
+pickle::NodeId TorchPickleBuilder::StorageString() {
+  if (storage_str_ == pickle::kNoNode) storage_str_ = doc_.AddStr("storage");
+  return storage_str_;
+}
+
 pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int64_t>& shape,
-                                             bool requires_grad, std::vector<StorageRun> runs) {
+                                             bool requires_grad, std::vector<StorageRun> runs,
+                                             std::optional<uint64_t> storage_numel) {
   using pickle::NodeId;
   // torch.save shares one 'storage' and one location string between ids.
-  if (storage_str_ == pickle::kNoNode) storage_str_ = doc_.AddStr("storage");
+  StorageString();
   CpuString();
   uint64_t numel = 1;
   for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
   const NodeId key = doc_.AddStr("new" + std::to_string(new_key_count_++));
-  const NodeId pid =
-      doc_.AddTuple({storage_str_, doc_.Global("torch", std::string(Info(dtype).storage_class)),
-                     key, cpu_str_, doc_.AddInt(static_cast<int64_t>(numel))});
+  const NodeId pid = doc_.AddTuple(
+      {storage_str_, doc_.Global("torch", std::string(Info(dtype).storage_class)), key, cpu_str_,
+       doc_.AddInt(static_cast<int64_t>(storage_numel.value_or(numel)))});
   std::vector<NodeId> dims, strides;
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {

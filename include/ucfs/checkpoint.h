@@ -148,6 +148,10 @@ class Checkpoint {
   std::optional<int64_t> global_steps() const { return global_steps_; }
   std::optional<uint64_t> configured_sub_group_size() const { return sub_group_size_; }
   uint32_t param_group_count() const { return param_group_count_; }
+  // ZeRO-1/2's zero_optimization.round_robin_gradients: each group's params
+  // were flattened in an order that depends on the world size
+  // (param_shapes lists them in that order).
+  bool round_robin_gradients() const { return round_robin_gradients_; }
 
   const std::vector<ParamInfo>& params() const { return params_; }
   const std::vector<SubGroupInfo>& sub_groups() const { return sub_groups_; }
@@ -214,6 +218,7 @@ class Checkpoint {
   std::optional<int64_t> global_steps_;
   std::optional<uint64_t> sub_group_size_;
   uint32_t param_group_count_ = 0;
+  bool round_robin_gradients_ = false;
   std::vector<ParamInfo> params_;
   std::vector<SubGroupInfo> sub_groups_;
   std::vector<StateInfo> states_;

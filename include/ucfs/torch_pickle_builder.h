@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -35,10 +36,13 @@ class TorchPickleBuilder {
   Result<pickle::NodeId> Copy(const pickle::Document& source_doc, pickle::NodeId id,
                               const TorchFileSummary& summary, uint32_t source_index,
                               std::vector<pickle::NodeId>* copied);
-  // A new 1-D or 0-dim tensor (torch's _rebuild_tensor_v2) whose storage
-  // holds `runs`; shape {} for a scalar.
+  // A new contiguous tensor (torch's _rebuild_tensor_v2) whose storage
+  // holds `runs`; shape {} for a scalar. The storage holds the tensor's
+  // elements, or `storage_numel` from its start (a slice of a longer
+  // tensor, as torch.save keeps the whole storage of a view).
   pickle::NodeId NewTensor(DType dtype, const std::vector<int64_t>& shape, bool requires_grad,
-                           std::vector<StorageRun> runs);
+                           std::vector<StorageRun> runs,
+                           std::optional<uint64_t> storage_numel = std::nullopt);
 
   // Writes the pickle rooted at doc().root() and plans the file.
   Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const Checkpoint> checkpoint,
@@ -46,8 +50,9 @@ class TorchPickleBuilder {
                                                    SourceFiles* crc_reader = nullptr);
 
  private:
-  // The one location string of every id ("cpu").
+  // The one location string of every id ("cpu"), and the one 'storage'.
   pickle::NodeId CpuString();
+  pickle::NodeId StorageString();
 
   pickle::Document doc_;
   // What each storage key node of doc_ holds.
