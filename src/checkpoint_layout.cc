@@ -200,9 +200,9 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   }
   if (mp_ranks.size() > 1 || *mp_ranks.begin() != 0) {
     return Status::NotSupported(files.tag_dir +
-                                ": model-parallel ranks other than mp_rank_00 (tensor or "
-                                "pipeline parallelism); ucfs handles data-parallel checkpoints "
-                                "only (docs/design/model-parallelism.md)");
+                                ": model-parallel ranks other than mp_rank_00: tensor or "
+                                "pipeline parallelism, which ucfs does not support yet (it "
+                                "handles data-parallel checkpoints of every ZeRO stage)");
   }
   if (prefixes.size() > 1) {
     return Status::Corruption(files.tag_dir +
