@@ -114,9 +114,8 @@ def test_stacked(fixture, n):
         direct.close()
 
 
-for fixture in sorted(os.listdir(FIXTURES)):
-    if not os.path.isdir(os.path.join(FIXTURES, fixture)):
-        continue
+# ZeRO-1/2 fixtures: flat_group_mount_test.py.
+for fixture in mount_testing.fixtures_of_stage(FIXTURES, stage3=True):
     for n in (1, 3, 5):
         test(fixture, n)
     test_stacked(fixture, 3)

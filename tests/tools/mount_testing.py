@@ -1,11 +1,26 @@
 """Helpers for the tests that go through a real `ucfs mount`."""
 import hashlib
+import json
 import os
 import signal
 import subprocess
 import tempfile
 import time
 import traceback
+
+
+def fixtures_of_stage(fixtures_dir, stage3):
+    """The fixtures whose ORACLE.json names ZeRO stage 3 (stage3) or 1-2 (not stage3), sorted."""
+    out = []
+    for name in sorted(os.listdir(fixtures_dir)):
+        path = os.path.join(fixtures_dir, name, "ORACLE.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            stage = json.load(f).get("zero_stage", 3)
+        if (stage == 3) == stage3:
+            out.append(name)
+    return out
 
 
 def tree_sha256(root):
