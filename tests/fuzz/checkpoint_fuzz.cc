@@ -1,6 +1,9 @@
 // Fuzz target: whole checkpoints, past the codecs. The input is not a file
 // but a small mutation program applied to a real DeepSpeed checkpoint (one
-// of tests/data/fixtures, held in a MemEnv: nothing is written to disk):
+// of tests/data/fixtures, held in a MemEnv: nothing is written to disk) —
+// a ZeRO-3 one, or a ZeRO-1/2 one in checkpoint12_fuzz (the same source
+// built with UCFS_FUZZ_FLAT_GROUPS, with path selectors of its own and no
+// kRepair):
 //
 //   byte 0      which fixture (bits 0-5, mod their number); bit 6: open the
 //               tag directory instead of the root; bit 7: also build the
@@ -115,6 +118,16 @@
 
 #ifndef UCFS_FUZZ_FIXTURES
 #error "UCFS_FUZZ_FIXTURES must name tests/data/fixtures"
+#endif
+
+// checkpoint12_fuzz: the same target over the ZeRO-1/2 fixtures (one
+// mp_rank_00_model_states.pt, flat param-group partitions); checkpoint_fuzz
+// over the ZeRO-3 ones. Two targets, so that the inputs of each (byte 0
+// picks a fixture) keep meaning the checkpoint they were found on.
+#ifdef UCFS_FUZZ_FLAT_GROUPS
+constexpr bool kFlatGroups = true;
+#else
+constexpr bool kFlatGroups = false;
 #endif
 
 namespace {
@@ -328,10 +341,16 @@ std::vector<Fixture> LoadFixtures() {
     }
     std::sort(files.begin(), files.end());
     std::vector<RankFile> optim, model;
+    bool shared_model = false;  // ZeRO-1/2: mp_rank_00_model_states.pt
     for (const fs::path& p : files) {
       const std::string path = kRoot + "/" + fs::relative(p, root).string();
       std::string bytes = ReadWhole(p);
       auto rank = ucfs::ParseRankFileName(p.filename().string());
+      if (p.filename() == ucfs::SharedModelFileName() && p.parent_path().filename() == tag) {
+        // The model file of every rank: slot "rank 0" of kind kModel.
+        rank = ucfs::RankFileName{ucfs::RankFileName::Kind::kModel, "", 0, 0};
+        shared_model = true;
+      }
       if (!rank || p.parent_path().filename() != tag) {
         f.other[path] = std::move(bytes);
         continue;
@@ -350,8 +369,11 @@ std::vector<Fixture> LoadFixtures() {
     auto by_rank = [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; };
     std::sort(optim.begin(), optim.end(), by_rank);
     std::sort(model.begin(), model.end(), by_rank);
+    if (shared_model != kFlatGroups) continue;  // the other target's fixture
     f.world = static_cast<uint32_t>(optim.size());
-    if (f.world == 0 || model.size() != optim.size()) Fail("fixture " + f.name + " is not whole");
+    if (f.world == 0 || model.size() != (kFlatGroups ? 1 : optim.size())) {
+      Fail("fixture " + f.name + " is not whole");
+    }
     for (auto& rf : optim) f.ranks.push_back(std::move(rf));
     for (auto& rf : model) f.ranks.push_back(std::move(rf));
     out.push_back(std::move(f));
@@ -394,9 +416,11 @@ class Work {
   uint32_t world() const { return world_; }
   std::vector<Slot>& slots() { return slots_; }
 
-  // The slot of a rank's file of a kind, rank taken mod the world size.
+  // The slot of a rank's file of a kind, rank taken mod the world size
+  // (ZeRO-1/2: every rank's model file is the one mp_rank_00_model_states.pt).
   Slot& At(ucfs::RankFileName::Kind kind, uint32_t rank) {
     rank %= world_;
+    if (kFlatGroups && kind == ucfs::RankFileName::Kind::kModel) rank = 0;
     for (Slot& s : slots_) {
       if (s.kind == kind && s.rank == rank) return s;
     }
@@ -446,6 +470,7 @@ class Work {
     if (world_ >= kMaxWorld) return;
     const uint32_t r = world_;
     for (auto kind : {ucfs::RankFileName::Kind::kOptim, ucfs::RankFileName::Kind::kModel}) {
+      if (kFlatGroups && kind == ucfs::RankFileName::Kind::kModel) continue;  // one for all
       Slot& src = At(kind, from);
       Flush(src);
       Slot s;
@@ -649,12 +674,51 @@ const char* const kPaths[][5] = {
     {"global_steps"},
 };
 
+// The same for ZeRO-1/2 files (a table of its own: checkpoint_fuzz's
+// inputs index kPaths, whose size must not change under them).
+const char* const kFlatGroupPaths[][5] = {
+    {"optimizer_state_dict"},
+    {"optimizer_state_dict", "zero_stage"},
+    {"optimizer_state_dict", "partition_count"},
+    {"optimizer_state_dict", "partition_count", "*"},
+    {"optimizer_state_dict", "single_partition_of_fp32_groups"},
+    {"optimizer_state_dict", "single_partition_of_fp32_groups", "*"},
+    {"optimizer_state_dict", "base_optimizer_state"},
+    {"optimizer_state_dict", "base_optimizer_state", "state"},
+    {"optimizer_state_dict", "base_optimizer_state", "state", "*"},
+    {"optimizer_state_dict", "base_optimizer_state", "state", "*", "*"},
+    {"optimizer_state_dict", "base_optimizer_state", "param_groups"},
+    {"optimizer_state_dict", "base_optimizer_state", "param_groups", "*", "params"},
+    {"optimizer_state_dict", "group_paddings"},
+    {"optimizer_state_dict", "param_slice_mappings"},
+    {"optimizer_state_dict", "param_slice_mappings", "*"},
+    {"optimizer_state_dict", "param_slice_mappings", "*", "*"},
+    {"optimizer_state_dict", "loss_scaler"},
+    {"ds_config", "zero_optimization"},
+    {"ds_config", "zero_optimization", "stage"},
+    {"ds_config", "zero_optimization", "round_robin_gradients"},
+    {"ds_version"},
+    {"module"},
+    {"module", "*"},
+    {"param_shapes"},
+    {"param_shapes", "*"},
+    {"param_shapes", "*", "*"},
+    {"frozen_param_shapes"},
+    {"frozen_param_shapes", "*"},
+    {"frozen_param_fragments", "*"},
+    {"shared_params"},
+    {"buffer_names"},
+    {"dp_world_size"},
+};
+
 Place NamedPlace(Document& doc, size_t index, uint8_t k1, uint8_t k2) {
   Place p;
   p.node = doc.root();
   const uint8_t ks[2] = {k1, k2};
   size_t next_k = 0;
-  for (const char* seg : kPaths[index % std::size(kPaths)]) {
+  const auto& path = kFlatGroups ? kFlatGroupPaths[index % std::size(kFlatGroupPaths)]
+                                 : kPaths[index % std::size(kPaths)];
+  for (const char* seg : path) {
     if (seg == nullptr) break;
     p = std::string_view(seg) == "*" ? Element(doc, p.node, ks[next_k++ % 2])
                                      : Field(doc, p.node, seg);
@@ -1675,6 +1739,10 @@ void RepairModel(Archive& ar, const Document& model0, uint32_t world) {
 }
 
 void Repair(Work& w, uint8_t flags) {
+  // The repairs resize ZeRO-3 flat buffers; ZeRO-1/2 partitions follow
+  // other rules (their edits stop at Checkpoint::Open, or reach the views
+  // when they keep the sizes).
+  if (kFlatGroups) return;
   Slot& model0_slot = w.At(ucfs::RankFileName::Kind::kModel, 0);
   Archive* model0 = w.Edit(model0_slot);
   if (model0 == nullptr) return;
@@ -1739,7 +1807,8 @@ std::vector<NodeId> TensorsBelow(const Document& doc, NodeId id) {
 std::vector<NodeId> TensorFamily(const Document& doc, uint8_t which) {
   const NodeId root = doc.root();
   const NodeId osd = doc.Get(root, "optimizer_state_dict");
-  const NodeId state = doc.Get(doc.Get(osd, "optimizer_state_dict"), "state");
+  const NodeId state = doc.Get(
+      doc.Get(osd, kFlatGroups ? "base_optimizer_state" : "optimizer_state_dict"), "state");
   std::vector<NodeId> out;
   auto state_entries = [&](std::optional<std::string_view> name) {
     for (const auto& [k, per_group] :
@@ -1754,7 +1823,8 @@ std::vector<NodeId> TensorFamily(const Document& doc, uint8_t which) {
   };
   switch (which % 8) {
     case 0:
-      return TensorsBelow(doc, doc.Get(osd, "fp32_flat_groups"));
+      return TensorsBelow(
+          doc, doc.Get(osd, kFlatGroups ? "single_partition_of_fp32_groups" : "fp32_flat_groups"));
     case 1:
       state_entries("exp_avg");
       return out;
@@ -2047,13 +2117,20 @@ void CheckTorchFile(const std::string& what, const std::string& path, const std:
       Fail(what + ": no record for storage '" + std::string(*key) + "'");
     }
   }
-  // "/<tag>_universal/zero/<param>/<state>.pt"
+  // "/<tag>_universal/zero/<param>/<state>.pt": ZeRO-3's a bare 1-D tensor,
+  // ZeRO-1/2's {'cat_dim': 0, 'param': tensor at the param's shape} (and a
+  // step.pt, a 0-dim tensor or a number).
   if (std::count(path.begin(), path.end(), '/') == 4 &&
-      path.find("_universal/zero/") != std::string::npos) {
-    auto t = ucfs::MatchTensor(*doc, doc->root());
+      path.find("_universal/zero/") != std::string::npos && !path.ends_with("/step.pt")) {
+    const NodeId tensor = kFlatGroups ? doc->Get(doc->root(), "param") : doc->root();
+    if (kFlatGroups && doc->AsInt(doc->Get(doc->root(), "cat_dim")) != 0) {
+      Fail(what + ": no 'cat_dim': 0");
+    }
+    auto t = ucfs::MatchTensor(*doc, tensor);
     if (!t.ok() || !t->has_value()) Fail(what + ": not a bare tensor");
     const ucfs::ZipRecord* rec = zip->Find("data/" + (*t)->storage_key);
-    if ((*t)->shape.size() != 1 || !(*t)->contiguous() || (*t)->storage_offset != 0 ||
+    if ((kFlatGroups ? (*t)->shape.empty() : (*t)->shape.size() != 1) || !(*t)->contiguous() ||
+        (*t)->storage_offset != 0 ||
         rec == nullptr || rec->size != (*t)->byte_size() || (*t)->storage_numel != (*t)->numel()) {
       Fail(what + ": not a flat tensor filling its record: shape " +
            ucfs::ShapeString((*t)->shape) + ", record of " +

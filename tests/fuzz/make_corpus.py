@@ -8,7 +8,7 @@ Usage: make_corpus.py FIXTURES_DIR OUT_DIR
   OUT_DIR/zip/     the odd archives (deflated, legacy) of the sibling ../zip,
                    then up to 40 in all of the smallest .pt files of each kind
                    below FIXTURES_DIR
-  OUT_DIR/checkpoint/
+  OUT_DIR/checkpoint/, OUT_DIR/checkpoint12/
                    mutation programs for checkpoint_fuzz (checkpoint_fuzz.cc
                    describes their format): every fixture unmutated, and one
                    program for each kind of edit the target knows
@@ -283,12 +283,15 @@ def main(argv):
             if write_seed(zip_out, f.read()):
                 zips += 1
 
-    checkpoint_out = os.path.join(out, "checkpoint")
-    reset_dir(checkpoint_out)
+    # The same programs for checkpoint_fuzz (ZeRO-3 fixtures) and
+    # checkpoint12_fuzz (ZeRO-1/2 fixtures): they name edits, not files.
     programs = 0
-    for _, program in checkpoint_programs():
-        if write_seed(checkpoint_out, program):
-            programs += 1
+    for corpus in ("checkpoint", "checkpoint12"):
+        checkpoint_out = os.path.join(out, corpus)
+        reset_dir(checkpoint_out)
+        for _, program in checkpoint_programs():
+            if write_seed(checkpoint_out, program):
+                programs += 1
 
     print("make_corpus.py: %d pickle seeds in %s, %d zip seeds in %s, %d checkpoint "
           "programs in %s" % (pickles, pickle_out, zips, zip_out, programs, checkpoint_out))
