@@ -2,9 +2,6 @@
 // and BF16_Optimizer), against what DeepSpeed itself wrote and reported.
 #include <gtest/gtest.h>
 
-#include <bit>
-#include <cstring>
-
 #include "test_support.h"
 #include "ucfs/checkpoint.h"
 
@@ -31,22 +28,8 @@ std::string StateBytes(const Checkpoint& c, size_t p, size_t s) {
   return ReadExtents(c, extents);
 }
 
-// Little-endian float32 or bfloat16 elements as doubles.
 std::vector<double> Values(const std::string& bytes, DType dtype) {
-  std::vector<double> out;
-  const uint32_t es = Info(dtype).element_size;
-  for (size_t i = 0; i + es <= bytes.size(); i += es) {
-    uint32_t bits = 0;
-    if (dtype == DType::kBFloat16) {
-      uint16_t half;
-      std::memcpy(&half, bytes.data() + i, 2);
-      bits = uint32_t{half} << 16;
-    } else {
-      std::memcpy(&bits, bytes.data() + i, 4);
-    }
-    out.push_back(std::bit_cast<float>(bits));
-  }
-  return out;
+  return testing::FloatValues(bytes, dtype);
 }
 
 class FlatGroupFixtureTest : public ::testing::TestWithParam<std::string> {};

@@ -271,17 +271,22 @@ TEST(DeferredBytes, MadeOnFirstReadOnly) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConsolidatedTest, ::testing::ValuesIn(testing::FixtureNames()));
 // ZeRO-2's zero_to_fp32 output (its stage-1/2 path).
 INSTANTIATE_TEST_SUITE_P(FlatGroupFixtures, ConsolidatedTest,
-                         ::testing::Values("z2_tricky_fp32_ws2"));
+                         ::testing::Values("z2_tricky_fp32_ws2", "z2_tricky_fp16_ws3",
+                                           "z2_tricky_bf16_ws4"));
 
-// BF16_Optimizer checkpoints, which zero_to_fp32.py refuses ("not a zero
-// checkpoint": they record no zero_stage), and whose frozen params it would
-// drop at stage 1 (no frozen_param_shapes): the state dict it makes of the
-// other stages, with the values the live engine held (ORACLE.json) — the
+class FlatGroupConsolidatedTest : public ::testing::TestWithParam<std::string> {};
+
+// Every ZeRO-1/2 checkpoint: the state dict zero_to_fp32.py makes of ZeRO-2,
+// in its order, with the values the live engine held (ORACLE.json) — the
 // buffer as float32, the frozen params in their own dtype from the model
-// states, the fp32 master weights, the tied alias.
-TEST(ConsolidatedFlatGroup, Bf16OptimizerStateDictHoldsTheLiveEnginesValues) {
-  auto c = Open("z1_tricky_bf16opt_ws2");
-  const auto oracle = testing::Oracle("z1_tricky_bf16opt_ws2");
+// states, the fp32 master weights, the tied alias sharing its tensor — and
+// equal to zero_to_fp32.py's own output for every tensor it has. It has
+// them all but where it is wrong: it refuses BF16_Optimizer checkpoints
+// ("not a zero checkpoint": they record no zero_stage), and drops the frozen
+// params at stage 1 (no frozen_param_shapes).
+TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
+  auto c = Open(GetParam());
+  const auto oracle = testing::Oracle(GetParam());
   auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   std::vector<std::string> names;
@@ -291,43 +296,47 @@ TEST(ConsolidatedFlatGroup, Bf16OptimizerStateDictHoldsTheLiveEnginesValues) {
                                               "ln1.weight", "ln1.bias", "fc1.bias", "fc2.bias",
                                               "ln2.weight", "ln2.bias", "head.bias",
                                               "head.weight"}));
-  auto values = [&](const ConsolidatedTensor& t) {
-    std::vector<ReadPiece> pieces;
-    EXPECT_TRUE(PlanStorage(*c, t.storage, 0, t.storage.size(), &pieces).ok());
-    const std::string bytes = ReadPieces(*c, pieces);
-    std::vector<double> out;
-    for (size_t i = 0; i < bytes.size(); i += Info(t.dtype).element_size) {
-      uint32_t bits = 0;
-      if (t.dtype == DType::kBFloat16) {
-        uint16_t half;
-        std::memcpy(&half, bytes.data() + i, 2);
-        bits = uint32_t{half} << 16;
-      } else {
-        std::memcpy(&bits, bytes.data() + i, 4);
-      }
-      float f;
-      std::memcpy(&f, &bits, 4);
-      out.push_back(f);
-    }
-    return out;
-  };
+  const auto& manifest = ReferenceManifest().at(GetParam());
+  const bool has_z2f = manifest.contains("zero_to_fp32");
+  EXPECT_EQ(has_z2f, c->optimizer_class() != "BF16_Optimizer");
+  size_t compared = 0;
   for (const ConsolidatedTensor& t : *tensors) {
     SCOPED_TRACE(t.name);
+    std::vector<ReadPiece> pieces;
+    ASSERT_TRUE(PlanStorage(*c, t.storage, 0, t.storage.size(), &pieces).ok());
+    const std::string bytes = ReadPieces(*c, pieces);
+    const std::vector<double> values = testing::FloatValues(bytes, t.dtype);
     const std::string name = t.name == "head.weight" ? "embed.weight" : t.name;
     if (oracle["expected_buffer_values"].contains(name)) {
       EXPECT_EQ(t.dtype, DType::kFloat32);
-      EXPECT_EQ(values(t), oracle["expected_buffer_values"][name]["values"].get<std::vector<double>>());
+      EXPECT_EQ(values, oracle["expected_buffer_values"][name]["values"].get<std::vector<double>>());
     } else if (oracle["expected_frozen_values"].contains(name)) {
-      EXPECT_EQ(t.dtype, DType::kBFloat16);
-      EXPECT_EQ(values(t), oracle["expected_frozen_values"][name]["values"].get<std::vector<double>>());
+      const auto& frozen = oracle["expected_frozen_values"][name];
+      EXPECT_EQ("torch." + std::string(Info(t.dtype).torch_name), frozen["dtype"].get<std::string>());
+      EXPECT_EQ(values, frozen["values"].get<std::vector<double>>());
     } else {
       EXPECT_EQ(t.dtype, DType::kFloat32);
       EXPECT_EQ(t.shape, oracle["harness"]["param_shapes"][name].get<std::vector<int64_t>>());
-      EXPECT_EQ(values(t), oracle["expected_full_values"]["fp32"][name].get<std::vector<double>>());
+      EXPECT_EQ(values, oracle["expected_full_values"]["fp32"][name].get<std::vector<double>>());
+    }
+    if (has_z2f && manifest["zero_to_fp32"].contains(t.name)) {
+      const auto ref = LoadReference(manifest["zero_to_fp32"][t.name]);
+      EXPECT_EQ(ref.dtype, Info(t.dtype).torch_name);
+      EXPECT_EQ(ref.shape, t.shape);
+      EXPECT_EQ(ref.bytes, bytes);
+      ++compared;
+    } else if (has_z2f) {
+      // The one thing zero_to_fp32.py leaves out: frozen params at stage 1.
+      EXPECT_EQ(c->zero_stage(), 1);
+      EXPECT_TRUE(oracle["expected_frozen_values"].contains(t.name));
     }
   }
+  if (has_z2f) EXPECT_EQ(compared, manifest["zero_to_fp32"].size());
   EXPECT_EQ(tensors->back().alias_of, 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupConsolidatedTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
 
 // The tensors of a pytorch_model.bin (or a shard of it): name -> (storage
 // key, bytes), and whether its top object is a plain dict.

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -175,6 +177,57 @@ std::string FreshTempDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/ucfs_" + name;
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+std::vector<double> FloatValues(const std::string& bytes, DType dtype) {
+  std::vector<double> out;
+  const uint32_t es = Info(dtype).element_size;
+  for (size_t i = 0; i + es <= bytes.size(); i += es) {
+    const char* p = bytes.data() + i;
+    switch (dtype) {
+      case DType::kFloat32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        out.push_back(f);
+        break;
+      }
+      case DType::kFloat64: {
+        double d;
+        std::memcpy(&d, p, 8);
+        out.push_back(d);
+        break;
+      }
+      case DType::kBFloat16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const uint32_t bits = uint32_t{h} << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        out.push_back(f);
+        break;
+      }
+      case DType::kFloat16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const int exponent = (h >> 10) & 0x1f;
+        const int mantissa = h & 0x3ff;
+        double v;
+        if (exponent == 0) {
+          v = std::ldexp(mantissa, -24);  // subnormal
+        } else if (exponent == 31) {
+          v = mantissa ? std::nan("") : INFINITY;
+        } else {
+          v = std::ldexp(mantissa + 1024, exponent - 25);
+        }
+        out.push_back(h & 0x8000 ? -v : v);
+        break;
+      }
+      default:
+        ADD_FAILURE() << "FloatValues: not a floating dtype";
+        return out;
+    }
+  }
+  return out;
 }
 
 }  // namespace ucfs::testing

@@ -53,6 +53,10 @@ std::string AddTorchRecord(const std::string& bytes, const std::string& relative
 std::string ReplaceTorchRecord(const std::string& bytes, const std::string& relative_name,
                                const std::string& data);
 
+// Little-endian float32, float64, bfloat16 or float16 elements as doubles
+// (exact: every such value is a double), decoded here rather than by ucfs.
+std::vector<double> FloatValues(const std::string& bytes, DType dtype);
+
 // The bytes of `extents` of `ckpt`'s source files, concatenated.
 std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
 
