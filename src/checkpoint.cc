@@ -332,6 +332,16 @@ class CheckpointBuilder {
     if (auto v = doc.AsStr(doc.Get(root, "ds_version"))) c_.ds_version_ = std::string(*v);
     c_.global_steps_ = doc.AsInt(doc.Get(root, "global_steps"));
     if (auto dp = doc.AsInt(doc.Get(root, "dp_world_size"))) {
+      // ZeRO-1/2 have no model file per rank to show a missing last rank:
+      // the world size the files imply is then one too small.
+      if (flat_groups() && *dp > static_cast<int64_t>(c_.world_size())) {
+        const std::string missing =
+            JoinPath(c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
+                                                        c_.files_.optim_prefix, c_.world_size()));
+        return Status::NotFound(missing + ": missing: " + std::string(BaseName(tf.path())) +
+                                " says dp_world_size " + std::to_string(*dp))
+            .WithFile(missing);
+      }
       if (*dp != static_cast<int64_t>(c_.world_size())) {
         return tf.Error("inconsistent world size: dp_world_size is " + std::to_string(*dp) +
                         " but the tag directory has optimizer files for " +

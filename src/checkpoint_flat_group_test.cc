@@ -2,6 +2,8 @@
 // and BF16_Optimizer), against what DeepSpeed itself wrote and reported.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "test_support.h"
 #include "ucfs/checkpoint.h"
 
@@ -157,6 +159,116 @@ TEST_P(FlatGroupFixtureTest, ValuesEqualTheLiveEngines) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupFixtureTest,
                          ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
+// --- bad input -------------------------------------------------------------
+
+class BrokenFlatGroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(env_.CopyTreeFrom(FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  }
+  static std::string Optim(int rank) {
+    return "/ck/global_step4/zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.pt";
+  }
+  static constexpr const char* kModel = "/ck/global_step4/mp_rank_00_model_states.pt";
+  void Edit(const std::string& file, const std::function<void(pickle::Document*)>& edit) {
+    env_.WriteFile(file, testing::RepackTorchFile(*env_.Contents(file), edit));
+  }
+  static NodeId Osd(pickle::Document* d) { return d->Get(d->root(), "optimizer_state_dict"); }
+  Status OpenStatus() { return Checkpoint::Open(env_, "/ck").status(); }
+  // The error names `file` and says `what`.
+  void ExpectError(const std::string& file, const std::string& what) {
+    Status s = OpenStatus();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.file(), file) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+  }
+  MemEnv env_;
+};
+
+TEST_F(BrokenFlatGroupTest, MissingRank) {
+  ASSERT_TRUE(env_.RemoveFile(Optim(1)));
+  // No model file per rank shows that a last rank is missing, rather than
+  // the world smaller: the model states' dp_world_size does.
+  ExpectError(Optim(1), "missing: mp_rank_00_model_states.pt says dp_world_size 2");
+}
+
+TEST_F(BrokenFlatGroupTest, TruncatedShard) {
+  std::string bytes = *env_.Contents(Optim(1));
+  env_.WriteFile(Optim(1), bytes.substr(0, bytes.size() / 2));
+  Status s = OpenStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.file(), Optim(1)) << s.ToString();
+}
+
+TEST_F(BrokenFlatGroupTest, PartitionCountOfAnotherWorld) {
+  Edit(Optim(1), [](pickle::Document* d) {
+    const NodeId counts = d->Get(Osd(d), "partition_count");
+    d->mutable_node(d->node(counts).items[1]).scalar = 4;
+  });
+  ExpectError(Optim(1), "inconsistent world size: partition_count is [2, 4]");
+}
+
+// A partition shorter than the elements it must hold (rank 0 holds 416 of
+// group 0's 831): refused, not served past its end.
+TEST_F(BrokenFlatGroupTest, PartitionShorterThanItsValidElements) {
+  Edit(Optim(0), [](pickle::Document* d) {
+    const NodeId flats = d->Get(Osd(d), "single_partition_of_fp32_groups");
+    const NodeId t = d->node(flats).items[0];
+    auto args = d->SequenceItems(d->node(t).b);
+    const NodeId size = (*args)[2];  // (416,)
+    d->mutable_node(d->node(size).items[0]).scalar = 400;
+  });
+  ExpectError(Optim(0), "single_partition_of_fp32_groups[0] has shape [400], but param group 0 "
+                        "(831 elements) has partitions of 416 at world size 2, 416 of them valid "
+                        "on rank 0");
+}
+
+TEST_F(BrokenFlatGroupTest, RanksOfDifferentOptimizers) {
+  Edit(Optim(1), [](pickle::Document* d) {
+    pickle::Node& osd = d->mutable_node(Osd(d));
+    for (size_t i = 0; i + 1 < osd.items.size(); i += 2) {
+      if (d->AsStr(osd.items[i]) == "zero_stage") {
+        osd.items.erase(osd.items.begin() + static_cast<std::ptrdiff_t>(i),
+                        osd.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+        break;
+      }
+    }
+  });
+  ExpectError(Optim(1), "written by BF16_Optimizer at ZeRO stage 2, but rank 0's by "
+                        "DeepSpeedZeroOptimizer at stage 2: files of different runs");
+}
+
+TEST_F(BrokenFlatGroupTest, ZeroStage3BesideSharedModelStates) {
+  Edit(Optim(0), [](pickle::Document* d) {
+    const NodeId stage = d->Get(Osd(d), "zero_stage");
+    const NodeId args = d->node(stage).b;
+    d->mutable_node(d->node(args).items[1]).text = "weights";
+  });
+  ExpectError(Optim(0), "zero_stage is 3, but the tag directory has mp_rank_00_model_states.pt");
+}
+
+TEST_F(BrokenFlatGroupTest, FrozenParamMissingFromTheModule) {
+  Edit(kModel, [](pickle::Document* d) {
+    pickle::Node& module = d->mutable_node(d->Get(d->root(), "module"));
+    for (size_t i = module.list_items; i + 1 < module.items.size(); i += 2) {
+      if (d->AsStr(module.items[i]) == "proj.bias") {
+        module.items.erase(module.items.begin() + static_cast<std::ptrdiff_t>(i),
+                           module.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+        break;
+      }
+    }
+  });
+  ExpectError(kModel, "frozen param 'proj.bias' of frozen_param_shapes is not in module");
+}
+
+TEST_F(BrokenFlatGroupTest, TensorParallelRanksAreRefused) {
+  env_.WriteFile("/ck/global_step4/mp_rank_01_model_states.pt", *env_.Contents(kModel));
+  Status s = OpenStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported);
+  EXPECT_NE(s.message().find("tensor or pipeline parallelism"), std::string::npos) << s.ToString();
+}
 
 }  // namespace
 }  // namespace ucfs

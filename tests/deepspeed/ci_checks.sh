@@ -5,9 +5,10 @@
 #
 # Sets up DeepSpeed 0.14.5 from ../shared/oracle (setup_env.sh: Debian's packages and the vendored
 # sources, nothing else), then runs run_load_checks.sh:
-#   - MODE=universal and MODE=native: every fixture at every other world size 1-5 (22 checks each);
-#   - MODE=save: every fixture at N=1 and N=3 where N is not its own world size (11 checks; the full
-#     22 take 12-15 minutes and are run by hand, see README.md);
+#   - MODE=universal and MODE=native: every ZeRO-3 fixture at every other world size 1-5 (22 checks
+#     each), every ZeRO-1/2 fixture at one other world size (5 checks each);
+#   - MODE=save: every ZeRO-3 fixture at N=1 and N=3 where N is not its own world size (11 checks; the
+#     full 22 take 12-15 minutes and are run by hand, see README.md), two ZeRO-1/2 fixtures at one N;
 #   - the fixtures re-written as newer writers would (tests/tools/torch_variants.py): torch 2.7 with
 #     4096-byte alignment and the archive/ prefix, and torch's legacy format from torch 2.4, each
 #     through the universal and the native view of two fixtures at N=3.
@@ -33,9 +34,21 @@ run() {  # run DESCRIPTION ENV... -- FIXTURE...
   if ! env "${envs[@]}" "$here/run_load_checks.sh" "$@"; then failed=1; fi
   echo "ci_checks: $what took $((SECONDS - start)) s"
 }
-run "universal view" MODE=universal --
-run "native view (--world-size N)" MODE=native --
-run "writable view (--upper DIR), N=1 and 3" MODE=save "WORLD_SIZES=1 3" --
+# ZeRO-3: every fixture at every other world size.
+zero3=()
+for d in "$repo"/tests/data/fixtures/z3_*/; do zero3+=("$(basename "$d")"); done
+run "universal view" MODE=universal -- "${zero3[@]}"
+run "native view (--world-size N)" MODE=native -- "${zero3[@]}"
+run "writable view (--upper DIR), N=1 and 3" MODE=save "WORLD_SIZES=1 3" -- "${zero3[@]}"
+# ZeRO-1/2: every fixture at one other world size (3, or 2 for the one saved at 3), the writable view
+# of two (BF16_Optimizer; fp16 with its loss scaler). All world sizes take 12 more minutes: by hand.
+zero12_at3=(z1_tricky_bf16opt_ws2 z1_tricky_fp32_ws4 z2_tricky_bf16_ws4 z2_tricky_fp32_ws2)
+for mode in universal native; do
+  run "ZeRO-1/2, $mode view, N=3" MODE=$mode "WORLD_SIZES=3" -- "${zero12_at3[@]}"
+  run "ZeRO-1/2, $mode view, N=2" MODE=$mode "WORLD_SIZES=2" -- z2_tricky_fp16_ws3
+done
+run "ZeRO-1/2, writable view, N=3" MODE=save "WORLD_SIZES=3" -- z1_tricky_bf16opt_ws2
+run "ZeRO-1/2, writable view, N=2" MODE=save "WORLD_SIZES=2" -- z2_tricky_fp16_ws3
 for variant in "--torch 2.7 --alignment 4096 --archive-prefix" "--torch 2.4 --legacy"; do
   for mode in universal native; do
     run "$mode view of the fixtures as written by: $variant" MODE=$mode "VARIANT=$variant" "WORLD_SIZES=3" -- \
