@@ -94,6 +94,9 @@ TEST_P(ExportTest, WritesWhatTheViewShows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExportTest, ::testing::ValuesIn(testing::FixtureNames()));
+// The same export of each view of the ZeRO-1/2 checkpoints.
+INSTANTIATE_TEST_SUITE_P(FlatGroupFixtures, ExportTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
 
 // A second run redoes only what is missing or stale.
 TEST(Export, ResumesWhereItStopped) {
