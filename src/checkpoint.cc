@@ -187,9 +187,9 @@ class CheckpointBuilder {
     for (uint32_t r = 0; r < w; ++r) {
       const std::string& optim_path = c_.files_.optim_files[r];
       UCFS_ASSIGN_OR_RETURN(TorchFile optim, Load(r, optim_path));
-      UCFS_RETURN_IF_ERROR((flat_groups() ? ReadFlatGroupOptimizerStates(r, optim)
-                                          : ReadOptimizerStates(r, optim))
-                               .WithFile(optim_path));
+      UCFS_RETURN_IF_ERROR(
+          (flat_groups() ? ReadFlatGroupOptimizerStates(r, optim) : ReadOptimizerStates(r, optim))
+              .WithFile(optim_path));
       if (r == 0) {
         c_.rank0_optim_ = optim.doc;
         c_.container_style_ = StyleOf(optim.summary);
@@ -274,8 +274,8 @@ class CheckpointBuilder {
         p.sub_group = static_cast<uint32_t>(c_.sub_groups_.size());
         p.offset = offset;
         // ZeRO-3 packs each param's slot, ZeRO-1/2 the whole param.
-        auto next = CheckedAdd(offset, flat_groups() ? p.numel : p.partition_numel,
-                               kMaxFileQuantity / 16);
+        auto next =
+            CheckedAdd(offset, flat_groups() ? p.numel : p.partition_numel, kMaxFileQuantity / 16);
         if (!next) {
           return tf.Error("sub-group " + std::to_string(c_.sub_groups_.size()) +
                           " holds more than 2^58 elements per rank (at '" + Printable(p.name) +
@@ -335,9 +335,9 @@ class CheckpointBuilder {
       // ZeRO-1/2 have no model file per rank to show a missing last rank:
       // the world size the files imply is then one too small.
       if (flat_groups() && *dp > static_cast<int64_t>(c_.world_size())) {
-        const std::string missing =
-            JoinPath(c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
-                                                        c_.files_.optim_prefix, c_.world_size()));
+        const std::string missing = JoinPath(
+            c_.files_.tag_dir,
+            RankFileNameFor(RankFileName::Kind::kOptim, c_.files_.optim_prefix, c_.world_size()));
         return Status::NotFound(missing + ": missing: " + std::string(BaseName(tf.path())) +
                                 " says dp_world_size " + std::to_string(*dp))
             .WithFile(missing);
@@ -458,8 +458,7 @@ class CheckpointBuilder {
       return found;
     };
     if (rank == 0) {
-      UCFS_ASSIGN_OR_RETURN(TensorRef flat0,
-                            RequireTensor(tf, (*flats)[0], "fp32_flat_groups[0]"));
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat0, RequireTensor(tf, (*flats)[0], "fp32_flat_groups[0]"));
       UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, per_group(0), flat0.numel(), flat0.numel()));
       UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
       UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
@@ -557,8 +556,8 @@ class CheckpointBuilder {
       return found;
     };
     if (rank == 0) {
-      UCFS_ASSIGN_OR_RETURN(TensorRef flat0, RequireTensor(tf, (*flats)[0],
-                                                           "single_partition_of_fp32_groups[0]"));
+      UCFS_ASSIGN_OR_RETURN(TensorRef flat0,
+                            RequireTensor(tf, (*flats)[0], "single_partition_of_fp32_groups[0]"));
       const SubGroupInfo& g0 = c_.sub_groups_[0];
       UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, per_group(0),
                                         FlatValidNumel(g0.numel, c_.world_size(), 0),
@@ -612,8 +611,8 @@ class CheckpointBuilder {
   // The per-element states, from rank 0's first flat buffer: "fp32", then
   // every 1-D state tensor of a partition's length (between min_numel and
   // max_numel elements), in the optimizer's order.
-  Status DefineStates(const TorchFile& tf, const TensorRef& flat, NodeId state0,
-                      uint64_t min_numel, uint64_t max_numel) {
+  Status DefineStates(const TorchFile& tf, const TensorRef& flat, NodeId state0, uint64_t min_numel,
+                      uint64_t max_numel) {
     c_.states_.push_back({"fp32", flat.dtype, flat.requires_grad});
     if (state0 == pickle::kNoNode) return Status::OK();
     const Document& doc = *tf.doc;
@@ -917,8 +916,8 @@ std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
 }
 
 std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partition_numel,
-                                                  uint64_t flat_offset, uint64_t first,
-                                                  uint64_t last) const {
+                                                 uint64_t flat_offset, uint64_t first,
+                                                 uint64_t last) const {
   if (partitioning_ == Partitioning::kPerParam) {
     return SplitByRank(numel, world_size(), first, last);
   }
@@ -929,10 +928,9 @@ std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partit
   return pieces;
 }
 
-Status Checkpoint::MapPieces(uint32_t element_size, uint64_t slot_element_offset,
-                             const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
-                             const std::vector<RankPiece>& pieces,
-                             std::vector<Extent>* out) const {
+Status Checkpoint::MapPieces(uint32_t element_size, uint64_t slot_element_offset, const Slot* slots,
+                             size_t slot_stride, uint64_t begin, uint64_t end,
+                             const std::vector<RankPiece>& pieces, std::vector<Extent>* out) const {
   for (const RankPiece& piece : pieces) {
     if (piece.rank >= world_size()) {
       return Status::Corruption("a tensor's elements lie past the last rank's partition");
@@ -994,12 +992,11 @@ Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t
   const bool per_param = partitioning_ == Partitioning::kPerParam;
   // Rank r's slot is flat_slots_[(r * groups + sub_group) * states + state].
   const size_t stride = sub_groups_.size() * states_.size();
-  return MapPieces(
-      es, per_param ? p.offset : 0, &flat_slots_[p.sub_group * states_.size() + state],
-      stride, begin, end,
-      PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset, elements.first,
-                    elements.second),
-      out);
+  return MapPieces(es, per_param ? p.offset : 0, &flat_slots_[p.sub_group * states_.size() + state],
+                   stride, begin, end,
+                   PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset,
+                                 elements.first, elements.second),
+                   out);
 }
 
 std::vector<uint64_t> Checkpoint::ElementsPerRank(size_t param) const {

@@ -44,9 +44,8 @@ TEST_P(FlatGroupFixtureTest, PartitioningIsDeepSpeeds) {
   const auto oracle = testing::Oracle(GetParam());
   EXPECT_EQ(c.partitioning(), Partitioning::kFlatGroup);
   EXPECT_EQ(c.zero_stage(), oracle["zero_stage"].get<int>());
-  EXPECT_EQ(c.optimizer_class(),
-            oracle["optimizer_class"].get<std::string>().substr(
-                oracle["optimizer_class"].get<std::string>().rfind('.') + 1));
+  EXPECT_EQ(c.optimizer_class(), oracle["optimizer_class"].get<std::string>().substr(
+                                     oracle["optimizer_class"].get<std::string>().rfind('.') + 1));
   EXPECT_EQ(c.world_size(), oracle["world_size"].get<uint32_t>());
   EXPECT_EQ(c.files().model_per_rank, false);
   const auto& groups = oracle["partitioning"]["groups"];
@@ -78,7 +77,8 @@ TEST_P(FlatGroupFixtureTest, PartitioningIsDeepSpeeds) {
         const ParamInfo& param = c.params()[p];
         for (const RankPiece& piece :
              SplitFlatByRank(sg.partition_numel, param.offset, param.offset + param.numel)) {
-          if (piece.rank == r) ours[param.name] = {{"start", piece.slot_offset}, {"numel", piece.count}};
+          if (piece.rank == r)
+            ours[param.name] = {{"start", piece.slot_offset}, {"numel", piece.count}};
         }
       }
       EXPECT_EQ(ours, mappings[g]) << "rank " << r << " group " << g;
@@ -219,9 +219,10 @@ TEST_F(BrokenFlatGroupTest, PartitionShorterThanItsValidElements) {
     const NodeId size = (*args)[2];  // (416,)
     d->mutable_node(d->node(size).items[0]).scalar = 400;
   });
-  ExpectError(Optim(0), "single_partition_of_fp32_groups[0] has shape [400], but param group 0 "
-                        "(831 elements) has partitions of 416 at world size 2, 416 of them valid "
-                        "on rank 0");
+  ExpectError(Optim(0),
+              "single_partition_of_fp32_groups[0] has shape [400], but param group 0 "
+              "(831 elements) has partitions of 416 at world size 2, 416 of them valid "
+              "on rank 0");
 }
 
 TEST_F(BrokenFlatGroupTest, RanksOfDifferentOptimizers) {
@@ -235,8 +236,9 @@ TEST_F(BrokenFlatGroupTest, RanksOfDifferentOptimizers) {
       }
     }
   });
-  ExpectError(Optim(1), "written by BF16_Optimizer at ZeRO stage 2, but rank 0's by "
-                        "DeepSpeedZeroOptimizer at stage 2: files of different runs");
+  ExpectError(Optim(1),
+              "written by BF16_Optimizer at ZeRO stage 2, but rank 0's by "
+              "DeepSpeedZeroOptimizer at stage 2: files of different runs");
 }
 
 TEST_F(BrokenFlatGroupTest, ZeroStage3BesideSharedModelStates) {

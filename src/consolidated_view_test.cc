@@ -291,11 +291,10 @@ TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   std::vector<std::string> names;
   for (const ConsolidatedTensor& t : *tensors) names.push_back(t.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"mix", "proj.weight", "proj.bias", "tri",
-                                              "embed.weight", "fc1.weight", "fc2.weight", "gate",
-                                              "ln1.weight", "ln1.bias", "fc1.bias", "fc2.bias",
-                                              "ln2.weight", "ln2.bias", "head.bias",
-                                              "head.weight"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "mix", "proj.weight", "proj.bias", "tri", "embed.weight", "fc1.weight",
+                       "fc2.weight", "gate", "ln1.weight", "ln1.bias", "fc1.bias", "fc2.bias",
+                       "ln2.weight", "ln2.bias", "head.bias", "head.weight"}));
   const auto& manifest = ReferenceManifest().at(GetParam());
   const bool has_z2f = manifest.contains("zero_to_fp32");
   EXPECT_EQ(has_z2f, c->optimizer_class() != "BF16_Optimizer");
@@ -309,10 +308,12 @@ TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
     const std::string name = t.name == "head.weight" ? "embed.weight" : t.name;
     if (oracle["expected_buffer_values"].contains(name)) {
       EXPECT_EQ(t.dtype, DType::kFloat32);
-      EXPECT_EQ(values, oracle["expected_buffer_values"][name]["values"].get<std::vector<double>>());
+      EXPECT_EQ(values,
+                oracle["expected_buffer_values"][name]["values"].get<std::vector<double>>());
     } else if (oracle["expected_frozen_values"].contains(name)) {
       const auto& frozen = oracle["expected_frozen_values"][name];
-      EXPECT_EQ("torch." + std::string(Info(t.dtype).torch_name), frozen["dtype"].get<std::string>());
+      EXPECT_EQ("torch." + std::string(Info(t.dtype).torch_name),
+                frozen["dtype"].get<std::string>());
       EXPECT_EQ(values, frozen["values"].get<std::vector<double>>());
     } else {
       EXPECT_EQ(t.dtype, DType::kFloat32);

@@ -206,16 +206,15 @@ std::string InspectText(const Checkpoint& c) {
          " elements\n";
   // ZeRO-3 places a param by its sub-group; ZeRO-1/2 by its offset in its
   // group's flat buffer, which decides which ranks hold it.
-  std::vector<std::vector<std::string>> rows = {
-      {"name", "shape", "dtype", "numel", "group", FlatGroups(c) ? "offset" : "sub-group",
-       "valid elements per rank"}};
+  std::vector<std::vector<std::string>> rows = {{"name", "shape", "dtype", "numel", "group",
+                                                 FlatGroups(c) ? "offset" : "sub-group",
+                                                 "valid elements per rank"}};
   for (size_t i = 0; i < c.params().size(); ++i) {
     const ParamInfo& p = c.params()[i];
-    rows.push_back({Printable(p.name), ShapeString(p.shape),
-                    std::string(Info(c.states()[0].dtype).torch_name), std::to_string(p.numel),
-                    std::to_string(p.param_group),
-                    std::to_string(FlatGroups(c) ? p.offset : p.sub_group),
-                    RunLength(c.ElementsPerRank(i))});
+    rows.push_back(
+        {Printable(p.name), ShapeString(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
+         std::to_string(p.numel), std::to_string(p.param_group),
+         std::to_string(FlatGroups(c) ? p.offset : p.sub_group), RunLength(c.ElementsPerRank(i))});
   }
   out += Table(rows, "  ");
   if (!c.frozen_params().empty()) {

@@ -336,14 +336,13 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
     const SubGroupInfo& sg = layout.sub_groups[k];
     // DeepSpeedZeroOptimizer saves partition[:P - padding], a view: its
     // storage is still the whole partition.
-    const uint64_t saved = c.IsBf16Optimizer() ? sg.partition_numel
-                                               : ZeroOptimizerSavedNumel(sg.numel, n, rank);
-    new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)},
-                                    fp32.requires_grad,
+    const uint64_t saved =
+        c.IsBf16Optimizer() ? sg.partition_numel : ZeroOptimizerSavedNumel(sg.numel, n, rank);
+    new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)}, fp32.requires_grad,
                                     FlatGroupRuns(c, layout, k, rank, 0, sg.partition_numel),
                                     sg.partition_numel));
-    new_paddings.push_back(doc.AddInt(
-        rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
+    new_paddings.push_back(
+        doc.AddInt(rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
     new_counts.push_back(doc.AddInt(n));
     // Each param's fragment of this partition (tensor_fragment.py).
     const NodeId od = doc.AddReduce(ordered_dict, doc.AddTuple({}));
@@ -378,8 +377,8 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
       auto entries = doc.MappingItems(value);
       if (!k || *k < 0 || static_cast<size_t>(*k) >= groups || !entries) {
         return Status::Corruption(path + ": base_optimizer_state['state'] holds " +
-                                  doc.Repr(key, 40) + ", not one of the " +
-                                  std::to_string(groups) + " param groups");
+                                  doc.Repr(key, 40) + ", not one of the " + std::to_string(groups) +
+                                  " param groups");
       }
       const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
       std::vector<NodeId> entry;
@@ -414,8 +413,8 @@ Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const 
   const Document& src = c.rank0_model();
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
-  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), c.rank0_model_summary(),
-                                            c.world_size(), &copied));
+  UCFS_ASSIGN_OR_RETURN(NodeId root,
+                        b.Copy(src, src.root(), c.rank0_model_summary(), c.world_size(), &copied));
   Document& doc = b.doc();
   doc.set_root(root);
   if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);

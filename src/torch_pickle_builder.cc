@@ -122,12 +122,12 @@ namespace {
 // _rebuild_tensor_v2 of storage "0" holding exactly a contiguous tensor of
 // `shape`, as torch.save pickles one.
 Result<pickle::NodeId> AddContiguousTensor(pickle::Document& doc, DType dtype,
-                                           const std::vector<int64_t>& shape,
-                                           bool requires_grad) {
+                                           const std::vector<int64_t>& shape, bool requires_grad) {
   using pickle::NodeId;
   auto numel = CheckedShapeProduct(shape, kMaxFileQuantity / 16);
-  if (!numel) return Status::InvalidArgument("a tensor of shape " + ShapeString(shape) +
-                                             " has too many elements");
+  if (!numel)
+    return Status::InvalidArgument("a tensor of shape " + ShapeString(shape) +
+                                   " has too many elements");
   std::vector<NodeId> sizes, strides(shape.size());
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -140,10 +140,9 @@ Result<pickle::NodeId> AddContiguousTensor(pickle::Document& doc, DType dtype,
       {doc.AddStr("storage"), doc.Global("torch", std::string(Info(dtype).storage_class)),
        doc.AddStr("0"), doc.AddStr("cpu"), doc.AddInt(static_cast<int64_t>(*numel))});
   const NodeId hooks = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
-  const NodeId args = doc.AddTuple({doc.AddPersistentId(pid), doc.AddInt(0),
-                                    doc.AddTuple(std::move(sizes)),
-                                    doc.AddTuple(std::move(strides)), doc.AddBool(requires_grad),
-                                    hooks});
+  const NodeId args =
+      doc.AddTuple({doc.AddPersistentId(pid), doc.AddInt(0), doc.AddTuple(std::move(sizes)),
+                    doc.AddTuple(std::move(strides)), doc.AddBool(requires_grad), hooks});
   return doc.AddReduce(rebuild, args);
 }
 

@@ -89,8 +89,7 @@ Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const Checkpo
                                                    const ScalarState& step,
                                                    SourceFiles* crc_reader) {
   if (!step.is_tensor) {
-    UCFS_ASSIGN_OR_RETURN(std::string pkl,
-                          NumberPickle(step.value, step.dtype == DType::kFloat64));
+    UCFS_ASSIGN_OR_RETURN(std::string pkl, NumberPickle(step.value, step.dtype == DType::kFloat64));
     return TorchFileContent::Make(ckpt, "step", std::move(pkl), {}, crc_reader);
   }
   UCFS_ASSIGN_OR_RETURN(std::string pkl, BareTensorPickle(step.dtype, {}, false));
@@ -175,12 +174,11 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
       // ds_to_universal merges with, makes no 0-dim tensors).
       std::vector<int64_t> shape = param.shape;
       if (shape.empty()) shape = {1};
-      UCFS_ASSIGN_OR_RETURN(
-          std::string pkl,
-          flat_groups
-              ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
-              : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
-                                 state.requires_grad));
+      UCFS_ASSIGN_OR_RETURN(std::string pkl,
+                            flat_groups
+                                ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
+                                : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
+                                                   state.requires_grad));
       StorageSpec storage;
       storage.key = "0";
       StorageRun run;

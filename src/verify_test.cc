@@ -96,8 +96,7 @@ TEST_P(FlatGroupVerifyTest, RealCheckpointsVerifyClean) {
   EXPECT_EQ(*r->step, oracle["partitioning"]["adam_step"].get<double>());
   EXPECT_EQ(r->files_checked, r->world_size + 1);
   EXPECT_EQ(r->params, 12u);
-  EXPECT_EQ(r->bytes_scanned,
-            oracle["model"]["total_trainable_numel"].get<uint64_t>() * 3 * 4);
+  EXPECT_EQ(r->bytes_scanned, oracle["model"]["total_trainable_numel"].get<uint64_t>() * 3 * 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupVerifyTest,

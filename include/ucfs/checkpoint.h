@@ -198,14 +198,13 @@ class Checkpoint {
   // place (partition.h); rank r's slot is
   // slots[r * slot_stride], the piece's slot_offset counted from element
   // `slot_element_offset` of it.
-  Status MapPieces(uint32_t element_size, uint64_t slot_element_offset,
-                   const Slot* slots, size_t slot_stride, uint64_t begin, uint64_t end,
+  Status MapPieces(uint32_t element_size, uint64_t slot_element_offset, const Slot* slots,
+                   size_t slot_stride, uint64_t begin, uint64_t end,
                    const std::vector<RankPiece>& pieces, std::vector<Extent>* out) const;
   // Where elements [first, last) of a param or frozen param of `numel`
   // elements lie (partition.h): the stage's rule, in one place.
   std::vector<RankPiece> PlaceElements(uint64_t numel, uint64_t partition_numel,
-                                              uint64_t flat_offset, uint64_t first,
-                                              uint64_t last) const;
+                                       uint64_t flat_offset, uint64_t first, uint64_t last) const;
   friend class CheckpointBuilder;
 
   CheckpointFiles files_;

@@ -1,13 +1,12 @@
 // ZeRO partition arithmetic, in one place: how each stage spreads a
 // parameter's elements over the data-parallel ranks.
 //
-// ZeRO-3 (stage3.py) partitions each parameter on its own. A parameter of n elements on W data-parallel ranks is padded to W*P
-// elements, P = ceil(n/W), and rank r holds global elements [r*P, r*P+P).
-// The valid (non-padding) part of rank r's slot is max(0, min(P, n - r*P))
-// elements: padding can cover several trailing ranks when n is small
-// (n=5, W=4: ranks hold 2, 2, 1, 0 valid elements). DeepSpeed 0.14.5's
-// converter computes min(P, abs(n - r*P)) instead and exports padding;
-// nothing here repeats that.
+// ZeRO-3 (stage3.py) partitions each parameter on its own. A parameter of n elements on W
+// data-parallel ranks is padded to W*P elements, P = ceil(n/W), and rank r holds global elements
+// [r*P, r*P+P). The valid (non-padding) part of rank r's slot is max(0, min(P, n - r*P)) elements:
+// padding can cover several trailing ranks when n is small (n=5, W=4: ranks hold 2, 2, 1, 0 valid
+// elements). DeepSpeed 0.14.5's converter computes min(P, abs(n - r*P)) instead and exports
+// padding; nothing here repeats that.
 #ifndef UCFS_PARTITION_H_
 #define UCFS_PARTITION_H_
 

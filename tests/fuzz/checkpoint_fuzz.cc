@@ -1807,8 +1807,8 @@ std::vector<NodeId> TensorsBelow(const Document& doc, NodeId id) {
 std::vector<NodeId> TensorFamily(const Document& doc, uint8_t which) {
   const NodeId root = doc.root();
   const NodeId osd = doc.Get(root, "optimizer_state_dict");
-  const NodeId state = doc.Get(
-      doc.Get(osd, kFlatGroups ? "base_optimizer_state" : "optimizer_state_dict"), "state");
+  const NodeId state =
+      doc.Get(doc.Get(osd, kFlatGroups ? "base_optimizer_state" : "optimizer_state_dict"), "state");
   std::vector<NodeId> out;
   auto state_entries = [&](std::optional<std::string_view> name) {
     for (const auto& [k, per_group] :
@@ -2130,8 +2130,8 @@ void CheckTorchFile(const std::string& what, const std::string& path, const std:
     if (!t.ok() || !t->has_value()) Fail(what + ": not a bare tensor");
     const ucfs::ZipRecord* rec = zip->Find("data/" + (*t)->storage_key);
     if ((kFlatGroups ? (*t)->shape.empty() : (*t)->shape.size() != 1) || !(*t)->contiguous() ||
-        (*t)->storage_offset != 0 ||
-        rec == nullptr || rec->size != (*t)->byte_size() || (*t)->storage_numel != (*t)->numel()) {
+        (*t)->storage_offset != 0 || rec == nullptr || rec->size != (*t)->byte_size() ||
+        (*t)->storage_numel != (*t)->numel()) {
       Fail(what + ": not a flat tensor filling its record: shape " +
            ucfs::ShapeString((*t)->shape) + ", record of " +
            (rec ? std::to_string(rec->size) : std::string("no")) + " bytes");
