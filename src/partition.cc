@@ -68,6 +68,15 @@ std::vector<RankPiece> SplitFlatByRank(uint64_t partition_numel, uint64_t begin,
   return pieces;
 }
 
+std::optional<FlatFragment> FragmentOnRank(uint64_t partition_numel, uint64_t offset,
+                                           uint64_t numel, uint32_t rank) {
+  const uint64_t part_begin = rank * partition_numel;
+  const uint64_t begin = std::max(part_begin, offset);
+  const uint64_t end = std::min(part_begin + partition_numel, offset + numel);
+  if (begin >= end) return std::nullopt;
+  return FlatFragment{begin - part_begin, begin - offset, end - begin};
+}
+
 std::vector<uint32_t> SplitSubGroups(std::span<const uint64_t> partition_numels,
                                      uint64_t sub_group_size) {
   std::vector<uint32_t> sizes;

@@ -92,5 +92,68 @@ TEST(Partition, WholeGroupFitsInOneSubGroup) {
   EXPECT_TRUE(SplitSubGroups({}, 8).empty());
 }
 
+// ZeRO-1/2: a group padded to a multiple of 2·W; the numbers of the
+// z2_tricky_fp32_ws2 run (ORACLE.json partitioning: 831 -> 832, P 416,
+// padding 1; 105 -> 108, P 54, padding 3), and a group smaller than its
+// padding, where DeepSpeedZeroOptimizer's partition[:P - padding] keeps
+// P - (padding - P) elements of the last rank, or none.
+TEST(FlatPartition, PaddingAndSavedLengthsAsDeepSpeedHasThem) {
+  EXPECT_EQ(FlatPartitionNumel(831, 2), 416u);
+  EXPECT_EQ(FlatGroupPadding(831, 2), 1u);
+  EXPECT_EQ(FlatPartitionNumel(105, 2), 54u);
+  EXPECT_EQ(FlatGroupPadding(105, 2), 3u);
+  EXPECT_EQ(ZeroOptimizerSavedNumel(831, 2, 0), 416u);
+  EXPECT_EQ(ZeroOptimizerSavedNumel(831, 2, 1), 415u);
+  EXPECT_EQ(ZeroOptimizerSavedNumel(105, 2, 1), 51u);
+  // 3 elements at W=4: padded to 8, P = 2, padding 5 > P.
+  EXPECT_EQ(FlatPartitionNumel(3, 4), 2u);
+  EXPECT_EQ(FlatGroupPadding(3, 4), 5u);
+  EXPECT_EQ((std::vector<uint64_t>{FlatValidNumel(3, 4, 0), FlatValidNumel(3, 4, 1),
+                                   FlatValidNumel(3, 4, 2), FlatValidNumel(3, 4, 3)}),
+            (std::vector<uint64_t>{2, 1, 0, 0}));
+  EXPECT_EQ(ZeroOptimizerSavedNumel(3, 4, 3), 0u);  // partition[:-3] of 2
+  EXPECT_EQ(ZeroOptimizerSavedNumel(5, 4, 3), 1u);  // padding 3: partition[:-1] of 2
+  EXPECT_EQ(ZeroOptimizerSavedNumel(5, 4, 2), 2u);  // only the last rank drops padding
+}
+
+// A param's fragment on each rank (DeepSpeed's param_slice_mappings): fc1.weight,
+// 240 elements at offset 291 of z2_tricky_fp32_ws2's group 0 (P 416), is
+// {start 291, numel 125} on rank 0 and {start 0, numel 115} on rank 1; the
+// fragments of any param tile it, and SplitFlatByRank agrees.
+TEST(FlatPartition, FragmentsTileEveryParam) {
+  auto f0 = FragmentOnRank(416, 291, 240, 0);
+  auto f1 = FragmentOnRank(416, 291, 240, 1);
+  ASSERT_TRUE(f0 && f1);
+  EXPECT_EQ(f0->partition_start, 291u);
+  EXPECT_EQ(f0->numel, 125u);
+  EXPECT_EQ(f0->param_start, 0u);
+  EXPECT_EQ(f1->partition_start, 0u);
+  EXPECT_EQ(f1->numel, 115u);
+  EXPECT_EQ(f1->param_start, 125u);
+  EXPECT_FALSE(FragmentOnRank(416, 0, 3, 1));
+  for (uint64_t p : {1u, 2u, 7u, 64u}) {
+    for (uint64_t offset : {0u, 1u, 5u, 63u}) {
+      for (uint64_t numel : {1u, 2u, 9u, 130u}) {
+        uint64_t covered = 0;
+        const auto pieces = SplitFlatByRank(p, offset, offset + numel);
+        size_t next = 0;
+        for (uint32_t r = 0; r * p < offset + numel; ++r) {
+          auto f = FragmentOnRank(p, offset, numel, r);
+          if (!f) continue;
+          EXPECT_EQ(f->param_start, covered);
+          ASSERT_LT(next, pieces.size());
+          EXPECT_EQ(pieces[next].rank, r);
+          EXPECT_EQ(pieces[next].slot_offset, f->partition_start);
+          EXPECT_EQ(pieces[next].count, f->numel);
+          ++next;
+          covered += f->numel;
+        }
+        EXPECT_EQ(covered, numel);
+        EXPECT_EQ(next, pieces.size());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ucfs

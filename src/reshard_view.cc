@@ -124,27 +124,25 @@ std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& 
   std::vector<StorageRun> runs;
   const uint64_t es = Info(c.states()[state].dtype).element_size;
   const SubGroupInfo& sg = layout.sub_groups[k];
-  const uint64_t begin = rank * sg.partition_numel;
-  const uint64_t end = begin + length;
-  uint64_t at = begin;
+  uint64_t at = 0;  // elements of the partition covered so far
   for (uint32_t p : sg.params) {
     const ParamInfo& param = c.params()[p];
-    const uint64_t a = std::max(begin, param.offset);
-    const uint64_t b = std::min(end, param.offset + param.numel);
-    if (a >= b) continue;
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    if (!frag || frag->partition_start >= length) continue;
+    const uint64_t n = std::min(frag->numel, length - frag->partition_start);
     StorageRun run;
     run.kind = StorageRun::Kind::kState;
     run.param = p;
     run.state = state;
-    run.state_offset = (a - param.offset) * es;
-    run.length = (b - a) * es;
+    run.state_offset = frag->param_start * es;
+    run.length = n * es;
     runs.push_back(run);
-    at = b;
+    at = frag->partition_start + n;
   }
-  if (end > at) {
+  if (length > at) {
     StorageRun z;
     z.kind = StorageRun::Kind::kZeros;
-    z.length = (end - at) * es;
+    z.length = (length - at) * es;
     runs.push_back(z);
   }
   return runs;
@@ -346,19 +344,17 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
     new_counts.push_back(doc.AddInt(n));
     // Each param's fragment of this partition (tensor_fragment.py).
     const NodeId od = doc.AddReduce(ordered_dict, doc.AddTuple({}));
-    const uint64_t part_begin = rank * sg.partition_numel;
-    const uint64_t part_end = part_begin + sg.partition_numel;
     for (uint32_t p : sg.params) {
       const ParamInfo& param = c.params()[p];
-      const uint64_t a = std::max(part_begin, param.offset);
-      const uint64_t e = std::min(part_end, param.offset + param.numel);
-      if (a >= e) continue;
+      auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+      if (!frag) continue;
       pickle::Node address;
       address.kind = Kind::kNewObj;
       address.a = fragment;
       address.b = doc.AddTuple({});
-      address.state = doc.AddDict({numel_key, doc.AddInt(static_cast<int64_t>(e - a)), start_key,
-                                   doc.AddInt(static_cast<int64_t>(a - part_begin))});
+      address.state =
+          doc.AddDict({numel_key, doc.AddInt(static_cast<int64_t>(frag->numel)), start_key,
+                       doc.AddInt(static_cast<int64_t>(frag->partition_start))});
       doc.AppendPair(od, doc.AddStr(param.name), doc.Add(std::move(address)));
     }
     new_mappings.push_back(od);

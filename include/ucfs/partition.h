@@ -11,6 +11,7 @@
 #define UCFS_PARTITION_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -69,6 +70,17 @@ uint64_t ZeroOptimizerSavedNumel(uint64_t group_numel, uint32_t world, uint32_t 
 // rank, into the ranks that hold them, in order (global_begin counts in the
 // flat buffer).
 std::vector<RankPiece> SplitFlatByRank(uint64_t partition_numel, uint64_t begin, uint64_t end);
+
+// The part of a param — flat elements [offset, offset + numel) — that rank
+// `rank`'s partition holds, as DeepSpeed records it in param_slice_mappings
+// (tensor_fragment.py get_hp_fragment_mapping); nullopt if none.
+struct FlatFragment {
+  uint64_t partition_start = 0;  // where it starts in the rank's partition (fragment_address.start)
+  uint64_t param_start = 0;      // ... and in the param
+  uint64_t numel = 0;
+};
+std::optional<FlatFragment> FragmentOnRank(uint64_t partition_numel, uint64_t offset,
+                                           uint64_t numel, uint32_t rank);
 
 // DeepSpeed's default zero_optimization.sub_group_size.
 inline constexpr uint64_t kDefaultSubGroupSize = 1000000000;
