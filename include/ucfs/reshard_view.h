@@ -7,6 +7,12 @@
 //   ROOT/<tag>/zero_pp_rank_{s}_mp_rank_00_model_states.pt,        s < N
 //   everything else of ROOT      passed through
 //
+// ZeRO-1/2 (Partitioning::kFlatGroup) keep one mp_rank_00_model_states.pt
+// (rank 0's, dp_world_size N) and re-cut each param group's flat buffer
+// into N partitions with DeepSpeed's 2·N alignment: the fp32 weights as
+// the optimizer saves them, every per-element state, group_paddings,
+// partition_count and param_slice_mappings recomputed. At ZeRO-3:
+//
 // Each file is rank 0's pickle re-targeted at N: sub-groups re-split with
 // P' = ceil(n/N) and the run's sub_group_size, flat buffers and every
 // per-element optimizer state re-partitioned with zero padding,

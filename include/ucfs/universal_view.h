@@ -4,10 +4,12 @@
 //   ROOT/                        the source checkpoint root, passed through
 //   ROOT/latest_universal        "<tag>_universal"
 //   ROOT/<tag>_universal/zero/<param>/{fp32,exp_avg,exp_avg_sq,...}.pt
-//                                a bare 1-D tensor of exactly numel elements
+//                                ZeRO-3: a bare 1-D tensor of exactly numel
+//                                elements; ZeRO-1/2: {'cat_dim': 0, 'param':
+//                                the tensor at its shape}, and a step.pt
 //   ROOT/<tag>_universal/zero/optimizer_state.pt
 //                                rank 0's optimizer_state_dict + param_groups
-//   ROOT/<tag>_universal/zero_pp_rank_*_mp_rank_00_model_states.pt
+//   ROOT/<tag>_universal/{zero_pp_rank_*_,}mp_rank_00_model_states.pt
 //                                the source model-state files
 //
 // Every byte DeepSpeed would write is reproduced: with real CRCs
