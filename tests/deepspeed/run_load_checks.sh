@@ -26,7 +26,8 @@
 #   3. runs save_worker.py (beside this file) at N ranks through $ORACLE_DIR/launch.py: it builds the
 #      fixture's model/optimizer/ds_config as lc_worker.py does in native mode, engine.load_checkpoint(MNT),
 #      then at once, without training, engine.save_checkpoint(MNT, tag="resaved_wsN"): DeepSpeed rewrites
-#      MNT/latest in place and writes MNT/resaved_wsN/ through the mount                     [save]
+#      MNT/latest in place and writes MNT/resaved_wsN/ through the mount; for ZeRO-1/2 checkpoints
+#      compare_saved.py then finds what it saved equal to what the view shows at N (but ds_config) [save]
 #   4. unmounts with `"$UCFS_BIN" umount MNT` and waits for the ucfs process to exit (its status must be 0)
 #                                                                                          [umount]
 #      checks that the fixture's checkpoint listing is unchanged                           [fixture]
@@ -298,6 +299,12 @@ print("rank %s raised in %s: %s: %s" % (e["rank"], e["stage"], e["type"], " ".jo
       for ((r = 0; r < N; r++)); do [ -f "$run/save/out/rank$r.json" ] || missing="$missing $r"; done
       if [ $rc -ne 0 ]; then msg="launch.py exited $rc: $(tail -n 1 "$run/save.log")"
       elif [ -n "$missing" ]; then msg="no result from rank(s)$missing"; fi
+    fi
+    # ZeRO-1/2: what DeepSpeed saved at N is what the view showed at N (but ds_config).
+    if [ -z "$msg" ] && [ "$STAGE" -lt 3 ]; then
+      same=$(cd / && DS_ACCELERATOR=cpu PYTHONPATH="${PYTHONPATH:-$ORACLE_WORK/deepspeed-src:$ORACLE_WORK/pydeps}" \
+        "$PY" "$here/compare_saved.py" "$run/mnt/$(cat "$src/latest")" "$run/mnt/$tag" 2>"$run/compare.err" | tail -n 1)
+      [ "$same" = same ] || msg="DeepSpeed's own save at N differs from the view: ${same:-$(tail -n 1 "$run/compare.err")}"
     fi
     if [ -z "$msg" ]; then s_save=PASS; else s_save=FAIL; fails+=("save: $msg (rank logs: $run/save)"); fi
   fi
