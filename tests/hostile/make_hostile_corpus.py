@@ -957,6 +957,123 @@ for _key, (_which, _fn) in STRUCT.items():
     case("structure", _key, f"{_which.__name__} file: {_key}")(_make(_which, _fn))
 
 
+# ------------------------------------------------------------------ ZeRO-1/2
+
+STAGE12 = "z2_tricky_fp32_ws2"  # two param groups split across 2 ranks, mp_rank_00_model_states.pt
+SHARED_MODEL = "mp_rank_00_model_states.pt"
+
+
+def partition(tree, k=0):
+    return osd(tree).get("single_partition_of_fp32_groups").items[k]
+
+
+def base_state(tree):
+    return osd(tree).get("base_optimizer_state").get("state")
+
+
+for _key, _fn in TENSORS.items():
+    case("zero12_tensors", _key, f"rank 1's fp32 partition of group 0: {_key}", STAGE12)(
+        lambda tag, root, fn=_fn: edit(optim(tag, 1), lambda t, recs: fn(partition(t), recs)))
+
+
+@case("zero12", "partition_count_not_ints", "partition_count ['2', '2']", STAGE12)
+def _(tag, root):
+    edit(optim(tag), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([tv.Str("2"), tv.Str("2")])))
+
+
+@case("zero12", "partition_count_of_experts", "partition_count [2, 1]: a group over fewer ranks (MoE)", STAGE12)
+def _(tag, root):
+    for r in range(2):
+        edit(optim(tag, r), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([2, 1])))
+
+
+@case("zero12", "no_base_optimizer_state", "base_optimizer_state removed", STAGE12)
+def _(tag, root):
+    edit(optim(tag, 1), lambda t, _: dict_del(osd(t), "base_optimizer_state"))
+
+
+@case("zero12", "state_of_one_group_missing", "base_optimizer_state['state'] lacks group 1", STAGE12)
+def _(tag, root):
+    edit(optim(tag, 1), lambda t, _: base_state(t).items.__delitem__(slice(1, 2)))
+
+
+@case("zero12", "partition_list_longer", "single_partition_of_fp32_groups has a third group", STAGE12)
+def _(tag, root):
+    edit(optim(tag), lambda t, _: osd(t).get("single_partition_of_fp32_groups").items.append(partition(t)))
+
+
+@case("zero12", "partition_2d", "rank 0's fp32 partition shaped 2-d", STAGE12)
+def _(tag, root):
+    edit(optim(tag), lambda t, _: partition(t).args.items.__setitem__(2, tv.Tup([208, 2])))
+
+
+@case("zero12", "exp_avg_numel_2_pow_62", "exp_avg of group 0 with a storage of 2^62 elements", STAGE12)
+def _(tag, root):
+    edit(optim(tag), lambda t, _: pid_items(base_state(t).items[0][1].get("exp_avg")).__setitem__(4, 2 ** 62))
+
+
+@case("zero12", "zero_stage_3", "zero_stage 3 beside mp_rank_00_model_states.pt", STAGE12)
+def _(tag, root):
+    def fn(t, _):
+        dict_set(osd(t), "zero_stage", 3)
+    for r in range(2):
+        edit(optim(tag, r), fn)
+
+
+@case("zero12", "no_zero_stage_on_one_rank", "rank 1 without zero_stage (a BF16_Optimizer file?)", STAGE12)
+def _(tag, root):
+    edit(optim(tag, 1), lambda t, _: dict_del(osd(t), "zero_stage"))
+
+
+@case("zero12", "model_states_missing", "mp_rank_00_model_states.pt removed", STAGE12)
+def _(tag, root):
+    os.remove(os.path.join(tag, SHARED_MODEL))
+
+
+@case("zero12", "model_states_truncated", "mp_rank_00_model_states.pt cut in half", STAGE12)
+def _(tag, root):
+    path = os.path.join(tag, SHARED_MODEL)
+    write(path, read(path)[: os.path.getsize(path) // 2])
+
+
+@case("zero12", "tensor_parallel_rank", "an mp_rank_01_model_states.pt beside mp_rank_00", STAGE12)
+def _(tag, root):
+    shutil.copy(os.path.join(tag, SHARED_MODEL), os.path.join(tag, "mp_rank_01_model_states.pt"))
+
+
+@case("zero12", "last_rank_missing", "rank 1's optimizer file removed", STAGE12)
+def _(tag, root):
+    os.remove(optim(tag, 1))
+
+
+@case("zero12", "dp_world_size_2_pow_31", "dp_world_size 2^31 in the model states", STAGE12)
+def _(tag, root):
+    edit(os.path.join(tag, SHARED_MODEL), lambda t, _: dict_set(t, "dp_world_size", 2 ** 31))
+
+
+@case("zero12", "group_shape_wraps", "a param of shape [3, 6148914691236517207] in group 1", STAGE12)
+def _(tag, root):
+    def fn(t, _):
+        size = shapes(t, 1).dictitems[1][1]
+        size.args.items[0] = tv.Tup([3, 6148914691236517207])
+    edit(os.path.join(tag, SHARED_MODEL), fn)
+
+
+@case("zero12", "frozen_shape_disagrees", "frozen_param_shapes says proj.bias is [6]", STAGE12)
+def _(tag, root):
+    def fn(t, _):
+        frozen = t.get("frozen_param_shapes")
+        items = frozen.items if isinstance(frozen, tv.Dct) else frozen.dictitems
+        items[-1][1].args.items[0] = tv.Tup([6])
+    edit(os.path.join(tag, SHARED_MODEL), fn)
+
+
+@case("zero12", "round_robin_gradients", "zero_optimization.round_robin_gradients true", STAGE12)
+def _(tag, root):
+    edit(os.path.join(tag, SHARED_MODEL),
+         lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "round_robin_gradients", True))
+
+
 # ------------------------------------------------------------------ main
 
 def main(argv):
