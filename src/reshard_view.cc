@@ -220,7 +220,14 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
   // has them; a state saved before the first step stays empty.
   auto old_state = doc.MappingItems(state);
   if (old_state && !old_state->empty()) {
-    auto template_items = *doc.MappingItems(old_state->front().second);
+    // Checked: Open checks only the entry keyed 0, which need not come first
+    // (found by checkpoint_fuzz: a first entry that was no dict was read as one).
+    auto first = doc.MappingItems(old_state->front().second);
+    if (!first) {
+      return Status::Corruption(path + ": the optimizer's first state entry " +
+                                doc.Repr(old_state->front().first, 40) + " is not a dict");
+    }
+    const auto template_items = std::move(*first);
     std::vector<NodeId> kv;
     for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
       std::vector<NodeId> entry;
