@@ -29,7 +29,7 @@ struct MountArgs {
   // Tuning switches (fuse::ServeOptions), off only to measure what each buys.
   bool no_prefetch = false;
   bool no_splice = false;
-  bool keep_source_pages = false;
+  bool drop_source_pages = false;
 };
 
 // The bounds `ucfs mount --world-size` accepts.

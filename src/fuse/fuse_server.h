@@ -33,14 +33,17 @@ struct ServeOptions {
   std::string fsname = "ucfs";
   // Where statfs answers come from (the source checkpoint's file system).
   std::string statfs_path;
-  // Tuning switches, on by default; off to measure what each buys
-  // (bench/README.md): reading ahead in the source files a file's next
-  // pieces come from; splicing source bytes to the kernel instead of
-  // copying them; dropping source pages once their bytes are in the mount's
-  // own page cache.
+  // Tuning switches (bench/README.md measures each): reading ahead in the
+  // source files a file's next pieces come from, and splicing source bytes
+  // to the kernel instead of copying them, on by default; dropping source
+  // pages once their bytes are in the mount's own page cache, off by
+  // default: it halves the page cache a cold read fills, but the
+  // invalidation, in the reply path and on the same page-cache lock as the
+  // readahead, cost a fifth of cold-read throughput. Kept, the source pages
+  // are touched once and so are the first the kernel reclaims.
   bool prefetch = true;
   bool splice = true;
-  bool drop_source_pages = true;
+  bool drop_source_pages = false;
   // Called once the file system is mounted (and, without `foreground`, the
   // process has become a daemon).
   std::function<void()> on_mounted;
