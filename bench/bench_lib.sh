@@ -31,8 +31,8 @@ cleanup() {  # for `trap cleanup EXIT`
   if [ -n "$pid" ]; then wait "$pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
-mount_ptll() {  # mount_ptll SOURCE_DIR: libfuse's passthrough_ll ($ptll)
-  "$ptll" -f -o source="$1" "$mnt" 2>/dev/null &
+mount_ptll() {  # mount_ptll SOURCE_DIR [OPTIONS]: libfuse's passthrough_ll ($ptll)
+  "$ptll" -f -o source="$1"${2:+,$2} "$mnt" 2>/dev/null &
   pid=$!
   until mountpoint -q "$mnt"; do sleep 0.01; done
 }
