@@ -2,7 +2,7 @@
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
 elapsed() { echo "$2 - $1" | bc -l; }
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
+ratio() { echo "scale=2; $1 / $2" | bc -l | awk '{printf "%.2f", $1}'; }  # 0.81, not bc's .81
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbps() { echo "scale=0; $1 / $2 / 1000000" | bc -l; }
 

@@ -56,7 +56,7 @@ together() {  # together LIST...: one reader per file list (a file of paths), al
   for list in "$@"; do "$rf" - < "$list" > /dev/null & done
   wait
   t1=$(now)
-  elapsed "$t0" "$t1"
+  elapsed "$t0" "$t1" | awk '{printf "%.2f", $1}'
 }
 
 shards=("$ckpt/$tag"/*_optim_states.pt)
