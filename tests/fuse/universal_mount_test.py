@@ -13,6 +13,8 @@ For every fixture: mount it with `ucfs mount -f`, then
     offsets see the bytes of a sequential read; mmap sees them too;
   - writes fail with EROFS, xattrs describe the tensors;
   - the source tree's sha256 is unchanged afterwards.
+The tuning switches (--no-prefetch, --no-splice, --drop-source-pages) serve
+the same bytes.
 Then: a second mount is served from the index, a rank file rewritten while
 mounted makes dependent reads fail with EIO, and a broken checkpoint is
 refused with a message naming the file.
@@ -22,6 +24,7 @@ Ends with the line "N passed, M failed".
 """
 import concurrent.futures
 import errno
+import hashlib
 import mmap
 import os
 import random
@@ -80,6 +83,36 @@ def assert_same(a, b, where):
         assert a == b, (where, a, b)
 
 
+def assert_per_param_files_are_deepspeeds(mnt, numel, ref):
+    """Every per-param file under the mount `mnt` loads with torch.load and
+    equals DeepSpeed's in `ref` (its first numel elements: the abs() bug pads
+    some of DeepSpeed's files)."""
+    uni = os.path.join(mnt, "global_step4_universal")
+    with open(os.path.join(mnt, "latest_universal")) as f:
+        assert f.read() == "global_step4_universal"
+    assert sorted(os.listdir(os.path.join(uni, "zero"))) == sorted(list(numel) + ["optimizer_state.pt"])
+    for name, n in numel.items():
+        for state in ("fp32", "exp_avg", "exp_avg_sq"):
+            ours = torch.load(os.path.join(uni, "zero", name, state + ".pt"))
+            theirs = torch.load(os.path.join(ref, "zero", name, state + ".pt"))
+            assert ours.dtype == theirs.dtype == torch.float32, (name, state)
+            assert tuple(ours.shape) == (n,), (name, state, ours.shape)
+            assert ours.requires_grad == (state == "fp32") == theirs.requires_grad, (name, state)
+            assert theirs.numel() >= n
+            assert torch.equal(ours.detach(), theirs.detach()[:n]), (name, state)
+
+
+def file_digests(root):
+    """{path relative to root: sha256 of the file} for every file under root."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
 def test_fixture(fixture):
     ckpt = os.path.join(FIXTURES, fixture, "checkpoint")
     before = tree_sha256(os.path.join(FIXTURES, fixture))
@@ -90,18 +123,7 @@ def test_fixture(fixture):
         uni = os.path.join(m.dir, "global_step4_universal")
 
         def per_param_files():
-            with open(os.path.join(m.dir, "latest_universal")) as f:
-                assert f.read() == "global_step4_universal"
-            assert sorted(os.listdir(os.path.join(uni, "zero"))) == sorted(list(numel) + ["optimizer_state.pt"])
-            for name, n in numel.items():
-                for state in ("fp32", "exp_avg", "exp_avg_sq"):
-                    ours = torch.load(os.path.join(uni, "zero", name, state + ".pt"))
-                    theirs = torch.load(os.path.join(ref, "zero", name, state + ".pt"))
-                    assert ours.dtype == theirs.dtype == torch.float32, (name, state)
-                    assert tuple(ours.shape) == (n,), (name, state, ours.shape)
-                    assert ours.requires_grad == (state == "fp32") == theirs.requires_grad, (name, state)
-                    assert theirs.numel() >= n
-                    assert torch.equal(ours.detach(), theirs.detach()[:n]), (name, state)
+            assert_per_param_files_are_deepspeeds(m.dir, numel, ref)
         check(f"{fixture}: every per-param file loads with torch.load and equals DeepSpeed's", per_param_files)
 
         def optimizer_state():
@@ -178,6 +200,29 @@ def test_fixture(fixture):
     def unchanged():
         assert tree_sha256(os.path.join(FIXTURES, fixture)) == before, "source tree changed"
     check(f"{fixture}: the source is unchanged", unchanged)
+
+
+def test_tuning_switches(fixture):
+    """The tuning switches change how bytes travel (no read-ahead in the
+    sources, a copy through user space instead of splice, source pages dropped
+    once served), never which bytes: each mount serves DeepSpeed's tensors and
+    the very files the default mount serves."""
+    ckpt = os.path.join(FIXTURES, fixture, "checkpoint")
+    numel = param_numel(fixture)
+    m = Mount(ckpt, "--cache-dir", CACHE)
+    try:
+        default = file_digests(m.dir)
+    finally:
+        m.close()
+    for switch in ("--no-prefetch", "--no-splice", "--drop-source-pages"):
+        def same_bytes():
+            m = Mount(ckpt, "--cache-dir", CACHE, switch)
+            try:
+                assert_per_param_files_are_deepspeeds(m.dir, numel, reference_dir(fixture))
+                assert file_digests(m.dir) == default
+            finally:
+                m.close()
+        check(f"{fixture}: {switch} serves the default mount's bytes, DeepSpeed's tensors", same_bytes)
 
 
 def test_index_and_changes():
@@ -302,6 +347,7 @@ try:
     # ZeRO-1/2 fixtures: flat_group_mount_test.py.
     for fixture in mount_testing.fixtures_of_stage(FIXTURES, stage3=True):
         test_fixture(fixture)
+    test_tuning_switches("z3_tricky_fp32_ws4")  # several sub-groups, frozen, tied
     test_index_and_changes()
 finally:
     shutil.rmtree(CACHE)
