@@ -176,3 +176,6 @@ echo "daemon peak RSS (MB, median): tree $(( $(m "${rss_uni[@]}") / 1024 ))$(for
   printf '; universal N=%s %s, reshard N=%s %s' "$n" $(( $(m ${rss_un[$n]}) / 1024 )) "$n" $(( $(m ${rss_rs[$n]}) / 1024 ))
 done)"
 echo "samples: cold ${cold[*]} | disk ${disk[*]} | cold exported ${cold_exp[*]} | re-read ${warm[*]} | shards cached ${warm_src[*]}"
+for n in "${sizes[@]}"; do
+  echo "samples at N=$n, seconds: universal${uni_n[$n]} | exported${uni_n_exp[$n]} | reshard${rs_n[$n]} | writable${rw_n[$n]} | export at N${rs_n_exp[$n]}"
+done
