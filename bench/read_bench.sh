@@ -72,7 +72,6 @@ mapfile -t rel < <(cd "$work/exp_uni/${tag}_universal" && find zero -name '*.pt'
 uni_bytes=$(cd "$work/exp_uni/${tag}_universal" && du -cb "${rel[@]}" | tail -1 | cut -f1)
 printf "$mnt/${tag}_universal/%s\n" "${rel[@]}" > "$work/uni.mnt"
 printf "$work/exp_uni/${tag}_universal/%s\n" "${rel[@]}" > "$work/uni.exp"
-if [ -n "$ptll" ]; then printf "$mnt/${tag}_universal/%s\n" "${rel[@]}" > "$work/uni.ptll"; fi
 rank_files() {  # rank_files ROOT N S: rank S's files at N under ROOT (named as in exp_N)
   local f
   for f in "$work/exp_$2/$tag"/*zero_pp_rank_"$3"_mp_rank_00_optim_states.pt \
@@ -118,7 +117,7 @@ for ((r = 0; r < rounds; r++)); do
   warm_src+=("$(best3 "$work/shards")")
   if [ -n "$ptll" ]; then
     mount_ptll "$work/exp_uni" cache=always  # keep pages across opens, as ucfs does
-    warm_pt+=("$(best3 "$work/uni.ptll")")
+    warm_pt+=("$(best3 "$work/uni.mnt")")  # the same paths: exp_uni is mounted at $mnt
     unmount
   fi
   # 3: N ranks at once

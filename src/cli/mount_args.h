@@ -26,7 +26,9 @@ struct MountArgs {
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
   std::optional<std::string> upper;
-  // Tuning switches (fuse::ServeOptions), off only to measure what each buys.
+  // Tuning switches (fuse::ServeOptions): the defaults are the fast ones;
+  // --no-* measure what each buys, --drop-source-pages trades speed for page
+  // cache.
   bool no_prefetch = false;
   bool no_splice = false;
   bool drop_source_pages = false;
