@@ -41,7 +41,7 @@ class FlatGroupFixtureTest : public ::testing::TestWithParam<std::string> {};
 // param_slice_mappings, which follow from the params' places.
 TEST_P(FlatGroupFixtureTest, PartitioningIsDeepSpeeds) {
   const Checkpoint c = OpenFixture(GetParam());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   EXPECT_EQ(c.partitioning(), Partitioning::kFlatGroup);
   EXPECT_EQ(c.zero_stage(), oracle["zero_stage"].get<int>());
   EXPECT_EQ(c.optimizer_class(), oracle["optimizer_class"].get<std::string>().substr(
@@ -121,7 +121,7 @@ TEST_P(FlatGroupFixtureTest, StatesEqualTheUniversalReference) {
 // model states hold at these stages) and the buffers.
 TEST_P(FlatGroupFixtureTest, ValuesEqualTheLiveEngines) {
   const Checkpoint c = OpenFixture(GetParam());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   const auto& full = oracle["expected_full_values"];
   for (size_t s = 0; s < c.states().size(); ++s) {
     for (size_t p = 0; p < c.params().size(); ++p) {

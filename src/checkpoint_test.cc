@@ -133,7 +133,7 @@ TEST_P(FixtureTest, ArbitraryByteRangesMapConsistently) {
 
 TEST_P(FixtureTest, StructureMatchesTheOracle) {
   const Checkpoint c = OpenFixture(GetParam());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   EXPECT_EQ(c.world_size(), oracle["world_size"].get<uint32_t>());
   EXPECT_EQ(c.zero_stage(), 3);
   EXPECT_EQ(c.ds_version(), "0.14.5");
@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(testing::Fix
 
 // DeepSpeed's own checkpoints of the tricky model at 2 and 3 ranks.
 TEST(Checkpoint, TrickySiblingsHaveDeepSpeedsStructure) {
-  const auto oracle = testing::Oracle("z3_tricky_fp32_ws4");
+  const auto& oracle = testing::Oracle("z3_tricky_fp32_ws4");
   for (int ws : {2, 3}) {
     auto c = Checkpoint::Open(*Env::Posix(), FixtureDir("z3_tricky_fp32_ws4") + "/siblings/ws" +
                                                  std::to_string(ws) + "/checkpoint");

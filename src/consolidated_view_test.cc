@@ -286,7 +286,7 @@ class FlatGroupConsolidatedTest : public ::testing::TestWithParam<std::string> {
 // params at stage 1 (no frozen_param_shapes).
 TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
   auto c = Open(GetParam());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   std::vector<std::string> names;

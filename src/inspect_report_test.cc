@@ -14,7 +14,7 @@ TEST_P(InspectTest, JsonAgreesWithTheOracle) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   // Through text: the report is ordered_json, the oracle plain json.
   const auto j = nlohmann::json::parse(InspectJson(*c).dump());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   const uint32_t w = oracle["world_size"].get<uint32_t>();
   EXPECT_EQ(j["world_size"], w);
   EXPECT_EQ(j["zero_stage"], 3);
@@ -71,7 +71,7 @@ TEST_P(FlatGroupInspectTest, JsonAgreesWithTheOracle) {
   auto c = Checkpoint::Open(*Env::Posix(), testing::FixtureDir(GetParam()) + "/checkpoint");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const auto j = nlohmann::json::parse(InspectJson(*c).dump());
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   const uint32_t w = oracle["world_size"].get<uint32_t>();
   EXPECT_EQ(j["zero_stage"], oracle["zero_stage"]);
   const std::string cls = oracle["optimizer_class"].get<std::string>();

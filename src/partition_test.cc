@@ -50,7 +50,7 @@ TEST(Partition, SplitByRankCoversEveryRangeExactly) {
 // DeepSpeed's own sub-group split of the tricky model at every world size it
 // was run with (ORACLE.json world_size_structures, sub_group_size 8).
 TEST(Partition, SubGroupSplitMatchesDeepSpeedAtEveryWorldSize) {
-  const auto oracle = testing::Oracle("z3_tricky_fp32_ws4");
+  const auto& oracle = testing::Oracle("z3_tricky_fp32_ws4");
   std::map<std::string, uint64_t> numel;
   for (const auto& p : oracle["model"]["trainable_params"]) {
     numel[p["name"].get<std::string>()] = p["numel"].get<uint64_t>();

@@ -280,7 +280,7 @@ TEST(FlatGroupReshard, RoundRobinGradientsOnlyAtTheSameWorldSize) {
 TEST(Reshard, SplitMatchesDeepSpeedAtEveryWorldSize) {
   Env& env = *Env::Posix();
   auto source = Open(env, FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint");
-  const auto oracle = testing::Oracle("z3_tricky_fp32_ws4");
+  const auto& oracle = testing::Oracle("z3_tricky_fp32_ws4");
   for (const auto& [ws, structure] : oracle["world_size_structures"].items()) {
     auto layout = PlanReshard(*source, {static_cast<uint32_t>(std::stoul(ws)), std::nullopt});
     ASSERT_TRUE(layout.ok());

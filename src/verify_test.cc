@@ -47,7 +47,7 @@ class VerifyFixtureTest : public ::testing::TestWithParam<std::string> {};
 // size and step, and every valid element of the three states scanned
 // (numel x 3 x 4 bytes, padding excluded), however the scan is cut up.
 TEST_P(VerifyFixtureTest, RealCheckpointsVerifyClean) {
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   uint64_t numel = 0;
   for (const auto& p : OracleParams(oracle)) numel += p["numel"].get<uint64_t>();
   for (unsigned threads : {1u, 3u}) {
@@ -84,7 +84,7 @@ class FlatGroupVerifyTest : public ::testing::TestWithParam<std::string> {};
 // model-states file, the step, every valid element scanned (the fp32 and
 // moments of every param: 936 elements x 3 states x 4 bytes).
 TEST_P(FlatGroupVerifyTest, RealCheckpointsVerifyClean) {
-  const auto oracle = testing::Oracle(GetParam());
+  const auto& oracle = testing::Oracle(GetParam());
   VerifyOptions options;
   options.threads = 2;
   options.chunk_bytes = 64;
@@ -498,7 +498,7 @@ TEST_F(BrokenVerifyTest, TensorsOutsideTheirRecords) {
 // sizes (P of each param, params in param_shapes order in the flat buffer).
 TEST_F(BrokenVerifyTest, NonFiniteValuesAreCountedPerParamAndState) {
   Load("z3_fp32_ws3");
-  const auto oracle = testing::Oracle(fixture_);
+  const auto& oracle = testing::Oracle(fixture_);
   const auto& params = OracleParams(oracle);
   ASSERT_EQ(params[0]["name"], "embed.weight");
   ASSERT_EQ(params[1]["name"], "fc1.weight");
@@ -563,7 +563,7 @@ TEST_F(BrokenVerifyTest, NonFiniteValuesAreCountedPerParamAndState) {
 // problem: positions from the oracle's list of padding elements.
 TEST_F(BrokenVerifyTest, NonFiniteInPaddingIsIgnored) {
   Load("z3_fp32_ws3");
-  const auto oracle = testing::Oracle(fixture_);
+  const auto& oracle = testing::Oracle(fixture_);
   const auto& padding = oracle["partitioning"]["padding_contents"];
   int poked = 0;
   for (const auto& [param, states] : padding.items()) {
@@ -592,7 +592,7 @@ TEST_F(BrokenVerifyTest, NonFiniteInPaddingIsIgnored) {
 // 416 and 54) are not.
 TEST_F(BrokenVerifyTest, FlatGroupNonFiniteValuesAreMappedToTheirParam) {
   Load("z2_tricky_fp32_ws2");
-  const auto oracle = testing::Oracle(fixture_);
+  const auto& oracle = testing::Oracle(fixture_);
   const auto& rank1 = oracle["file_facts"]["per_rank"][1]["param_slice_mappings"];
   ASSERT_EQ(rank1[1]["fc2.bias"]["start"], 0);
   ASSERT_EQ(oracle["file_facts"]["per_rank"][0]["param_slice_mappings"][1]["fc2.bias"]["numel"], 9);

@@ -25,8 +25,8 @@ std::vector<std::string> FlatGroupFixtureNames();
 std::vector<std::string> TorchFilesBelow(const std::string& dir);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
-// The fixture's ORACLE.json.
-nlohmann::json Oracle(const std::string& fixture);
+// The fixture's ORACLE.json, parsed once per process.
+const nlohmann::json& Oracle(const std::string& fixture);
 
 // A tensor as torch.load saw it.
 struct ReferenceTensor {
