@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format
-  # llvm-symbolizer: function names and lines in sanitizer reports (the asan preset)
+  # llvm-symbolizer: function names and lines in sanitizer reports (the test preset)
   llvm
   # core library and tools
   libfuse3-dev fuse3 liblmdb-dev libspdlog-dev libcli11-dev nlohmann-json3-dev zlib1g-dev

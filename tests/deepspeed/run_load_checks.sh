@@ -94,9 +94,12 @@ command -v fusermount3 >/dev/null || die "fusermount3 not found (apt-get install
 [ -x "$PY" ] || die "$PY not found"
 [ -d "$ORACLE_WORK/deepspeed-src/deepspeed" ] && [ -d "$ORACLE_WORK/pydeps/hjson" ] ||
   die "DeepSpeed is not set up in ORACLE_WORK=$ORACLE_WORK (run setup_env.sh, see $here/README.md)"
-(cd / && DS_ACCELERATOR=cpu PYTHONPATH="$ORACLE_WORK/deepspeed-src:$ORACLE_WORK/pydeps" \
-  "$PY" -c "import torch, deepspeed" >/dev/null 2>&1) ||
-  die "'import torch, deepspeed' fails under $PY with PYTHONPATH=$ORACLE_WORK/deepspeed-src:$ORACLE_WORK/pydeps"
+# (5 s: ci_checks.sh, which runs this script some twenty times after setup_env.sh has imported both, skips it)
+if [ "${DS_IMPORT_CHECKED:-0}" != 1 ]; then
+  (cd / && DS_ACCELERATOR=cpu PYTHONPATH="$ORACLE_WORK/deepspeed-src:$ORACLE_WORK/pydeps" \
+    "$PY" -c "import torch, deepspeed" >/dev/null 2>&1) ||
+    die "'import torch, deepspeed' fails under $PY with PYTHONPATH=$ORACLE_WORK/deepspeed-src:$ORACLE_WORK/pydeps"
+fi
 
 fixtures=()
 if [ $# -gt 0 ]; then
