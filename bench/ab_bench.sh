@@ -19,13 +19,8 @@ ucfs=$(readlink -f "$1")
 ckpt=$(readlink -f "$2")
 rounds=${ROUNDS:-5}
 read -r -a sizes <<<"${NS-16}"
-rf=${READ_FILES:-$(dirname "$ucfs")/bench/read_files}
-[ -x "$rf" ] || { echo "no read_files at $rf (build the bench targets, or set READ_FILES)" >&2; exit 2; }
-work=$(mktemp -d "${WORK:-/var/tmp}/ucfs_abbench.XXXXXX")
-mnt=$work/mnt
-mkdir -p "$mnt"
-tag=$(cat "$ckpt/latest")
 source "$(dirname "$(readlink -f "$0")")/bench_lib.sh"
+setup_reads "$ucfs" "$ckpt" abbench
 trap cleanup EXIT
 
 mount_side() {  # mount_side A|B EXTRA...: the daemon in $pid
@@ -35,15 +30,6 @@ mount_side() {  # mount_side A|B EXTRA...: the daemon in $pid
   env ${!env_var:-} "$ucfs" mount -f "$ckpt" "$mnt" --no-cache ${!flags_var:-} "$@" 2>"$work/mount.$side.err" &
   pid=$!
   until mountpoint -q "$mnt"; do sleep 0.01; done
-}
-mb_s() { awk '{printf "%d", $1 / $2 / 1e6}'; }
-together() {  # together LIST...: one reader per file list, all at once; prints seconds
-  local t0 t1 list
-  t0=$(now)
-  for list in "$@"; do "$rf" - < "$list" > /dev/null & done
-  wait
-  t1=$(now)
-  elapsed "$t0" "$t1" | awk '{printf "%.2f", $1}'
 }
 
 mount_side A

@@ -30,13 +30,8 @@ ckpt=$(readlink -f "$2")
 ptll=${3:+$(readlink -f "$3")}
 rounds=${ROUNDS:-5}
 read -r -a sizes <<<"${NS:-1 2 4 8 16}"
-rf=${READ_FILES:-$(dirname "$ucfs")/bench/read_files}
-[ -x "$rf" ] || { echo "no read_files at $rf (build the bench targets, or set READ_FILES)" >&2; exit 2; }
-work=$(mktemp -d "${WORK:-/var/tmp}/ucfs_readbench.XXXXXX")
-mnt=$work/mnt
-mkdir -p "$mnt"
-tag=$(cat "$ckpt/latest")
 source "$(dirname "$(readlink -f "$0")")/bench_lib.sh"
+setup_reads "$ucfs" "$ckpt" readbench
 trap cleanup EXIT
 
 mount_ucfs() {  # mount_ucfs EXTRA...: the daemon in $pid
@@ -45,18 +40,9 @@ mount_ucfs() {  # mount_ucfs EXTRA...: the daemon in $pid
   until mountpoint -q "$mnt"; do sleep 0.01; done
 }
 rss_kb() { awk '/VmHWM/ {print $2}' "/proc/$pid/status"; }
-mb_s() { awk '{printf "%d", $1 / $2 / 1e6}'; }  # "BYTES SECONDS" -> MB/s
 best3() {  # best3 LIST: a first read of the files LIST names, then the best of three, in MB/s
   "$rf" - < "$1" > /dev/null
   for _ in 1 2 3; do "$rf" - < "$1"; done | sort -k2 -g | head -1 | mb_s
-}
-together() {  # together LIST...: one reader per file list (a file of paths), all at once; prints seconds
-  local t0 t1 list
-  t0=$(now)
-  for list in "$@"; do "$rf" - < "$list" > /dev/null & done
-  wait
-  t1=$(now)
-  elapsed "$t0" "$t1" | awk '{printf "%.2f", $1}'
 }
 
 shards=("$ckpt/$tag"/*_optim_states.pt)
