@@ -10,6 +10,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "ucfs/zip.h"
 
@@ -68,10 +69,8 @@ const nlohmann::json& Oracle(const std::string& fixture) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = parsed.find(fixture);
   if (it == parsed.end()) {
-    it = parsed
-             .emplace(fixture,
-                      nlohmann::json::parse(ReadFile(FixtureDir(fixture) + "/ORACLE.json")))
-             .first;
+    auto oracle = nlohmann::json::parse(ReadFile(FixtureDir(fixture) + "/ORACLE.json"));
+    it = parsed.emplace(fixture, std::move(oracle)).first;
   }
   return it->second;
 }
