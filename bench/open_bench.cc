@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ucfs/checkpoint.h"
-#include "ucfs/zip.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/codec/zip.h"
 
 namespace {
 
@@ -82,11 +82,13 @@ int main(int argc, char** argv) {
   }
   const double open_med = Median(open_s), read_med = Median(read_s);
   std::printf("checkpoint      %s\n", path.c_str());
-  std::printf("files           %zu rank files read (world size %u), %zu params, %.1f KiB of data.pkl read\n",
-              shards, first->world_size(), first->params().size(),
-              static_cast<double>(pickle_bytes) / 1024.0);
-  std::printf("read only       %.3f ms total, %.3f ms per rank file (median of %d)\n", read_med * 1e3,
-              read_med * 1e3 / static_cast<double>(shards), reps);
+  std::printf(
+      "files           %zu rank files read (world size %u), %zu params, %.1f KiB of data.pkl "
+      "read\n",
+      shards, first->world_size(), first->params().size(),
+      static_cast<double>(pickle_bytes) / 1024.0);
+  std::printf("read only       %.3f ms total, %.3f ms per rank file (median of %d)\n",
+              read_med * 1e3, read_med * 1e3 / static_cast<double>(shards), reps);
   std::printf("Checkpoint::Open %.3f ms total, %.3f ms per rank file\n", open_med * 1e3,
               open_med * 1e3 / static_cast<double>(shards));
   std::printf("ratio           %.2fx the cost of reading the same bytes\n", open_med / read_med);

@@ -9,7 +9,7 @@
 
 #include "libtorch_reader.h"
 #include "test_support.h"
-#include "ucfs/checkpoint.h"
+#include "ucfs/checkpoint/checkpoint.h"
 
 namespace ucfs {
 namespace {

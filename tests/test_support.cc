@@ -12,7 +12,7 @@
 #include <mutex>
 #include <utility>
 
-#include "ucfs/zip.h"
+#include "ucfs/codec/zip.h"
 
 namespace ucfs::testing {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ucfs/checkpoint.h"
-#include "ucfs/view.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/view.h"
 
 namespace ucfs::testing {
 

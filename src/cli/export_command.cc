@@ -6,7 +6,7 @@
 
 #include "cli/progress.h"
 #include "cli/view_setup.h"
-#include "ucfs/export.h"
+#include "ucfs/tools/export.h"
 
 namespace ucfs::cli {
 

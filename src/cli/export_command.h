@@ -1,6 +1,6 @@
 // `ucfs export`: a view written out as real files (include/ucfs/export.h).
-#ifndef UCFS_SRC_CLI_EXPORT_COMMAND_H_
-#define UCFS_SRC_CLI_EXPORT_COMMAND_H_
+#ifndef UCFS_CLI_EXPORT_COMMAND_H_
+#define UCFS_CLI_EXPORT_COMMAND_H_
 
 #include <string>
 
@@ -22,4 +22,4 @@ int RunExport(const ExportArgs& args);
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_EXPORT_COMMAND_H_
+#endif  // UCFS_CLI_EXPORT_COMMAND_H_

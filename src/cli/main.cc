@@ -23,12 +23,12 @@
 #include "cli/verify_command.h"
 #include "cli/view_setup.h"
 #include "fuse/fuse_server.h"
-#include "ucfs/checkpoint.h"
-#include "ucfs/consolidated_view.h"
-#include "ucfs/describe.h"
-#include "ucfs/inspect.h"
-#include "ucfs/overlay_fs.h"
-#include "ucfs/torch_file.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/inspect_report.h"
+#include "ucfs/codec/describe.h"
+#include "ucfs/codec/torch_file.h"
+#include "ucfs/overlay/overlay_fs.h"
+#include "ucfs/view/consolidated_view.h"
 
 #ifndef UCFS_VERSION
 #define UCFS_VERSION "unknown"

@@ -1,8 +1,8 @@
 // What `ucfs mount` is asked to do, whichever way it was asked: its own
 // command line, or mount(8)'s helper argv (mount_helper.h). One struct, so
 // both reach the same mount path.
-#ifndef UCFS_SRC_CLI_MOUNT_ARGS_H_
-#define UCFS_SRC_CLI_MOUNT_ARGS_H_
+#ifndef UCFS_CLI_MOUNT_ARGS_H_
+#define UCFS_CLI_MOUNT_ARGS_H_
 
 #include <cstdint>
 #include <optional>
@@ -39,4 +39,4 @@ inline constexpr uint32_t kMaxWorldSize = 1u << 20;
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_MOUNT_ARGS_H_
+#endif  // UCFS_CLI_MOUNT_ARGS_H_

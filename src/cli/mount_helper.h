@@ -8,8 +8,8 @@
 // -o holding every option merged, `rw` or `ro` first, the fstab-only ones
 // (x-*, comment=, noauto) already removed and `user` expanded into
 // noexec,nosuid,nodev. Invoked by hand, the helper sees all of them.
-#ifndef UCFS_SRC_CLI_MOUNT_HELPER_H_
-#define UCFS_SRC_CLI_MOUNT_HELPER_H_
+#ifndef UCFS_CLI_MOUNT_HELPER_H_
+#define UCFS_CLI_MOUNT_HELPER_H_
 
 #include <functional>
 #include <string>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "cli/mount_args.h"
-#include "ucfs/status.h"
+#include "ucfs/base/status.h"
 
 namespace ucfs::cli {
 
@@ -54,4 +54,4 @@ int MountHelperMain(int argc, char** argv, const RunMountFn& run_mount);
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_MOUNT_HELPER_H_
+#endif  // UCFS_CLI_MOUNT_HELPER_H_

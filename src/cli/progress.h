@@ -1,8 +1,8 @@
 // A progress line for long commands (export, verify): bytes done of a
 // total, rate and ETA. On a terminal it redraws one line in place; on
 // anything else (a log, CI) it prints a plain line every few seconds.
-#ifndef UCFS_SRC_CLI_PROGRESS_H_
-#define UCFS_SRC_CLI_PROGRESS_H_
+#ifndef UCFS_CLI_PROGRESS_H_
+#define UCFS_CLI_PROGRESS_H_
 
 #include <chrono>
 #include <cstdint>
@@ -40,4 +40,4 @@ class Progress {
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_PROGRESS_H_
+#endif  // UCFS_CLI_PROGRESS_H_

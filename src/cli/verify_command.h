@@ -1,13 +1,13 @@
 // `ucfs verify`: a checkpoint checked before anyone trusts it
 // (include/ucfs/verify.h), reported as text or JSON.
-#ifndef UCFS_SRC_CLI_VERIFY_COMMAND_H_
-#define UCFS_SRC_CLI_VERIFY_COMMAND_H_
+#ifndef UCFS_CLI_VERIFY_COMMAND_H_
+#define UCFS_CLI_VERIFY_COMMAND_H_
 
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
-#include "ucfs/verify.h"
+#include "ucfs/tools/verify.h"
 
 namespace ucfs::cli {
 
@@ -29,4 +29,4 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& report);
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_VERIFY_COMMAND_H_
+#endif  // UCFS_CLI_VERIFY_COMMAND_H_

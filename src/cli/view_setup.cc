@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "ucfs/consolidated_view.h"
-#include "ucfs/index.h"
-#include "ucfs/reshard_view.h"
-#include "ucfs/universal_view.h"
+#include "ucfs/checkpoint/index.h"
+#include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/reshard_view.h"
+#include "ucfs/view/universal_view.h"
 
 namespace ucfs::cli {
 

@@ -1,7 +1,7 @@
 // Opening a checkpoint and building the view a command asks for — shared by
 // `ucfs mount` and `ucfs export`, so both show the same bytes.
-#ifndef UCFS_SRC_CLI_VIEW_SETUP_H_
-#define UCFS_SRC_CLI_VIEW_SETUP_H_
+#ifndef UCFS_CLI_VIEW_SETUP_H_
+#define UCFS_CLI_VIEW_SETUP_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ucfs/checkpoint.h"
-#include "ucfs/status.h"
-#include "ucfs/view.h"
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/view.h"
 
 namespace ucfs::cli {
 
@@ -66,4 +66,4 @@ Status CheckMountpoint(const std::string& path);
 
 }  // namespace ucfs::cli
 
-#endif  // UCFS_SRC_CLI_VIEW_SETUP_H_
+#endif  // UCFS_CLI_VIEW_SETUP_H_

@@ -5,17 +5,17 @@
 // pieces into libfuse calls. Source pieces become fd-backed buffers, so the
 // kernel can splice tensor bytes from the shards without a copy through
 // user space.
-#ifndef UCFS_SRC_FUSE_FUSE_SERVER_H_
-#define UCFS_SRC_FUSE_FUSE_SERVER_H_
+#ifndef UCFS_FUSE_FUSE_SERVER_H_
+#define UCFS_FUSE_FUSE_SERVER_H_
 
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "ucfs/env.h"
-#include "ucfs/overlay_fs.h"
-#include "ucfs/view.h"
+#include "ucfs/base/env.h"
+#include "ucfs/overlay/overlay_fs.h"
+#include "ucfs/view/view.h"
 
 namespace ucfs::fuse {
 
@@ -58,4 +58,4 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options,
 
 }  // namespace ucfs::fuse
 
-#endif  // UCFS_SRC_FUSE_FUSE_SERVER_H_
+#endif  // UCFS_FUSE_FUSE_SERVER_H_

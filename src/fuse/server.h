@@ -1,8 +1,8 @@
 // What the read-only and the writable operation tables share: the server
 // state and the replies that turn view pieces and listings into libfuse
 // calls. Internal to the FUSE adapter.
-#ifndef UCFS_SRC_FUSE_SERVER_H_
-#define UCFS_SRC_FUSE_SERVER_H_
+#ifndef UCFS_FUSE_SERVER_H_
+#define UCFS_FUSE_SERVER_H_
 
 #define FUSE_USE_VERSION 312
 #include <fuse3/fuse_lowlevel.h>
@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "fuse/fuse_server.h"
-#include "ucfs/overlay_fs.h"
-#include "ucfs/read_only_fs.h"
-#include "ucfs/source_files.h"
-#include "ucfs/thread_annotations.h"
-#include "ucfs/view.h"
+#include "ucfs/base/thread_annotations.h"
+#include "ucfs/overlay/overlay_fs.h"
+#include "ucfs/view/read_only_fs.h"
+#include "ucfs/view/source_files.h"
+#include "ucfs/view/view.h"
 
 namespace ucfs::fuse {
 
@@ -110,4 +110,4 @@ fuse_lowlevel_ops WritableOperations();
 
 }  // namespace ucfs::fuse
 
-#endif  // UCFS_SRC_FUSE_SERVER_H_
+#endif  // UCFS_FUSE_SERVER_H_

@@ -14,10 +14,10 @@
 #include <string>
 #include <string_view>
 
-#include "ucfs/describe.h"
-#include "ucfs/pickle.h"
-#include "ucfs/status.h"
-#include "ucfs/torch_tensor.h"
+#include "ucfs/base/status.h"
+#include "ucfs/codec/describe.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_tensor.h"
 
 namespace {
 

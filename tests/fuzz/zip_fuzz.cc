@@ -16,12 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "ucfs/env.h"
-#include "ucfs/legacy_format.h"
-#include "ucfs/pickle.h"
-#include "ucfs/status.h"
-#include "ucfs/torch_tensor.h"
-#include "ucfs/zip.h"
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/codec/legacy_format.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_tensor.h"
+#include "ucfs/codec/zip.h"
 
 namespace {
 

@@ -1,0 +1,76 @@
+// Finding a ZeRO checkpoint's files on disk.
+//
+// A user may name the checkpoint root (the save_dir holding `latest`), or a
+// tag directory (`global_step100/`). DiscoverCheckpoint resolves either to
+// the tag directory and the per-rank files in it, in rank order, and
+// checks that no rank is missing.
+#ifndef UCFS_CHECKPOINT_CHECKPOINT_LAYOUT_H_
+#define UCFS_CHECKPOINT_CHECKPOINT_LAYOUT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+
+namespace ucfs {
+
+struct CheckpointFiles {
+  std::string root;                      // the directory with `latest`; empty if there is none
+  std::string tag;                       // "global_step100"
+  std::string tag_dir;                   // root/tag, or the directory the user named
+  std::string optim_prefix;              // "bf16_" when the run trained in bf16, else ""
+  uint32_t world_size = 0;               // from the file names
+  std::vector<std::string> optim_files;  // by DP rank, full paths (see ListCheckpointFiles)
+  // ZeRO-3 saves one model-states file per DP rank; stages 0-2 save the
+  // whole model once, in mp_rank_00_model_states.pt.
+  bool model_per_rank = true;
+  // By DP rank; "" where a rank's model-states file is absent (DeepSpeed
+  // 0.14.5 to 0.17 with load_universal set at save time writes only rank
+  // 0's). When !model_per_rank, [0] is mp_rank_00_model_states.pt and the
+  // others are "".
+  std::vector<std::string> model_files;
+};
+
+// The model-states file of ZeRO stages 0-2: "mp_rank_00_model_states.pt".
+std::string SharedModelFileName(uint32_t mp_rank = 0);
+
+// A rank file name taken apart: "bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt".
+struct RankFileName {
+  enum class Kind { kOptim, kModel };
+  Kind kind;
+  std::string prefix;  // "bf16_" or ""
+  uint32_t dp_rank;
+  uint32_t mp_rank;
+};
+std::optional<RankFileName> ParseRankFileName(std::string_view name);
+
+// The file name DeepSpeed uses for a rank's file.
+std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
+                            uint32_t mp_rank = 0);
+
+// torch.save names a zip archive's top folder after the file it writes
+// ("zero_pp_rank_1_mp_rank_00_optim_states/data.pkl"), so a rank file
+// renamed or swapped with another still says which it was. An error naming
+// both files when `archive_prefix` names another rank file than `path`'s
+// own name; OK when it names none ("archive", from a save to a file object;
+// legacy files have no folder).
+Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& path,
+                             std::string_view archive_prefix);
+
+Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
+                                           const std::optional<std::string>& tag = std::nullopt);
+
+// DiscoverCheckpoint without its completeness checks: a missing rank file
+// of either kind is "" in optim_files / model_files (world_size is still
+// one more than the highest rank present). For `ucfs verify`, which names
+// every missing file rather than the first.
+Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
+                                            const std::optional<std::string>& tag = std::nullopt);
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_CHECKPOINT_LAYOUT_H_

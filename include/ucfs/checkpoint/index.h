@@ -1,0 +1,45 @@
+// The index: rank-file summaries cached in LMDB, so a second mount of an
+// unchanged checkpoint opens no shard until a tensor is read.
+//
+// Entries are keyed by the file's path and checked against its identity
+// (size, mtime, inode, device): a rewritten file misses and is summarised
+// again. The environment is safe to share between concurrent mounts (LMDB
+// is multi-process).
+#ifndef UCFS_CHECKPOINT_INDEX_H_
+#define UCFS_CHECKPOINT_INDEX_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/codec/torch_file.h"
+
+namespace ucfs {
+
+// $XDG_CACHE_HOME/ucfs, or ~/.cache/ucfs.
+std::string DefaultIndexDir();
+
+class SummaryIndex final : public TorchFileSource {
+ public:
+  // Opens (creating) the LMDB environment in directory `dir`.
+  static Result<std::unique_ptr<SummaryIndex>> Open(Env& env, const std::string& dir);
+  ~SummaryIndex() override;
+
+  Result<TorchFileSummary> Summarize(const std::string& path) override;
+  uint64_t cache_hits() const override { return hits_; }
+  uint64_t cache_misses() const { return misses_; }
+
+ private:
+  struct Lmdb;
+  SummaryIndex(Env& env, std::unique_ptr<Lmdb> lmdb);
+  Env& env_;
+  std::unique_ptr<Lmdb> lmdb_;
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+};
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_INDEX_H_

@@ -1,0 +1,238 @@
+// Overlay: the writable layer of the reshard view.
+//
+// Everything written through the mount lands in an upper directory on a
+// real file system; what was not written falls through to the read-only
+// View. Upper entries shadow view entries of the same name. A view entry
+// that is deleted is recorded as a whiteout, a file ".wh.<name>" in the
+// upper directory; a directory made where a deleted one stood is marked
+// opaque (".wh..opq" inside it) so the old contents stay hidden. After
+// unmount the upper directory alone is a plain directory tree (the
+// whiteouts are the only extra files). The source checkpoint is never
+// written: the View has no write path at all.
+//
+// Names beginning with ".wh." are the whiteouts' namespace, so an entry
+// whose own name begins with ".wh." (one the view shows, or one made
+// through the mount) is stored escaped, as ".wh..wh.e.<name>", and its
+// whiteout is ".wh..wh.w.<name>" (as is the whiteout of ".opq"); every
+// other ".wh..wh.*" name is ucfs's own (copy-up temporaries). Real names
+// never collide with the bookkeeping.
+//
+// Every operation on the upper directory is made relative to directory
+// fds, walked down one component at a time from the upper root
+// (openat/mkdirat/renameat2/...): paths inside the mount may be as long as
+// the kernel allows, whatever the upper directory's own path.
+//
+// Paths are relative to the mount root, '/'-separated, no leading slash;
+// "" is the root. Errors carry the errno a file system would answer with
+// (Status::posix_errno). Not thread-safe: OverlayFs serialises calls.
+#ifndef UCFS_OVERLAY_OVERLAY_H_
+#define UCFS_OVERLAY_OVERLAY_H_
+
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/base/unique_fd.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+// The longest name a directory entry may have (NAME_MAX).
+inline constexpr size_t kMaxNameLength = 255;
+
+class Overlay {
+ public:
+  struct Entry {
+    bool is_dir = false;
+    bool in_upper = false;     // an upper entry (of any type), or an upper directory
+    InodeId lower = 0;         // the view's entry, 0 if none shows through
+    bool covers_view = false;  // the view has an entry at this path (shown or hidden by this one)
+    std::string upper_path;    // where it is (or would be) in the upper directory; for
+                               // messages and tests: operations use fds
+    struct stat st {};         // in_upper: the upper entry's lstat
+  };
+
+  // Who makes a new entry: it is made theirs when the daemon may chown
+  // (runs as root; otherwise new entries stay the daemon's), with `umask`
+  // taken from the mode asked for exactly once.
+  struct Caller {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    mode_t umask = 0;
+  };
+
+  // An entry of the upper directory, to act on relative to its directory:
+  // `dir` is an O_PATH fd of the directory holding it, `name` its stored
+  // name there ("." for the root, whose `dir` is the root itself).
+  struct UpperRef {
+    UniqueFd dir;
+    std::string name;
+  };
+
+  struct Options {
+    // Names of root entries that are read-only in every way (the
+    // consolidated weights' "<tag>_fp32"): nothing in or below them can be
+    // made, changed, removed, renamed or linked (EROFS), and their modes
+    // show no write bits.
+    std::vector<std::string> read_only;
+  };
+
+  // Creates `upper_dir` if needed, and removes the temporary files of
+  // copy-ups a crash interrupted.
+  static Result<std::unique_ptr<Overlay>> Open(const std::string& upper_dir,
+                                               std::shared_ptr<View> lower, Env& env,
+                                               Options options = {});
+
+  Result<Entry> Lookup(std::string_view path);
+  // The merged listing, sorted by name, whiteouts applied and hidden.
+  Result<std::vector<std::pair<std::string, Entry>>> ReadDir(std::string_view path);
+
+  // `caller` null: the entry is the daemon's, mode as given.
+  Status MakeDir(std::string_view path, mode_t mode, const Caller* caller = nullptr);
+  // An fd open for writing (O_WRONLY or O_RDWR in `flags`). A view file is
+  // copied up first unless O_TRUNC makes its contents irrelevant; a new
+  // file needs O_CREAT. Missing upper parents are created.
+  Result<int> OpenWrite(std::string_view path, int flags, mode_t mode,
+                        const Caller* caller = nullptr);
+  // An fd of an upper file open for reading.
+  Result<int> OpenRead(std::string_view path, int flags);
+  // mknod(2): a regular file, FIFO, socket or device node (`mode` has the type).
+  Status MakeNode(std::string_view path, mode_t mode, dev_t rdev, const Caller* caller = nullptr);
+  Status Symlink(std::string_view target, std::string_view path, const Caller* caller = nullptr);
+  Result<std::string> ReadLink(std::string_view path);
+  // A view file is copied up first, then linked.
+  Status Link(std::string_view from, std::string_view to);
+  Status Unlink(std::string_view path);
+  Status RemoveDir(std::string_view path);
+  // Non-directories: both ends may be view or upper entries (a view file
+  // is copied up first). Directories: only ones that hold no view entries
+  // (made through the mount), onto nothing or an empty directory; others
+  // fail with EXDEV, which mv(1) answers by copying. `flags`:
+  // RENAME_NOREPLACE, RENAME_EXCHANGE.
+  Status Rename(std::string_view from, std::string_view to, unsigned flags = 0);
+
+  // Makes `path` an upper entry, copying it up if it is the view's, so it
+  // can be changed (chmod, chown, utimes, truncate, xattrs); EROFS for the
+  // read-only entries. `keep_contents` false: a view file is made empty
+  // instead of copied.
+  Result<UpperRef> PrepareChange(std::string_view path, bool keep_contents = true);
+  // The upper entry at `path` (ENOENT if it has none).
+  Result<UpperRef> LocateUpper(std::string_view path);
+
+  // The slow half of a copy-up, done apart: a view file's bytes, owner,
+  // mode and times written to a temporary of the upper directory. It reads
+  // only the View and writes only that fresh file, so it needs none of the
+  // Overlay's state and runs while other operations go on (OverlayFs runs
+  // it with its table unlocked: a copy of gigabytes must not stop every
+  // lookup on the mount). Adopt then makes it the upper file at a path, a
+  // rename; a copy never adopted is removed when it goes.
+  class CopyAside {
+   public:
+    CopyAside(CopyAside&&) noexcept = default;
+    CopyAside& operator=(CopyAside&&) noexcept = default;
+    ~CopyAside();
+    // Writes the copy. Thread-safe with any Overlay call.
+    Status Run();
+    InodeId lower() const { return lower_; }
+
+   private:
+    friend class Overlay;
+    CopyAside() = default;
+    UniqueFd root_;  // the upper root (a dup: independent of the Overlay)
+    std::string temp_;
+    std::shared_ptr<View> view_;
+    Env* env_ = nullptr;
+    InodeId lower_ = 0;
+    bool keep_contents_ = true;
+    bool can_chown_ = false;
+    bool written_ = false;
+  };
+  // A copy-up of `path` to be run apart, if `path` is a view file a change
+  // would copy up; nothing if it needs none (an upper entry, a directory,
+  // a read-only entry: the change itself then answers).
+  Result<std::optional<CopyAside>> PrepareCopyAside(std::string_view path,
+                                                    bool keep_contents = true);
+  // Makes `copy` (Run) the upper file of `path` if `path` still shows the
+  // view file it copied; else drops it (renamed, removed or copied up
+  // meanwhile: the change then goes on as if it had not been made).
+  Status Adopt(std::string_view path, CopyAside copy);
+
+  // Makes the directory `path` (and its parents) exist in the upper
+  // directory, as the view shows them; a no-op where it does.
+  Status EnsureUpperDir(std::string_view path);
+
+  // Whether `path` is in or at a read-only root entry.
+  bool IsReadOnly(std::string_view path) const;
+
+  const std::string& upper_dir() const { return upper_; }
+
+ private:
+  struct Resolved {
+    Entry entry;
+    UpperRef ref;  // ref.dir valid iff the parent is an upper directory
+  };
+
+  Overlay(std::string upper, UniqueFd root, std::shared_ptr<View> lower, Env& env, Options options)
+      : upper_(std::move(upper)),
+        root_(std::move(root)),
+        lower_(std::move(lower)),
+        env_(env),
+        options_(std::move(options)),
+        can_chown_(::geteuid() == 0) {}
+
+  Result<Resolved> Resolve(std::string_view path);
+  // An O_PATH fd of the upper directory `path`, made (as the view shows it)
+  // where missing.
+  Result<UniqueFd> UpperDir(std::string_view path);
+  Status AddWhiteout(int dir, std::string_view name);
+  // Removes the whiteout of `name` in `dir`; true if there was one.
+  bool RemoveWhiteout(int dir, std::string_view name);
+  Status CopyUp(int dir, std::string_view name, InodeId lower, bool keep_contents);
+  CopyAside NewCopyAside(InodeId lower, bool keep_contents);
+  // Renames a written copy into `dir` as `name`.
+  Status Install(int dir, std::string_view name, CopyAside copy);
+  // After `name` was made in `dir` by the daemon: owner and mode as they
+  // would be had `caller` made it with `mode` (umask applied by the caller).
+  Status FinishCreate(int dir, const std::string& name, mode_t mode, const Caller* caller,
+                      bool is_dir, bool is_symlink);
+  // The parent of a new entry `path`: it must not exist; EROFS, EEXIST,
+  // ENAMETOOLONG or ENOENT/ENOTDIR for a missing parent.
+  Result<UpperRef> PrepareNew(std::string_view path);
+  // A new entry was made at `ref`: its whiteout (if any) goes, and a
+  // directory made where a deleted one stood becomes opaque.
+  void Created(const UpperRef& ref, std::string_view name, bool is_dir);
+  // Whether the view has an entry at `path`, shown or not.
+  bool ViewHas(std::string_view path);
+  // Removes ucfs's own entries (whiteouts, markers) from an upper directory.
+  void ClearInternal(int dir_fd);
+
+  std::string upper_;
+  UniqueFd root_;
+  std::shared_ptr<View> lower_;
+  Env& env_;
+  Options options_;
+  const bool can_chown_;
+  uint64_t copy_ups_ = 0;
+};
+
+// Whiteout bookkeeping names as stored in an upper directory, hidden from
+// listings.
+bool IsOverlayInternalName(std::string_view name);
+
+// The mode (type and permissions) and owner the mount shows for a view entry.
+mode_t ViewEntryMode(const Attr& a);
+uid_t ViewEntryUid(const Attr& a);
+gid_t ViewEntryGid(const Attr& a);
+
+}  // namespace ucfs
+
+#endif  // UCFS_OVERLAY_OVERLAY_H_

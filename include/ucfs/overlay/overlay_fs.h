@@ -1,0 +1,172 @@
+// OverlayFs: the writable mount as inode operations, without FUSE.
+//
+// The FUSE adapter speaks inode numbers; the Overlay speaks paths. This
+// layer keeps the table between them, the way the kernel expects it:
+// a number per path that stays put while the kernel holds it (lookup
+// counts, forget), follows its file through renames, and is never reused.
+// Every operation answers like a file system would — a `struct stat` or
+// a Status carrying the errno — so tests drive it exactly as the kernel
+// would and compare with a model, and the adapter stays a translation.
+//
+// Files of the upper directory are served by their own fds (opened here,
+// read and written by the caller, given back by Release); files of the view
+// by the view's pieces, as in the read-only mount. New entries are made as
+// the Caller asks (owner, umask), POSIX style.
+//
+// Thread safety: every method may be called concurrently; one mutex
+// serialises them (metadata operations are rare next to reads and writes,
+// which never take it). A copy-up's bytes are written with it released
+// (CopyUpUnlocked): only the rename that installs them holds it. Lock
+// order: OverlayFs::mu_, then View's.
+#ifndef UCFS_OVERLAY_OVERLAY_FS_H_
+#define UCFS_OVERLAY_OVERLAY_FS_H_
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ucfs/base/status.h"
+#include "ucfs/base/thread_annotations.h"
+#include "ucfs/overlay/overlay.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+class OverlayFs {
+ public:
+  // An open file: an fd of the upper file (released by Release), or the
+  // view inode whose pieces serve reads.
+  struct Handle {
+    int fd = -1;
+    InodeId view_inode = 0;
+  };
+
+  // What a setattr asks for; times may be UTIME_NOW in tv_nsec.
+  struct SetAttrRequest {
+    std::optional<mode_t> mode;
+    std::optional<uid_t> uid;
+    std::optional<gid_t> gid;
+    std::optional<uint64_t> size;
+    std::optional<timespec> atime;
+    std::optional<timespec> mtime;
+  };
+
+  using Caller = Overlay::Caller;
+
+  OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view);
+  ~OverlayFs();
+
+  // Every entry returned by Lookup, Create, MakeDir, MakeNode, Symlink and
+  // Link counts one lookup, which Forget gives back.
+  Result<struct stat> Lookup(InodeId parent, std::string_view name);
+  void Forget(InodeId inode, uint64_t count);
+  // `fd` >= 0: an open file's fd. An inode whose names are all gone still
+  // answers while a file of it is open (fstat, fchmod, futimens of an
+  // unlinked file).
+  Result<struct stat> GetAttr(InodeId inode, int fd = -1);
+  // Entries sorted by name, with their inode numbers.
+  Result<std::vector<std::pair<std::string, struct stat>>> ReadDir(InodeId dir);
+
+  // `flags` as open(2) gets them (no O_CREAT: that is Create).
+  Result<Handle> Open(InodeId inode, int flags);
+  // `caller` null: made as the daemon, `mode` as given.
+  Result<std::pair<struct stat, Handle>> Create(InodeId parent, std::string_view name, int flags,
+                                                mode_t mode, const Caller* caller = nullptr);
+  // Closes the handle's fd; the inode no longer answers through it.
+  void Release(InodeId inode, const Handle& handle);
+  Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode,
+                              const Caller* caller = nullptr);
+  // `mode` carries the file type (S_IFREG, S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK).
+  Result<struct stat> MakeNode(InodeId parent, std::string_view name, mode_t mode, dev_t rdev,
+                               const Caller* caller = nullptr);
+  Result<struct stat> Symlink(std::string_view target, InodeId parent, std::string_view name,
+                              const Caller* caller = nullptr);
+  Result<std::string> ReadLink(InodeId inode);
+  // The new name is the same inode.
+  Result<struct stat> Link(InodeId inode, InodeId new_parent, std::string_view new_name);
+  Status Unlink(InodeId parent, std::string_view name);
+  Status RemoveDir(InodeId parent, std::string_view name);
+  // `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE.
+  Status Rename(InodeId parent, std::string_view name, InodeId new_parent,
+                std::string_view new_name, unsigned flags);
+  // A view file is copied up first (truncation to 0 skips the copy).
+  Result<struct stat> SetAttr(InodeId inode, const SetAttrRequest& request, int fd = -1);
+
+  // Extended attributes: the view's ("user.ucfs.*", read-only) for view
+  // entries, the upper entry's own otherwise. Setting one on a view entry
+  // copies it up first. ListXattr: names, each ending in a NUL.
+  Result<std::string> GetXattr(InodeId inode, const std::string& name);
+  Result<std::string> ListXattr(InodeId inode);
+  Status SetXattr(InodeId inode, const std::string& name, std::string_view value, int flags);
+  Status RemoveXattr(InodeId inode, const std::string& name);
+
+  // The view inode serving `inode`, or 0 if it is an upper entry.
+  Result<InodeId> ViewInodeOf(InodeId inode);
+
+  View& view() { return *view_; }
+  const std::string& upper_dir() const { return upper_dir_; }
+  // Inodes in the table (for tests: forgotten ones must go).
+  size_t inode_count();
+
+ private:
+  struct Node {
+    std::vector<std::string> paths;  // its names ("" for the root); none once all are gone
+    uint64_t lookups = 0;
+    std::vector<int> fds;       // open upper files of it, which outlive its names
+    InodeId view_inode = 0;     // set while a view handle of it is open
+    bool has_file_key = false;  // in by_file_ under file_key
+    std::pair<dev_t, ino_t> file_key{};
+  };
+
+  // Copies the view file at `inode` up with the table unlocked (the bytes
+  // written aside, then renamed in under the lock), so that a copy-up of
+  // gigabytes holds no other operation up; a no-op for anything else.
+  Status CopyUpUnlocked(InodeId inode, bool keep_contents) UCFS_EXCLUDES(mu_);
+  Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
+  Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
+  // The inode of `path`, made if new; `count` lookups added. An upper
+  // file with several links is one inode whatever name it is reached by.
+  InodeId InodeFor(const std::string& path, uint64_t count, const struct stat* upper = nullptr)
+      UCFS_REQUIRES(mu_);
+  Result<struct stat> StatPath(const std::string& path, InodeId inode) UCFS_REQUIRES(mu_);
+  struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode)
+      UCFS_REQUIRES(mu_);
+  // An fd of a file of `inode` that is open, or -1.
+  int OpenFdOf(InodeId inode) UCFS_REQUIRES(mu_);
+  // Drops `inode` from the table once neither the kernel (lookups) nor an
+  // open file holds it.
+  void MaybeErase(InodeId inode) UCFS_REQUIRES(mu_);
+  // The entry at `path` is gone: its inode no longer has that name.
+  void Detach(const std::string& path) UCFS_REQUIRES(mu_);
+  void DropPath(const std::string& path) UCFS_REQUIRES(mu_);
+  // `from` (and, for a directory, everything below it) is now at `to`.
+  void Move(const std::string& from, const std::string& to) UCFS_REQUIRES(mu_);
+  // The entries at `a` and `b` (and below them) swapped names.
+  void Exchange(const std::string& a, const std::string& b) UCFS_REQUIRES(mu_);
+  // Makes `path`'s entry a new one: the reply of a create.
+  Result<struct stat> NewEntry(const std::string& path) UCFS_REQUIRES(mu_);
+
+  // The Overlay is not thread-safe: every call into it holds mu_.
+  const std::unique_ptr<Overlay> overlay_ UCFS_PT_GUARDED_BY(mu_);
+  const std::shared_ptr<View> view_;
+  const std::string upper_dir_;
+  Mutex mu_;
+  InodeId next_inode_ UCFS_GUARDED_BY(mu_) = kRootInode + 1;
+  std::unordered_map<InodeId, Node> nodes_ UCFS_GUARDED_BY(mu_);
+  std::unordered_map<std::string, InodeId> by_path_ UCFS_GUARDED_BY(mu_);
+  // Upper files with several links: (device, inode) -> their inode here.
+  std::map<std::pair<dev_t, ino_t>, InodeId> by_file_ UCFS_GUARDED_BY(mu_);
+};
+
+}  // namespace ucfs
+
+#endif  // UCFS_OVERLAY_OVERLAY_FS_H_

@@ -1,0 +1,89 @@
+// The consolidated weights: the full fp32 model, as DeepSpeed's
+// zero_to_fp32.py writes it, assembled on read like everything else.
+//
+//   <tag>_fp32/pytorch_model.bin            torch.save of an OrderedDict
+//   <tag>_fp32/model.safetensors            the same tensors (one file), or
+//   <tag>_fp32/model-0000k-of-0000n.safetensors + model.safetensors.index.json
+//                                           when they exceed max_shard_bytes
+//
+// The state dict holds what zero_to_fp32 puts in it, in its order: the
+// persistent buffers (as float32, as its .float() makes them), the frozen
+// params (in their own dtype), every trainable param's fp32 master weights
+// at full shape, then each tied alias — in the .bin the same tensor as the
+// param it is tied to, in safetensors (which cannot alias) a copy.
+// Unlike zero_to_fp32's, each storage holds exactly the tensor's elements,
+// not the ranks' padding after them; the tensors are equal.
+#ifndef UCFS_VIEW_CONSOLIDATED_VIEW_H_
+#define UCFS_VIEW_CONSOLIDATED_VIEW_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/torch_pickle_builder.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+struct ConsolidatedOptions {
+  // Hugging Face's default max_shard_size, "5GB".
+  uint64_t max_shard_bytes = 5'000'000'000;
+};
+
+// "<tag>_fp32"
+std::string ConsolidatedDirName(const std::string& tag);
+
+// One tensor of the consolidated state dict.
+struct ConsolidatedTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  bool requires_grad = false;
+  StorageSpec storage;  // exactly the tensor's bytes
+  int alias_of = -1;    // a tied alias: the index of the tensor it shares
+};
+
+// Little-endian elements of `dtype` as float32, as torch's .float() makes
+// them (zero_to_fp32 keeps buffers so); `name` is for the error.
+Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name);
+
+// zero_to_fp32's state dict for `checkpoint`, in its order. `env` (which
+// must outlive the result) reads the buffers that need converting to
+// float32, on their first read: building the state dict reads no tensor.
+Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env,
+                                                              const Checkpoint& checkpoint);
+
+// A safetensors file of `tensors` (each storage's bytes; aliases copied).
+class SafetensorsContent final : public FileContent {
+ public:
+  static Result<std::shared_ptr<SafetensorsContent>> Make(
+      std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors);
+
+  uint64_t size() const override { return header_.size() + data_size_; }
+  Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
+
+ private:
+  SafetensorsContent() = default;
+  std::shared_ptr<const Checkpoint> checkpoint_;
+  std::string header_;  // the length prefix and the JSON header, padded
+  std::vector<StorageSpec> data_;
+  std::vector<uint64_t> data_starts_;  // offset of data_[i] after the header
+  uint64_t data_size_ = 0;
+};
+
+// Adds the <tag>_fp32 directory under `parent`.
+Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
+                          std::shared_ptr<const Checkpoint> checkpoint,
+                          const ConsolidatedOptions& options = {});
+
+// The same under the root, for the views: the consolidated weights are an
+// extra, so a checkpoint they cannot be made for (a buffer of a dtype that
+// has no float32 conversion) still mounts, with a warning.
+void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_CONSOLIDATED_VIEW_H_

@@ -1,0 +1,76 @@
+// A storage of a torch.save file ucfs synthesises, described rather than
+// stored: runs of a parameter's checkpoint state, of source file ranges, of
+// zeros, or of bytes ucfs computes on first read. PlanStorage maps a byte
+// range of it to read pieces, so sizes are known at stat time and every
+// read maps to source extents.
+#ifndef UCFS_VIEW_STORAGE_SPEC_H_
+#define UCFS_VIEW_STORAGE_SPEC_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+class DeferredBytes;
+
+// A contiguous part of a storage's bytes.
+struct StorageRun {
+  enum class Kind : uint8_t {
+    kState,   // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
+    kSource,  // bytes [source_offset, +length) of a source file
+    kZeros,   // padding
+    kFrozen,  // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
+    kBytes,   // `bytes`: values ucfs computes (a buffer converted to another dtype)
+  };
+  Kind kind = Kind::kZeros;
+  uint64_t length = 0;
+  uint32_t param = 0;
+  uint32_t state = 0;
+  uint64_t state_offset = 0;
+  uint32_t source = 0;
+  uint64_t source_offset = 0;
+  std::shared_ptr<const DeferredBytes> bytes;
+};
+
+// Bytes ucfs computes from source bytes, made on first read and kept: a
+// mount reads no tensor bytes, not even small ones. Thread-safe.
+class DeferredBytes {
+ public:
+  explicit DeferredBytes(std::function<Result<std::string>()> make) : make_(std::move(make)) {}
+  Result<std::string_view> Get() const;
+
+ private:
+  std::function<Result<std::string>()> make_;
+  mutable std::once_flag once_;
+  mutable Status status_;
+  mutable std::string bytes_;
+};
+
+struct StorageSpec {
+  std::string key;               // the record is "<prefix>/data/<key>"
+  std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
+  uint32_t crc32 = 0;
+  // run_starts[i]: offset of runs[i] in the storage (FillRunStarts).
+  std::vector<uint64_t> run_starts;
+
+  uint64_t size() const;
+  void FillRunStarts();
+};
+
+// Read pieces of bytes [begin, end) of a storage (run_starts filled), its
+// state and frozen runs mapped through `checkpoint`.
+Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+                   uint64_t end, std::vector<ReadPiece>* out);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_STORAGE_SPEC_H_

@@ -1,0 +1,146 @@
+#include "ucfs/tools/export.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "test_support.h"
+#include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/reshard_view.h"
+#include "ucfs/view/torch_pickle_builder.h"
+#include "ucfs/view/universal_view.h"
+
+namespace ucfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FixtureDir;
+
+std::shared_ptr<const Checkpoint> Open(const std::string& path) {
+  auto c = Checkpoint::Open(*Env::Posix(), path);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return std::make_shared<const Checkpoint>(std::move(c).value());
+}
+
+std::string ViewBytes(View& view, InodeId file) {
+  std::vector<ReadPiece> pieces;
+  EXPECT_TRUE(view.Plan(file, 0, view.GetAttr(file)->size, &pieces).ok());
+  SourceFiles reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
+  std::string bytes;
+  EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
+  return bytes;
+}
+
+// Every exported file holds exactly the bytes the view shows.
+void ExpectSameAsView(View& view, const std::vector<ExportFile>& files, const std::string& out) {
+  for (const ExportFile& f : files) {
+    EXPECT_EQ(testing::ReadFile(out + "/" + f.path), ViewBytes(view, f.inode)) << f.path;
+  }
+}
+
+std::vector<std::string> Temporaries(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().ends_with(".ucfs-export")) found.push_back(e.path());
+  }
+  return found;
+}
+
+class ExportTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExportTest, WritesWhatTheViewShows) {
+  auto c = Open(FixtureDir(GetParam()) + "/checkpoint");
+  const std::string& tag = c->files().tag;
+  struct Case {
+    std::string name;
+    std::unique_ptr<View> view;
+    std::vector<std::string> roots;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"universal",
+                   std::move(BuildUniversalView(*Env::Posix(), c, {})).value(),
+                   {"latest_universal", UniversalTag(tag)}});
+  cases.push_back({"reshard3",
+                   std::move(BuildReshardView(*Env::Posix(), c, {3, std::nullopt})).value(),
+                   {"latest", tag}});
+  cases.push_back({"fp32",
+                   std::move(BuildUniversalView(*Env::Posix(), c, {})).value(),
+                   {ConsolidatedDirName(tag)}});
+  for (Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const std::string out = testing::FreshTempDir("export_" + GetParam() + "_" + k.name);
+    auto files = ListExport(*k.view, k.roots);
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    ASSERT_FALSE(files->empty());
+    uint64_t reported = 0;
+    ExportOptions options;
+    options.threads = 3;
+    std::mutex mu;
+    options.on_bytes = [&](uint64_t n) {
+      std::lock_guard lock(mu);
+      reported += n;
+    };
+    auto stats = Export(*k.view, out, *files, options);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    EXPECT_EQ(stats->files_written, files->size());
+    uint64_t total = 0;
+    for (const ExportFile& f : *files) total += f.size;
+    EXPECT_EQ(reported, total);
+    ExpectSameAsView(*k.view, *files, out);
+    EXPECT_TRUE(Temporaries(out).empty());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExportTest, ::testing::ValuesIn(testing::FixtureNames()));
+// The same export of each view of the ZeRO-1/2 checkpoints.
+INSTANTIATE_TEST_SUITE_P(FlatGroupFixtures, ExportTest,
+                         ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
+
+// A second run redoes only what is missing or stale.
+TEST(Export, ResumesWhereItStopped) {
+  auto c = Open(FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint");
+  auto view = std::move(BuildUniversalView(*Env::Posix(), c, {})).value();
+  auto files = ListExport(*view, {"latest_universal", UniversalTag(c->files().tag)});
+  ASSERT_TRUE(files.ok());
+  const std::string out = testing::FreshTempDir("export_resume");
+  ASSERT_TRUE(Export(*view, out, *files).ok());
+  // One file lost, one cut short (a crash between write and rename cannot
+  // do that, but a user can), one temporary left by a crash.
+  const std::string lost = out + "/" + (*files)[3].path;
+  const std::string cut = out + "/" + (*files)[5].path;
+  fs::remove(lost);
+  fs::resize_file(cut, 10);
+  const fs::path lost_path(lost);
+  testing::WriteFile(
+      lost_path.parent_path() / ("." + lost_path.filename().string() + ".ucfs-export"), "half");
+  auto again = Export(*view, out, *files);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->files_written, 2u);
+  EXPECT_EQ(again->files_skipped, files->size() - 2);
+  ExpectSameAsView(*view, *files, out);
+  EXPECT_TRUE(Temporaries(out).empty());
+}
+
+// A shard that changes under an export fails it, naming the file, and
+// leaves no temporaries; the source is only ever read.
+TEST(Export, FailsCleanlyWhenASourceChanges) {
+  const std::string src = testing::FreshTempDir("export_src");
+  fs::copy(FixtureDir("z3_fp32_ws2") + "/checkpoint", src, fs::copy_options::recursive);
+  auto c = Open(src);
+  auto view = std::move(BuildReshardView(*Env::Posix(), c, {2, std::nullopt})).value();
+  auto files = ListExport(*view, {"latest", c->files().tag});
+  ASSERT_TRUE(files.ok());
+  const std::string shard = c->sources()[1].path;
+  const std::string bytes = testing::ReadFile(shard);
+  testing::WriteFile(shard, bytes + "x");  // size and mtime change
+  const std::string out = testing::FreshTempDir("export_changed");
+  auto stats = Export(*view, out, *files);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find(shard), std::string::npos) << stats.status().ToString();
+  EXPECT_TRUE(Temporaries(out).empty());
+}
+
+}  // namespace
+}  // namespace ucfs

@@ -1,0 +1,475 @@
+#include "ucfs/view/consolidated_view.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ucfs/base/checked_math.h"
+#include "ucfs/codec/pickle.h"
+
+namespace ucfs {
+namespace {
+
+// A tensor's bytes. Its shape and dtype come from a Checkpoint, which bounds
+// every tensor and the whole model to 2^58 elements: the product fits.
+uint64_t BytesOf(const ConsolidatedTensor& t) {
+  return CheckedMul<uint64_t>(NumelOf(t.shape), Info(t.dtype).element_size)
+      .value_or(kMaxFileQuantity);
+}
+
+StorageRun WholeRun(StorageRun::Kind kind, uint32_t index, uint32_t state, uint64_t length) {
+  StorageRun run;
+  run.kind = kind;
+  run.param = index;
+  run.state = state;
+  run.length = length;
+  return run;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);  // inf, nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name) {
+  const uint32_t es = Info(dtype).element_size;
+  const size_t n = bytes.size() / es;
+  std::string out(n * 4, '\0');
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = bytes.data() + i * es;
+    float v = 0;
+    switch (dtype) {
+      case DType::kFloat64:
+        v = static_cast<float>(Load<double>(p));
+        break;
+      case DType::kFloat16:
+        v = HalfToFloat(Load<uint16_t>(p));
+        break;
+      case DType::kBFloat16:
+        v = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
+        break;
+      case DType::kInt64:
+        v = static_cast<float>(Load<int64_t>(p));
+        break;
+      case DType::kInt32:
+        v = static_cast<float>(Load<int32_t>(p));
+        break;
+      case DType::kInt16:
+        v = static_cast<float>(Load<int16_t>(p));
+        break;
+      case DType::kInt8:
+        v = static_cast<float>(Load<int8_t>(p));
+        break;
+      case DType::kUInt8:
+        v = static_cast<float>(Load<uint8_t>(p));
+        break;
+      case DType::kBool:
+        v = *p != 0 ? 1.0f : 0.0f;
+        break;
+      default:
+        return Status::NotSupported("buffer " + name + ": cannot convert " +
+                                    std::string(Info(dtype).torch_name) + " to float32");
+    }
+    std::memcpy(out.data() + i * 4, &v, 4);
+  }
+  return out;
+}
+
+namespace {
+
+std::optional<std::string_view> SafetensorsDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64:
+      return "F64";
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kInt64:
+      return "I64";
+    case DType::kInt32:
+      return "I32";
+    case DType::kInt16:
+      return "I16";
+    case DType::kInt8:
+      return "I8";
+    case DType::kUInt8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
+
+Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c) {
+  std::vector<ConsolidatedTensor> out;
+  for (const BufferInfo& b : c.buffers()) {
+    ConsolidatedTensor t;
+    t.name = b.name;
+    t.dtype = DType::kFloat32;
+    t.shape = b.shape;
+    if (b.dtype == DType::kFloat32) {
+      StorageRun run;
+      run.kind = StorageRun::Kind::kSource;
+      run.source = b.extent.file;
+      run.source_offset = b.extent.offset;
+      run.length = b.extent.length;
+      t.storage.runs.push_back(run);
+    } else {
+      // Converted on first read; a dtype with no conversion fails now.
+      const uint32_t es = Info(b.dtype).element_size;
+      UCFS_RETURN_IF_ERROR(ToFloat32(b.dtype, std::string(es, '\0'), b.name).status());
+      StorageRun run;
+      run.kind = StorageRun::Kind::kBytes;
+      run.length = b.extent.length / es * 4;
+      run.bytes = std::make_shared<const DeferredBytes>(
+          [&env, path = c.sources()[b.extent.file].path, b]() -> Result<std::string> {
+            UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+            UCFS_ASSIGN_OR_RETURN(std::string raw,
+                                  file->ReadString(b.extent.offset, b.extent.length));
+            return ToFloat32(b.dtype, raw, b.name);
+          });
+      t.storage.runs.push_back(run);
+    }
+    out.push_back(std::move(t));
+  }
+  for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
+    const FrozenParamInfo& info = c.frozen_params()[f];
+    ConsolidatedTensor t;
+    t.name = info.name;
+    t.dtype = info.dtype;
+    t.shape = info.shape;
+    t.storage.runs.push_back(
+        WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size));
+    out.push_back(std::move(t));
+  }
+  const StateInfo& fp32 = c.states()[0];
+  for (uint32_t p = 0; p < c.params().size(); ++p) {
+    const ParamInfo& info = c.params()[p];
+    ConsolidatedTensor t;
+    t.name = info.name;
+    t.dtype = fp32.dtype;
+    t.shape = info.shape;
+    t.requires_grad = fp32.requires_grad;
+    t.storage.runs.push_back(
+        WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
+    out.push_back(std::move(t));
+  }
+  // A name twice (a buffer listed twice, a buffer or frozen param with a
+  // trainable param's name, an alias naming a tensor) would make a
+  // safetensors header that drops one of them: refused (found by
+  // checkpoint_fuzz).
+  std::map<std::string, int> index;
+  auto add_name = [&](size_t i) -> Status {
+    if (!index.emplace(out[i].name, static_cast<int>(i)).second) {
+      return Status::Corruption("'" + Printable(out[i].name) + "' is twice in the state dict");
+    }
+    return Status::OK();
+  };
+  for (size_t i = 0; i < out.size(); ++i) UCFS_RETURN_IF_ERROR(add_name(i));
+  for (const TiedParam& tied : c.tied_params()) {
+    auto it = index.find(tied.canonical);
+    if (it == index.end()) continue;  // as zero_to_fp32: only params it has
+    ConsolidatedTensor t = out[static_cast<size_t>(it->second)];
+    t.name = tied.alias;
+    t.alias_of = it->second;
+    out.push_back(std::move(t));
+    UCFS_RETURN_IF_ERROR(add_name(out.size() - 1));
+  }
+  for (ConsolidatedTensor& t : out) t.storage.FillRunStarts();
+  return out;
+}
+
+Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
+    std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors) {
+  std::shared_ptr<SafetensorsContent> content(new SafetensorsContent());
+  content->checkpoint_ = std::move(checkpoint);
+  // Key order as the tensors come (the data is laid out in that order).
+  nlohmann::ordered_json fields;
+  fields["__metadata__"] = {{"format", "pt"}};
+  uint64_t at = 0;
+  for (ConsolidatedTensor& t : tensors) {
+    auto dtype = SafetensorsDType(t.dtype);
+    if (!dtype) {
+      return Status::NotSupported(t.name + ": no safetensors dtype for " +
+                                  std::string(Info(t.dtype).torch_name));
+    }
+    const uint64_t bytes = BytesOf(t);
+    // Checkpoint::Open bounds the model to 2^58 elements: cannot fail.
+    auto end = CheckedAdd(at, bytes, kMaxFileQuantity);
+    if (!end) return Status::Corruption(t.name + ": the tensors are more than 2^62 bytes in all");
+    fields[t.name] = {{"dtype", *dtype}, {"shape", t.shape}, {"data_offsets", {at, *end}}};
+    content->data_starts_.push_back(at);
+    content->data_.push_back(std::move(t.storage));
+    at += bytes;
+  }
+  std::string json = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // The data starts 8-aligned, as the reference writer pads the header.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string header(8, '\0');
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i)
+    header[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  content->header_ = header + json;
+  content->data_size_ = at;
+  return content;
+}
+
+Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
+                                std::vector<ReadPiece>* out) const {
+  if (offset >= size()) return Status::OK();
+  const uint64_t end = offset + std::min(length, size() - offset);
+  if (offset < header_.size()) {
+    ReadPiece p;
+    p.kind = ReadPiece::Kind::kBytes;
+    p.length = std::min<uint64_t>(end, header_.size()) - offset;
+    p.bytes = std::string_view(header_).substr(offset, p.length);
+    out->push_back(p);
+  }
+  if (end <= header_.size()) return Status::OK();  // a read within the header
+  const uint64_t begin = std::max<uint64_t>(offset, header_.size()) - header_.size();
+  const uint64_t stop = end - header_.size();
+  if (begin >= stop) return Status::OK();
+  size_t i = static_cast<size_t>(std::upper_bound(data_starts_.begin(), data_starts_.end(), begin) -
+                                 data_starts_.begin());
+  for (i = i == 0 ? 0 : i - 1; i < data_.size() && data_starts_[i] < stop; ++i) {
+    const uint64_t start = data_starts_[i];
+    const uint64_t a = std::max(begin, start) - start;
+    const uint64_t b = std::min(stop, start + data_[i].size()) - start;
+    if (a < b) UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint_, data_[i], a, b, out));
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// A shard index as Hugging Face writes it: json.dumps(index, indent=2,
+// sort_keys=True) + "\n".
+std::string IndexJson(uint64_t total, const std::map<std::string, std::string>& weight_map) {
+  nlohmann::json index;  // std::map underneath: keys sorted
+  index["metadata"]["total_size"] = total;
+  index["weight_map"] = weight_map;
+  return index.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// torch.save of `tensors` (aliases index into `tensors`) as zero_to_fp32
+// writes it: an OrderedDict up to DeepSpeed 0.15.2, a plain dict of each
+// shard after.
+Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
+    std::shared_ptr<const Checkpoint> checkpoint, const std::vector<ConsolidatedTensor>& tensors,
+    bool plain_dict, const std::string& file_name) {
+  TorchPickleBuilder b;
+  pickle::Document& doc = b.doc();
+  const pickle::NodeId dict =
+      plain_dict ? doc.AddDict({})
+                 : doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
+  std::vector<pickle::NodeId> node_of;
+  for (const ConsolidatedTensor& t : tensors) {
+    // A tied alias is the very tensor it is tied to, as in zero_to_fp32's dict.
+    const pickle::NodeId tensor =
+        t.alias_of >= 0 ? node_of[static_cast<size_t>(t.alias_of)]
+                        : b.NewTensor(t.dtype, t.shape, t.requires_grad, t.storage.runs);
+    node_of.push_back(tensor);
+    doc.AppendPair(dict, doc.AddStr(t.name), tensor);
+  }
+  doc.set_root(dict);
+  return b.Finish(std::move(checkpoint), ArchivePrefixFor(file_name));
+}
+
+// Whether `version` ("0.15.3", "0.16.4+a1b2c3") is at least major.minor.patch.
+bool VersionAtLeast(std::string_view version, std::array<int, 3> least) {
+  std::array<int, 3> v{};
+  for (int& part : v) {
+    int n = 0;
+    size_t digits = 0;
+    while (digits < version.size() && digits < 6 && version[digits] >= '0' &&
+           version[digits] <= '9') {
+      n = n * 10 + (version[digits++] - '0');
+    }
+    if (digits == 0) return false;
+    part = n;
+    version.remove_prefix(digits);
+    if (version.empty() || version[0] != '.') break;
+    version.remove_prefix(1);
+  }
+  return v >= least;
+}
+
+// Hugging Face's split_torch_state_dict_into_shards, which zero_to_fp32
+// shards with since DeepSpeed 0.15.3: tensors in state-dict order, a tensor
+// over the limit in a shard of its own (appended at once, before the shard
+// being filled), a new shard when the next tensor would tip it over; each
+// tied alias then joins its tensor's shard, after its tensors. `total` is the
+// sum over tensors that are not aliases.
+std::vector<std::vector<size_t>> SplitLikeHuggingFace(
+    const std::vector<ConsolidatedTensor>& tensors, uint64_t max_bytes, uint64_t* total) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  *total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].alias_of >= 0) continue;
+    const uint64_t bytes = BytesOf(tensors[i]);
+    *total += bytes;
+    if (bytes > max_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + bytes > max_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].alias_of < 0) continue;
+    for (auto& shard : shards) {
+      if (std::find(shard.begin(), shard.end(), static_cast<size_t>(tensors[i].alias_of)) !=
+          shard.end()) {
+        shard.push_back(i);
+        break;
+      }
+    }
+  }
+  return shards;
+}
+
+// <tag>_fp32's .bin files, as the zero_to_fp32.py of the DeepSpeed version
+// that saved the checkpoint writes them: one pytorch_model.bin up to 0.15.2;
+// from 0.15.3 (its --max_shard_size, default 5GB) past the limit
+// pytorch_model-0000k-of-0000n.bin with pytorch_model.bin.index.json.
+Status AddPytorchModelBins(View& view, InodeId dir, std::shared_ptr<const Checkpoint> checkpoint,
+                           const std::vector<ConsolidatedTensor>& tensors,
+                           const ConsolidatedOptions& options) {
+  if (!VersionAtLeast(checkpoint->ds_version(), {0, 15, 3})) {
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(checkpoint, tensors, false, "pytorch_model.bin"));
+    return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
+  }
+  uint64_t total = 0;
+  const auto shards = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &total);
+  if (shards.size() <= 1) {
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(checkpoint, tensors, true, "pytorch_model.bin"));
+    return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
+  }
+  std::map<std::string, std::string> weight_map;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "pytorch_model-%05zu-of-%05zu.bin", k + 1, shards.size());
+    std::vector<ConsolidatedTensor> shard;
+    std::map<size_t, int> index_in_shard;
+    for (size_t i : shards[k]) {
+      ConsolidatedTensor t = tensors[i];
+      if (t.alias_of >= 0) t.alias_of = index_in_shard.at(static_cast<size_t>(t.alias_of));
+      index_in_shard[i] = static_cast<int>(shard.size());
+      weight_map[t.name] = name;
+      shard.push_back(std::move(t));
+    }
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(checkpoint, shard, true, name));
+    UCFS_RETURN_IF_ERROR(view.AddFile(dir, name, std::move(bin)).status());
+  }
+  return view
+      .AddFile(dir, "pytorch_model.bin.index.json",
+               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
+      .status();
+}
+
+std::string ShardName(size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+  return buf;
+}
+
+}  // namespace
+
+Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
+                          std::shared_ptr<const Checkpoint> checkpoint,
+                          const ConsolidatedOptions& options) {
+  UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,
+                        ConsolidatedStateDict(env, *checkpoint));
+  UCFS_ASSIGN_OR_RETURN(InodeId dir,
+                        view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
+  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, checkpoint, tensors, options));
+  // The safetensors files are split the same way; safetensors cannot alias,
+  // so each tied alias is a copy in its tensor's shard, and counts.
+  uint64_t unique = 0;
+  const auto split = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &unique);
+  std::vector<std::vector<ConsolidatedTensor>> shards;
+  uint64_t total = 0;
+  for (const auto& indices : split) {
+    shards.emplace_back();
+    for (size_t i : indices) {
+      ConsolidatedTensor t = tensors[i];
+      t.alias_of = -1;
+      total += BytesOf(t);
+      shards.back().push_back(std::move(t));
+    }
+  }
+  if (shards.size() <= 1) {
+    UCFS_ASSIGN_OR_RETURN(
+        auto st,
+        SafetensorsContent::Make(
+            checkpoint, shards.empty() ? std::vector<ConsolidatedTensor>{} : std::move(shards[0])));
+    return view.AddFile(dir, "model.safetensors", std::move(st)).status();
+  }
+  std::map<std::string, std::string> weight_map;  // sorted, as json.dumps(sort_keys=True)
+  for (size_t k = 0; k < shards.size(); ++k) {
+    for (const ConsolidatedTensor& t : shards[k]) weight_map[t.name] = ShardName(k, shards.size());
+    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[k])));
+    UCFS_RETURN_IF_ERROR(view.AddFile(dir, ShardName(k, shards.size()), std::move(st)).status());
+  }
+  return view
+      .AddFile(dir, "model.safetensors.index.json",
+               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
+      .status();
+}
+
+void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint) {
+  const std::string name = ConsolidatedDirName(checkpoint->files().tag);
+  Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint));
+  if (!s.ok()) spdlog::warn("no {} directory: {}", name, TerminalSafe(s.message()));
+}
+
+}  // namespace ucfs

@@ -1,0 +1,99 @@
+#include "ucfs/view/storage_spec.h"
+
+#include <algorithm>
+
+namespace ucfs {
+
+uint64_t StorageSpec::size() const {
+  uint64_t n = 0;
+  for (const auto& r : runs) n += r.length;
+  return n;
+}
+
+Result<std::string_view> DeferredBytes::Get() const {
+  std::call_once(once_, [this] {
+    auto made = make_();
+    if (made.ok()) {
+      bytes_ = std::move(made).value();
+    } else {
+      status_ = made.status();
+    }
+  });
+  if (!status_.ok()) return status_;
+  return std::string_view(bytes_);
+}
+
+void StorageSpec::FillRunStarts() {
+  run_starts.clear();
+  uint64_t at = 0;
+  for (const auto& run : runs) {
+    run_starts.push_back(at);
+    at += run.length;
+  }
+}
+
+Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+                   uint64_t end, std::vector<ReadPiece>* out) {
+  std::vector<Extent> extents;
+  // Start at the run holding `begin`.
+  size_t first = static_cast<size_t>(
+      std::upper_bound(storage.run_starts.begin(), storage.run_starts.end(), begin) -
+      storage.run_starts.begin());
+  first = first == 0 ? 0 : first - 1;
+  for (size_t i = first; i < storage.runs.size(); ++i) {
+    const StorageRun& run = storage.runs[i];
+    const uint64_t run_start = storage.run_starts[i];
+    const uint64_t run_end = run_start + run.length;
+    const uint64_t a = std::max(begin, run_start);
+    const uint64_t b = std::min(end, run_end);
+    if (a < b) {
+      ReadPiece p;
+      p.length = b - a;
+      switch (run.kind) {
+        case StorageRun::Kind::kZeros:
+          p.kind = ReadPiece::Kind::kZeros;
+          out->push_back(p);
+          break;
+        case StorageRun::Kind::kSource:
+          p.kind = ReadPiece::Kind::kSource;
+          p.source = run.source;
+          p.offset = run.source_offset + (a - run_start);
+          out->push_back(p);
+          break;
+        case StorageRun::Kind::kBytes: {
+          UCFS_ASSIGN_OR_RETURN(std::string_view bytes, run.bytes->Get());
+          if (bytes.size() != run.length) {
+            return Status::Corruption("computed " + std::to_string(bytes.size()) + " bytes where " +
+                                      std::to_string(run.length) + " were planned");
+          }
+          p.kind = ReadPiece::Kind::kBytes;
+          p.bytes = bytes.substr(a - run_start, b - a);
+          out->push_back(p);
+          break;
+        }
+        case StorageRun::Kind::kState:
+        case StorageRun::Kind::kFrozen: {
+          extents.clear();
+          const uint64_t from = run.state_offset + (a - run_start);
+          UCFS_RETURN_IF_ERROR(
+              run.kind == StorageRun::Kind::kState
+                  ? checkpoint.MapState(run.param, run.state, from, from + (b - a), &extents)
+                  : checkpoint.MapFrozen(run.param, from, from + (b - a), &extents));
+          for (const Extent& e : extents) {
+            ReadPiece sp;
+            sp.kind = ReadPiece::Kind::kSource;
+            sp.source = e.file;
+            sp.offset = e.offset;
+            sp.length = e.length;
+            out->push_back(sp);
+          }
+          break;
+        }
+      }
+    }
+    if (run_end >= end) break;
+  }
+  return Status::OK();
+}
+
+}  // namespace ucfs

@@ -1,0 +1,305 @@
+#include "ucfs/view/view.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace ucfs {
+namespace {
+constexpr uint32_t kNoOwner = static_cast<uint32_t>(-1);
+}  // namespace
+
+Status InlineContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const {
+  if (offset >= data_.size()) return Status::OK();
+  const uint64_t n = std::min<uint64_t>(length, data_.size() - offset);
+  ReadPiece p;
+  p.kind = ReadPiece::Kind::kBytes;
+  p.bytes = std::string_view(data_).substr(offset, n);
+  p.length = n;
+  out->push_back(p);
+  return Status::OK();
+}
+
+Status SourceContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const {
+  if (offset >= size_) return Status::OK();
+  ReadPiece p;
+  p.kind = ReadPiece::Kind::kSource;
+  p.source = source_;
+  p.offset = offset;
+  p.length = std::min(length, size_ - offset);
+  out->push_back(p);
+  return Status::OK();
+}
+
+bool IsSafePathComponent(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
+View::View(Env& env, int64_t mtime_ns) : env_(env), mtime_ns_(mtime_ns) {
+  Node root;
+  root.is_dir = true;
+  root.parent = kRootInode;
+  root.mtime_ns = mtime_ns;
+  nodes_.push_back(std::move(root));
+}
+
+FileAccess StrictestAccess(const std::vector<FileAccess>& sources, FileAccess fallback) {
+  if (sources.empty()) return fallback;
+  FileAccess out{0777, sources[0].uid, sources[0].gid};
+  for (const FileAccess& a : sources) {
+    out.mode &= a.mode;
+    if (a.uid != out.uid) out.uid = kNoOwner;
+    if (a.gid != out.gid) out.gid = kNoOwner;
+  }
+  if (out.uid == kNoOwner) {
+    out.uid = 0;
+    out.mode &= ~0700u;
+  }
+  if (out.gid == kNoOwner) {
+    out.gid = 0;
+    out.mode &= ~0070u;
+  }
+  return out;
+}
+
+uint32_t View::AddSource(SourceFile source) {
+  WriterLock lock(mu_);
+  if (!source.path.empty()) source_access_.push_back(source.access);
+  sources_.push_back(std::move(source));
+  return static_cast<uint32_t>(sources_.size() - 1);
+}
+
+FileAccess View::BuiltAccess() const {
+  ReaderLock lock(mu_);
+  return BuiltAccessLocked();
+}
+
+FileAccess View::BuiltAccessLocked() const {
+  return StrictestAccess(source_access_, FileAccess{0444, ::getuid(), ::getgid()});
+}
+
+void View::BackRootBy(std::string dir) {
+  auto st = env_.Stat(dir);
+  WriterLock lock(mu_);
+  if (st.ok()) nodes_[0].access = st->access;
+  nodes_[0].source_dir = std::move(dir);
+  nodes_[0].listed = false;
+}
+
+View::Node* View::Find(InodeId inode) {
+  if (inode == 0 || inode > nodes_.size()) return nullptr;
+  return &nodes_[inode - 1];
+}
+
+Result<InodeId> View::AddNodeLocked(InodeId parent, std::string_view name, Node node) {
+  if (!IsSafePathComponent(name)) {
+    return Status::InvalidArgument("'" + Printable(name) + "' is not a safe file name");
+  }
+  Node* p = Find(parent);
+  if (p == nullptr || !p->is_dir) return Status::InvalidArgument("parent is not a directory");
+  auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
+                             [](const auto& c, std::string_view n) { return c.first < n; });
+  if (it != p->children.end() && it->first == name) {
+    return Status::InvalidArgument("'" + Printable(name) + "' exists twice in one directory");
+  }
+  node.name = std::string(name);
+  node.parent = parent;
+  nodes_.push_back(std::move(node));
+  const InodeId id = nodes_.size();
+  p = Find(parent);  // deque growth keeps it valid; re-find for clarity
+  p->children.insert(it, {std::string(name), id});
+  return id;
+}
+
+Result<InodeId> View::AddDirectory(InodeId parent, std::string_view name) {
+  WriterLock lock(mu_);
+  Node n;
+  n.is_dir = true;
+  n.mtime_ns = mtime_ns_;
+  return AddNodeLocked(parent, name, std::move(n));
+}
+
+Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
+                              std::shared_ptr<const FileContent> content,
+                              std::vector<Xattr> xattrs) {
+  WriterLock lock(mu_);
+  Node n;
+  n.content = std::move(content);
+  n.mtime_ns = mtime_ns_;
+  n.xattrs = std::move(xattrs);
+  return AddNodeLocked(parent, name, std::move(n));
+}
+
+Result<InodeId> View::AddSourceDirectory(InodeId parent, std::string_view name, std::string dir) {
+  UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(dir));
+  if (!st.is_dir) return Status::InvalidArgument(dir + ": not a directory");
+  WriterLock lock(mu_);
+  Node n;
+  n.is_dir = true;
+  n.source_dir = std::move(dir);
+  n.listed = false;
+  n.mtime_ns = st.identity.mtime_ns;
+  n.access = st.access;
+  return AddNodeLocked(parent, name, std::move(n));
+}
+
+Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name,
+                                    const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(path));
+  if (st.is_dir) return Status::InvalidArgument(path + ": a directory, not a file");
+  WriterLock lock(mu_);
+  sources_.push_back({path, st.identity, st.access});
+  Node n;
+  n.content =
+      std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1), st.identity.size);
+  n.mtime_ns = st.identity.mtime_ns;
+  n.access = st.access;
+  return AddNodeLocked(parent, name, std::move(n));
+}
+
+Status View::ListSourceLocked(InodeId dir) {
+  Node* d = Find(dir);
+  auto entries = env_.ListDir(d->source_dir);
+  d = Find(dir);
+  d->listed = true;  // even on error: a vanished directory shows as empty
+  if (!entries.ok()) return entries.status();
+  for (const auto& e : *entries) {
+    d = Find(dir);
+    auto it = std::lower_bound(d->children.begin(), d->children.end(), e.name,
+                               [](const auto& c, const std::string& n) { return c.first < n; });
+    if (it != d->children.end() && it->first == e.name) continue;  // shadowed by a built entry
+    const std::string path = JoinPath(d->source_dir, e.name);
+    // Vanished, a dangling or looping symlink, or one leading out of the
+    // checkpoint root (a confined Env refuses it): not shown.
+    auto st = env_.Stat(path);
+    if (!st.ok()) continue;
+    Node n;
+    n.mtime_ns = st->identity.mtime_ns;
+    n.access = st->access;
+    if (st->is_dir) {
+      n.is_dir = true;
+      n.source_dir = path;
+      n.listed = false;
+    } else {
+      sources_.push_back({path, st->identity, st->access});
+      n.content = std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1),
+                                                  st->identity.size);
+    }
+    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, e.name, std::move(n)).status());
+  }
+  return Status::OK();
+}
+
+Status View::EnsureListed(InodeId dir) {
+  {
+    ReaderLock lock(mu_);
+    Node* d = Find(dir);
+    if (d == nullptr) return Status::NotFound("no such inode");
+    if (d->listed) return Status::OK();
+  }
+  WriterLock lock(mu_);
+  Node* d = Find(dir);
+  if (d->listed) return Status::OK();
+  return ListSourceLocked(dir);
+}
+
+View::NodeAttrs View::AttrsLocked(InodeId inode, const Node& n) const {
+  NodeAttrs out;
+  out.inode = inode;
+  out.is_dir = n.is_dir;
+  out.content = n.content;
+  out.mtime_ns = n.mtime_ns;
+  if (n.access) {
+    out.access = *n.access;
+  } else {
+    out.access = BuiltAccessLocked();
+    // Built files are data, never programs; built directories may be
+    // searched by whoever may read them.
+    out.access.mode &= 0666;
+    if (n.is_dir) out.access.mode |= (out.access.mode & 0444) >> 2;
+  }
+  return out;
+}
+
+Attr View::AttrOf(const NodeAttrs& n) {
+  Attr a;
+  a.inode = n.inode;
+  a.is_dir = n.is_dir;
+  a.size = n.is_dir ? 0 : n.content->size();
+  // Set-id bits never show: a mount is no place to gain privileges.
+  a.mode = n.access.mode & 01777;
+  a.uid = n.access.uid;
+  a.gid = n.access.gid;
+  a.mtime_ns = n.mtime_ns;
+  return a;
+}
+
+Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
+  UCFS_RETURN_IF_ERROR(EnsureListed(parent));
+  ReaderLock lock(mu_);
+  Node* p = Find(parent);
+  if (!p->is_dir) return Status::InvalidArgument("not a directory");
+  auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
+                             [](const auto& c, std::string_view n) { return c.first < n; });
+  if (it == p->children.end() || it->first != name) {
+    return Status::NotFound(std::string(name) + ": no such file or directory");
+  }
+  return it->second;
+}
+
+Result<Attr> View::GetAttr(InodeId inode) {
+  NodeAttrs attrs;
+  {
+    ReaderLock lock(mu_);
+    Node* n = Find(inode);
+    if (n == nullptr) return Status::NotFound("no such inode");
+    attrs = AttrsLocked(inode, *n);
+  }
+  return AttrOf(attrs);
+}
+
+Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
+  UCFS_RETURN_IF_ERROR(EnsureListed(dir));
+  std::vector<std::pair<std::string, NodeAttrs>> children;
+  {
+    ReaderLock lock(mu_);
+    Node* d = Find(dir);
+    if (!d->is_dir) return Status::InvalidArgument("not a directory");
+    children.reserve(d->children.size());
+    for (const auto& [name, id] : d->children) {
+      children.emplace_back(name, AttrsLocked(id, *Find(id)));
+    }
+  }
+  std::vector<std::pair<std::string, Attr>> out;
+  out.reserve(children.size());
+  for (const auto& [name, attrs] : children) out.emplace_back(name, AttrOf(attrs));
+  return out;
+}
+
+Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) {
+  std::shared_ptr<const FileContent> content;
+  {
+    ReaderLock lock(mu_);
+    Node* n = Find(file);
+    if (n == nullptr) return Status::NotFound("no such inode");
+    if (n->is_dir) return Status::InvalidArgument("is a directory");
+    content = n->content;
+  }
+  return content->Plan(offset, length, out);
+}
+
+Result<std::vector<Xattr>> View::Xattrs(InodeId inode) {
+  ReaderLock lock(mu_);
+  Node* n = Find(inode);
+  if (n == nullptr) return Status::NotFound("no such inode");
+  return n->xattrs;
+}
+
+SourceFile View::source(uint32_t index) const {
+  ReaderLock lock(mu_);
+  return sources_[index];
+}
+
+}  // namespace ucfs
