@@ -116,11 +116,10 @@ const char* WhyNotATagName(std::string_view t) {
   return nullptr;
 }
 
-}  // namespace
-
-Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
-                                            const std::optional<std::string>& tag) {
-  CheckpointFiles files;
+// Where the tag directory is: `tag` in root `path`, the tag `path`'s
+// `latest` names, or `path` itself when it holds rank files.
+Status LocateTagDirectory(Env& env, const std::string& path, const std::optional<std::string>& tag,
+                          CheckpointFiles* files) {
   if (!env.IsDirectory(path)) {
     return Status::NotFound(path +
                             ": not a directory (expected a DeepSpeed checkpoint root "
@@ -131,8 +130,8 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
     if (const char* wrong = WhyNotATagName(*tag)) {
       return Status::InvalidArgument(std::string("--tag is not a directory name (") + wrong + ")");
     }
-    files.root = path;
-    files.tag = *tag;
+    files->root = path;
+    files->tag = *tag;
   } else if (env.Stat(latest).ok()) {
     UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));
     std::string_view t = Trim(content);
@@ -142,48 +141,67 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
       return Status::Corruption(latest + ": does not name a tag directory (" +
                                 std::to_string(content.size()) + " bytes: " + wrong + ")");
     }
-    files.root = path;
-    files.tag = std::string(t);
+    files->root = path;
+    files->tag = std::string(t);
   } else if (HasRankFiles(env, path)) {
-    files.tag_dir = path;
-    files.tag = std::string(BaseName(path));
+    files->tag_dir = path;
+    files->tag = std::string(BaseName(path));
     std::string parent = Parent(path);
-    if (env.Stat(JoinPath(parent, "latest")).ok()) files.root = parent;
+    if (env.Stat(JoinPath(parent, "latest")).ok()) files->root = parent;
   } else {
     return Status::NotFound(path +
                             ": no `latest` file and no *_optim_states.pt files; not a "
                             "DeepSpeed checkpoint root or tag directory");
   }
-  if (files.tag_dir.empty()) files.tag_dir = JoinPath(files.root, files.tag);
-  if (!env.IsDirectory(files.tag_dir)) {
-    return Status::NotFound(files.tag_dir + ": tag directory does not exist" +
+  if (files->tag_dir.empty()) files->tag_dir = JoinPath(files->root, files->tag);
+  if (!env.IsDirectory(files->tag_dir)) {
+    return Status::NotFound(files->tag_dir + ": tag directory does not exist" +
                             (tag ? "" : " (named by " + latest + ")"));
   }
+  return Status::OK();
+}
 
-  UCFS_ASSIGN_OR_RETURN(auto entries, env.ListDir(files.tag_dir));
+// The rank files in a tag directory, by kind and DP rank.
+struct RankFilesFound {
   std::map<uint32_t, std::string> optim, model;
-  std::set<std::string> prefixes;
+  std::set<std::string> prefixes;  // of the optimizer files ("", "bf16_")
   std::set<uint32_t> mp_ranks;
   std::map<uint32_t, std::string> shared_model;  // mp_rank_NN_model_states.pt, by mp rank
+};
+
+Result<RankFilesFound> FindRankFiles(Env& env, const std::string& tag_dir) {
+  UCFS_ASSIGN_OR_RETURN(auto entries, env.ListDir(tag_dir));
+  RankFilesFound found;
   for (const auto& e : entries) {
     if (e.is_dir) continue;
     if (auto mp = ParseSharedModelFileName(e.name)) {
-      shared_model.emplace(*mp, JoinPath(files.tag_dir, e.name));
+      found.shared_model.emplace(*mp, JoinPath(tag_dir, e.name));
       continue;
     }
     auto parsed = ParseRankFileName(e.name);
     if (!parsed) continue;
-    mp_ranks.insert(parsed->mp_rank);
-    auto& by_rank = parsed->kind == RankFileName::Kind::kOptim ? optim : model;
-    if (parsed->kind == RankFileName::Kind::kOptim) prefixes.insert(parsed->prefix);
-    auto [it, inserted] = by_rank.emplace(parsed->dp_rank, JoinPath(files.tag_dir, e.name));
+    found.mp_ranks.insert(parsed->mp_rank);
+    auto& by_rank = parsed->kind == RankFileName::Kind::kOptim ? found.optim : found.model;
+    if (parsed->kind == RankFileName::Kind::kOptim) found.prefixes.insert(parsed->prefix);
+    auto [it, inserted] = by_rank.emplace(parsed->dp_rank, JoinPath(tag_dir, e.name));
     if (!inserted) {
-      if (prefixes.size() > 1) break;  // reported below, more usefully
-      return Status::Corruption(files.tag_dir + ": two files for DP rank " +
+      if (found.prefixes.size() > 1) break;  // reported below, more usefully
+      return Status::Corruption(tag_dir + ": two files for DP rank " +
                                 std::to_string(parsed->dp_rank) + ": " +
                                 std::string(BaseName(it->second)) + " and " + e.name);
     }
   }
+  return found;
+}
+
+}  // namespace
+
+Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
+                                            const std::optional<std::string>& tag) {
+  CheckpointFiles files;
+  UCFS_RETURN_IF_ERROR(LocateTagDirectory(env, path, tag, &files));
+  UCFS_ASSIGN_OR_RETURN(RankFilesFound found, FindRankFiles(env, files.tag_dir));
+  auto& [optim, model, prefixes, mp_ranks, shared_model] = found;
   if (optim.empty()) {
     return Status::NotFound(
         files.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +

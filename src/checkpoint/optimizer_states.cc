@@ -1,0 +1,156 @@
+// What every optimizer file holds, whichever optimizer wrote it: each
+// rank's copy of each flat buffer and of its per-element states, and rank
+// 0's scalar states (checkpoint_builder.h).
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_builder.h"
+#include "ucfs/base/checked_math.h"
+#include "ucfs/checkpoint/partition.h"
+
+namespace ucfs {
+
+using pickle::Document;
+using pickle::Kind;
+using pickle::NodeId;
+
+std::vector<NodeId> StatesByGroup(const Document& doc, NodeId state, size_t groups) {
+  std::vector<NodeId> by_group(groups, pickle::kNoNode);
+  if (auto items = doc.MappingItems(state)) {
+    for (const auto& [key, value] : *items) {
+      auto k = doc.AsInt(key);
+      if (k && *k >= 0 && static_cast<uint64_t>(*k) < groups) by_group[*k] = value;
+    }
+  }
+  return by_group;
+}
+
+// The per-element states, from rank 0's first flat buffer: "fp32", then
+// every 1-D state tensor of a partition's length (between min_numel and
+// max_numel elements), in the optimizer's order.
+Status CheckpointBuilder::DefineStates(const ParsedRankFile& tf, const TensorRef& flat,
+                                       NodeId state0, uint64_t min_numel, uint64_t max_numel) {
+  c_.states_.push_back({"fp32", flat.dtype, flat.requires_grad});
+  if (state0 == pickle::kNoNode) return Status::OK();
+  const Document& doc = *tf.doc;
+  auto entries = doc.MappingItems(state0);
+  if (!entries) return tf.Error("optimizer state[0] is not a dict");
+  for (const auto& [name, v] : *entries) {
+    auto n = doc.AsStr(name);
+    if (!n) continue;
+    UCFS_ASSIGN_OR_RETURN(auto t, tf.MatchTensor(v));
+    if (t && t->shape.size() == 1 && t->numel() >= min_numel && t->numel() <= max_numel) {
+      // Adam has 2, the optimizers DeepSpeed knows at most a few; every
+      // rank and sub-group is then searched for each by name.
+      if (c_.states_.size() > kMaxStates) {
+        return tf.Error("optimizer state[0] has more than " + std::to_string(kMaxStates) +
+                        " per-element states");
+      }
+      c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
+    }
+  }
+  return Status::OK();
+}
+
+// One slot per rank, flat buffer and state: bounded before allocating, as
+// every count comes from the files.
+Status CheckpointBuilder::AllocateSlots(const ParsedRankFile& tf) {
+  const size_t groups = c_.sub_groups_.size();
+  auto slots = CheckedMul<uint64_t>(c_.world_size(), groups);
+  if (slots) slots = CheckedMul<uint64_t>(*slots, c_.states_.size(), kMaxSlots);
+  if (!slots) {
+    return tf.Error(std::to_string(groups) + " flat buffers of " +
+                    std::to_string(c_.states_.size()) + " states at world size " +
+                    std::to_string(c_.world_size()) + " are more than " +
+                    std::to_string(kMaxSlots) + " in all");
+  }
+  c_.flat_slots_.resize(*slots);
+  c_.scalars_.resize(groups);
+  return Status::OK();
+}
+
+Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& tf,
+                                          const std::vector<NodeId>& flats,
+                                          const std::string& flats_name,
+                                          const std::vector<NodeId>& group_states) {
+  const Document& doc = *tf.doc;
+  for (size_t k = 0; k < c_.sub_groups_.size(); ++k) {
+    const std::string where = flats_name + "[" + std::to_string(k) + "]";
+    UCFS_ASSIGN_OR_RETURN(TensorRef flat, tf.RequireTensor(flats[k], where));
+    UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, 0, flat, where));
+    const NodeId state = group_states[k];
+    for (size_t s = 1; s < c_.states_.size(); ++s) {
+      const std::string what =
+          "optimizer state[" + std::to_string(k) + "]['" + Printable(c_.states_[s].name) + "']";
+      const NodeId v = doc.Get(state, c_.states_[s].name);
+      if (v == pickle::kNoNode) return tf.Error("no " + what);
+      UCFS_ASSIGN_OR_RETURN(TensorRef t, tf.RequireTensor(v, what));
+      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, s, t, what));
+    }
+    if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, state));
+  }
+  return Status::OK();
+}
+
+Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k, size_t s,
+                                  const TensorRef& t, const std::string& what) {
+  const SubGroupInfo& sg = c_.sub_groups_[k];
+  if (flat_groups()) {
+    // A partition may be saved without its padding (DeepSpeedZeroOptimizer
+    // drops it from the fp32 weights; elastic checkpoints from every
+    // state), never without a valid element.
+    const uint64_t valid = FlatValidNumel(sg.numel, c_.world_size(), rank);
+    if (t.shape.size() != 1 || t.numel() < valid || t.numel() > sg.partition_numel ||
+        !t.contiguous()) {
+      return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but param group " +
+                      std::to_string(k) + " (" + std::to_string(sg.numel) +
+                      " elements) has partitions of " + std::to_string(sg.partition_numel) +
+                      " at world size " + std::to_string(c_.world_size()) + ", " +
+                      std::to_string(valid) + " of them valid on rank " + std::to_string(rank));
+    }
+  } else if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {
+    return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but sub-group " +
+                    std::to_string(k) + "'s params need a flat buffer of " +
+                    std::to_string(sg.partition_numel) + " elements at world size " +
+                    std::to_string(c_.world_size()));
+  }
+  if (t.dtype != c_.states_[s].dtype) {
+    return tf.Error(what + " is " + std::string(Info(t.dtype).torch_name) + " but rank 0's is " +
+                    std::string(Info(c_.states_[s].dtype).torch_name));
+  }
+  UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(t));
+  Checkpoint::Slot& slot =
+      c_.flat_slots_[(rank * c_.sub_groups_.size() + k) * c_.states_.size() + s];
+  slot.file = rank;
+  slot.offset = offset;
+  slot.present = true;
+  return Status::OK();
+}
+
+Status CheckpointBuilder::ReadScalars(const ParsedRankFile& tf, size_t k, NodeId group_state) {
+  const Document& doc = *tf.doc;
+  auto entries = doc.MappingItems(group_state);
+  if (!entries) return Status::OK();
+  for (const auto& [name, v] : *entries) {
+    auto n = doc.AsStr(name);
+    if (!n) continue;
+    ScalarState s;
+    s.name = std::string(*n);
+    if (auto num = doc.AsNumber(v)) {
+      s.value = *num;
+      s.dtype = doc.node(v).kind == Kind::kFloat ? DType::kFloat64 : DType::kInt64;
+    } else {
+      UCFS_ASSIGN_OR_RETURN(auto t, tf.MatchTensor(v));
+      if (!t || t->numel() != 1 || !t->shape.empty()) continue;  // per-element, or not ours
+      UCFS_ASSIGN_OR_RETURN(s.value, tf.ScalarValue(*t));
+      UCFS_ASSIGN_OR_RETURN(uint64_t offset, tf.DataOffset(*t));
+      s.extent = Extent{0, offset, t->element_size()};  // rank 0's optimizer file is source 0
+      s.is_tensor = true;
+      s.dtype = t->dtype;
+    }
+    c_.scalars_[k].push_back(std::move(s));
+  }
+  return Status::OK();
+}
+
+}  // namespace ucfs
