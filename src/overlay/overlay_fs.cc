@@ -1,7 +1,6 @@
 #include "ucfs/overlay/overlay_fs.h"
 
 #include <fcntl.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,25 +17,6 @@ std::string Join(const std::string& dir, std::string_view name) {
 
 Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
 
-bool IsAtOrBelow(const std::string& path, const std::string& dir) {
-  return path == dir ||
-         (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
-}
-
-// An upper entry by a path the xattr calls accept: its O_PATH fd's
-// /proc/self/fd link, which names the entry itself even for a symlink.
-struct ProcPath {
-  UniqueFd fd;
-  std::string path;
-};
-
-Result<ProcPath> ProcPathOf(const Overlay::UpperRef& ref) {
-  int fd = ::openat(ref.dir.get(), ref.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno(ref.name);
-  ProcPath p{UniqueFd(fd), "/proc/self/fd/" + std::to_string(fd)};
-  return p;
-}
-
 }  // namespace
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
@@ -52,137 +32,6 @@ OverlayFs::~OverlayFs() {
   }
 }
 
-size_t OverlayFs::inode_count() {
-  MutexLock lock(mu_);
-  return nodes_.size();
-}
-
-Result<std::string> OverlayFs::PathOf(InodeId inode) {
-  auto it = nodes_.find(inode);
-  if (it == nodes_.end() || it->second.paths.empty()) {
-    return Status::Posix(ESTALE, "inode " + std::to_string(inode) + " was removed");
-  }
-  return it->second.paths.front();
-}
-
-Result<std::string> OverlayFs::ChildPath(InodeId parent, std::string_view name) {
-  if (name.size() > kMaxNameLength) {
-    return Status::Posix(ENAMETOOLONG, std::string(name.substr(0, 32)) + "...: name too long");
-  }
-  if (!IsSafePathComponent(name)) return Status::Posix(EINVAL, std::string(name) + ": bad name");
-  UCFS_ASSIGN_OR_RETURN(std::string dir, PathOf(parent));
-  return Join(dir, name);
-}
-
-InodeId OverlayFs::InodeFor(const std::string& path, uint64_t count, const struct stat* upper) {
-  auto known = by_path_.find(path);
-  InodeId inode = 0;
-  if (known != by_path_.end()) {
-    inode = known->second;
-  } else {
-    const bool linked = upper != nullptr && !S_ISDIR(upper->st_mode) && upper->st_nlink > 1;
-    if (linked) {
-      auto it = by_file_.find({upper->st_dev, upper->st_ino});
-      if (it != by_file_.end()) {
-        // The same file by another name, if that name still is it.
-        Node& node = nodes_[it->second];
-        auto other = node.paths.empty() ? Result<Overlay::Entry>(Status::Posix(ENOENT, ""))
-                                        : overlay_->Lookup(node.paths.front());
-        if (other.ok() && other->in_upper && other->st.st_dev == upper->st_dev &&
-            other->st.st_ino == upper->st_ino) {
-          inode = it->second;
-          node.paths.push_back(path);
-        }
-      }
-    }
-    if (inode == 0) {
-      inode = next_inode_++;
-      Node& node = nodes_[inode];
-      node.paths = {path};
-      if (linked) {
-        node.has_file_key = true;
-        node.file_key = {upper->st_dev, upper->st_ino};
-        by_file_[node.file_key] = inode;
-      }
-    }
-    by_path_[path] = inode;
-  }
-  nodes_[inode].lookups += count;
-  return inode;
-}
-
-struct stat OverlayFs::StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode) {
-  struct stat st {};
-  if (e.in_upper) {
-    st = e.st;
-  } else {
-    Attr a{};
-    if (auto got = view_->GetAttr(e.lower); got.ok()) a = *got;
-    st = StatOfAttr(a);  // as the read-only mount shows it
-  }
-  // Read-only entries show so, and the kernel refuses writers (EACCES)
-  // before asking.
-  if (overlay_->IsReadOnly(path)) st.st_mode &= ~static_cast<mode_t>(0222);
-  st.st_ino = inode;
-  return st;
-}
-
-Result<struct stat> OverlayFs::StatPath(const std::string& path, InodeId inode) {
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  return StatOf(path, e, inode);
-}
-
-int OverlayFs::OpenFdOf(InodeId inode) {
-  auto it = nodes_.find(inode);
-  if (it == nodes_.end() || it->second.fds.empty()) return -1;
-  return it->second.fds.front();
-}
-
-void OverlayFs::DropPath(const std::string& path) {
-  auto it = by_path_.find(path);
-  if (it == by_path_.end()) return;
-  auto node = nodes_.find(it->second);
-  if (node != nodes_.end()) {
-    auto& paths = node->second.paths;
-    paths.erase(std::remove(paths.begin(), paths.end(), path), paths.end());
-  }
-  by_path_.erase(it);
-}
-
-void OverlayFs::Detach(const std::string& path) { DropPath(path); }
-
-void OverlayFs::Move(const std::string& from, const std::string& to) {
-  // Whatever was at `to` (and below it) is gone.
-  std::vector<std::string> gone;
-  for (const auto& [path, inode] : by_path_) {
-    if (IsAtOrBelow(path, to)) gone.push_back(path);
-  }
-  for (const auto& path : gone) DropPath(path);
-  std::vector<std::pair<std::string, InodeId>> moved;
-  for (const auto& [path, inode] : by_path_) {
-    if (IsAtOrBelow(path, from)) moved.emplace_back(path, inode);
-  }
-  for (const auto& [path, inode] : moved) DropPath(path);
-  for (const auto& [path, inode] : moved) {
-    std::string now = to + path.substr(from.size());
-    nodes_[inode].paths.push_back(now);
-    by_path_[std::move(now)] = inode;
-  }
-}
-
-void OverlayFs::Exchange(const std::string& a, const std::string& b) {
-  std::vector<std::pair<std::string, InodeId>> moved;
-  for (const auto& [path, inode] : by_path_) {
-    if (IsAtOrBelow(path, a) || IsAtOrBelow(path, b)) moved.emplace_back(path, inode);
-  }
-  for (const auto& [path, inode] : moved) DropPath(path);
-  for (const auto& [path, inode] : moved) {
-    std::string now = IsAtOrBelow(path, a) ? b + path.substr(a.size()) : a + path.substr(b.size());
-    nodes_[inode].paths.push_back(now);
-    by_path_[std::move(now)] = inode;
-  }
-}
-
 Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
@@ -190,29 +39,6 @@ Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
   const InodeId inode = InodeFor(path, 1, e.in_upper ? &e.st : nullptr);
   return StatOf(path, e, inode);
-}
-
-void OverlayFs::Forget(InodeId inode, uint64_t count) {
-  MutexLock lock(mu_);
-  auto it = nodes_.find(inode);
-  if (it == nodes_.end() || inode == kRootInode) return;
-  Node& node = it->second;
-  node.lookups = node.lookups > count ? node.lookups - count : 0;
-  MaybeErase(inode);
-}
-
-void OverlayFs::MaybeErase(InodeId inode) {
-  auto it = nodes_.find(inode);
-  if (it == nodes_.end() || inode == kRootInode) return;
-  Node& node = it->second;
-  // Open files keep it (their fds are Release's to close).
-  if (node.lookups > 0 || !node.fds.empty()) return;
-  for (const auto& path : node.paths) by_path_.erase(path);
-  if (node.has_file_key) {
-    auto f = by_file_.find(node.file_key);
-    if (f != by_file_.end() && f->second == inode) by_file_.erase(f);
-  }
-  nodes_.erase(it);
 }
 
 Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
@@ -482,96 +308,6 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     return st;
   }
   return StatPath(*path, inode);
-}
-
-Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) {
-  MutexLock lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  if (!e.in_upper) {
-    // The kernel asks for security.capability before every write(2):
-    // answered without a listing of the view's.
-    if (!name.starts_with(kXattrPrefix)) return Status::Posix(ENODATA, name);
-    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
-    for (const Xattr& x : xattrs) {
-      if (x.name == name) return x.value;
-    }
-    return Status::Posix(ENODATA, name);
-  }
-  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
-  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  for (;;) {
-    ssize_t n = ::getxattr(p.path.c_str(), name.c_str(), nullptr, 0);
-    if (n < 0) return Errno(name);
-    std::string value(static_cast<size_t>(n), '\0');
-    n = ::getxattr(p.path.c_str(), name.c_str(), value.data(), value.size());
-    if (n >= 0) {
-      value.resize(static_cast<size_t>(n));
-      return value;
-    }
-    if (errno != ERANGE) return Errno(name);
-  }
-}
-
-Result<std::string> OverlayFs::ListXattr(InodeId inode) {
-  MutexLock lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  std::string names;
-  if (!e.in_upper) {
-    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
-    for (const Xattr& x : xattrs) {
-      names += x.name;
-      names.push_back('\0');
-    }
-    return names;
-  }
-  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
-  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  for (;;) {
-    ssize_t n = ::listxattr(p.path.c_str(), nullptr, 0);
-    if (n < 0) return Errno(path);
-    names.assign(static_cast<size_t>(n), '\0');
-    n = ::listxattr(p.path.c_str(), names.data(), names.size());
-    if (n >= 0) {
-      names.resize(static_cast<size_t>(n));
-      return names;
-    }
-    if (errno != ERANGE) return Errno(path);
-  }
-}
-
-Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_view value,
-                           int flags) {
-  MutexLock lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  if (!e.in_upper && name.starts_with(kXattrPrefix)) {
-    return Status::Posix(EPERM, name + ": the view's attributes are read-only");
-  }
-  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
-  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
-    return Errno(name);
-  }
-  return Status::OK();
-}
-
-Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
-  MutexLock lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  if (!e.in_upper) {
-    if (name.starts_with(kXattrPrefix)) {
-      return Status::Posix(EPERM, name + ": the view's attributes are read-only");
-    }
-    if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
-    return Status::Posix(ENODATA, name);
-  }
-  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
-  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Errno(name);
-  return Status::OK();
 }
 
 }  // namespace ucfs

@@ -1,0 +1,122 @@
+// OverlayFs's extended attributes: the view's ("user.ucfs.*", read-only)
+// for view entries, the upper entry's own otherwise (overlay_fs.h).
+#include <fcntl.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ucfs/overlay/overlay_fs.h"
+
+namespace ucfs {
+namespace {
+
+Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
+
+// An upper entry by a path the xattr calls accept: its O_PATH fd's
+// /proc/self/fd link, which names the entry itself even for a symlink.
+struct ProcPath {
+  UniqueFd fd;
+  std::string path;
+};
+
+Result<ProcPath> ProcPathOf(const Overlay::UpperRef& ref) {
+  int fd = ::openat(ref.dir.get(), ref.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno(ref.name);
+  ProcPath p{UniqueFd(fd), "/proc/self/fd/" + std::to_string(fd)};
+  return p;
+}
+
+}  // namespace
+
+Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) {
+  MutexLock lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper) {
+    // The kernel asks for security.capability before every write(2):
+    // answered without a listing of the view's.
+    if (!name.starts_with(kXattrPrefix)) return Status::Posix(ENODATA, name);
+    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
+    for (const Xattr& x : xattrs) {
+      if (x.name == name) return x.value;
+    }
+    return Status::Posix(ENODATA, name);
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  for (;;) {
+    ssize_t n = ::getxattr(p.path.c_str(), name.c_str(), nullptr, 0);
+    if (n < 0) return Errno(name);
+    std::string value(static_cast<size_t>(n), '\0');
+    n = ::getxattr(p.path.c_str(), name.c_str(), value.data(), value.size());
+    if (n >= 0) {
+      value.resize(static_cast<size_t>(n));
+      return value;
+    }
+    if (errno != ERANGE) return Errno(name);
+  }
+}
+
+Result<std::string> OverlayFs::ListXattr(InodeId inode) {
+  MutexLock lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  std::string names;
+  if (!e.in_upper) {
+    UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
+    for (const Xattr& x : xattrs) {
+      names += x.name;
+      names.push_back('\0');
+    }
+    return names;
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  for (;;) {
+    ssize_t n = ::listxattr(p.path.c_str(), nullptr, 0);
+    if (n < 0) return Errno(path);
+    names.assign(static_cast<size_t>(n), '\0');
+    n = ::listxattr(p.path.c_str(), names.data(), names.size());
+    if (n >= 0) {
+      names.resize(static_cast<size_t>(n));
+      return names;
+    }
+    if (errno != ERANGE) return Errno(path);
+  }
+}
+
+Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_view value,
+                           int flags) {
+  MutexLock lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper && name.starts_with(kXattrPrefix)) {
+    return Status::Posix(EPERM, name + ": the view's attributes are read-only");
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
+    return Errno(name);
+  }
+  return Status::OK();
+}
+
+Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
+  MutexLock lock(mu_);
+  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
+  UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
+  if (!e.in_upper) {
+    if (name.starts_with(kXattrPrefix)) {
+      return Status::Posix(EPERM, name + ": the view's attributes are read-only");
+    }
+    if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
+    return Status::Posix(ENODATA, name);
+  }
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
+  UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Errno(name);
+  return Status::OK();
+}
+
+}  // namespace ucfs

@@ -1,0 +1,132 @@
+#include "overlay/upper_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ucfs/overlay/overlay.h"
+
+namespace ucfs {
+
+std::vector<std::string_view> Components(std::string_view path) {
+  std::vector<std::string_view> out;
+  while (!path.empty()) {
+    auto slash = path.find('/');
+    std::string_view c = path.substr(0, slash);
+    if (!c.empty()) out.push_back(c);
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return out;
+}
+
+std::pair<std::string_view, std::string_view> SplitLast(std::string_view path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string_view::npos) return {"", path};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string StoredName(std::string_view name) {
+  if (name.starts_with(kWhiteoutPrefix)) return std::string(kEscapedEntry) + std::string(name);
+  return std::string(name);
+}
+
+std::string WhiteoutName(std::string_view name) {
+  if (name.starts_with(kWhiteoutPrefix) || name == kOpaque.substr(kWhiteoutPrefix.size())) {
+    return std::string(kEscapedWhiteout) + std::string(name);
+  }
+  return std::string(kWhiteoutPrefix) + std::string(name);
+}
+
+Stored Classify(std::string_view stored, std::string* name) {
+  if (stored.starts_with(kEscapedEntry)) {
+    *name = stored.substr(kEscapedEntry.size());
+    return Stored::kEntry;
+  }
+  if (stored.starts_with(kEscapedWhiteout)) {
+    *name = stored.substr(kEscapedWhiteout.size());
+    return Stored::kWhiteout;
+  }
+  if (stored.starts_with(kPrivatePrefix) || stored == kOpaque) return Stored::kInternal;
+  if (stored.starts_with(kWhiteoutPrefix)) {
+    *name = stored.substr(kWhiteoutPrefix.size());
+    return Stored::kWhiteout;
+  }
+  *name = stored;
+  return Stored::kEntry;
+}
+
+bool StatAt(int dir, const std::string& name, struct stat* st) {
+  struct stat ignored {};
+  return ::fstatat(dir, name.c_str(), st != nullptr ? st : &ignored, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+Status Errno(std::string_view what) { return Status::FromErrno(what, errno); }
+
+Status Fail(int err, std::string_view path, std::string_view what) {
+  return Status::Posix(err, std::string(path) + ": " + std::string(what));
+}
+
+Result<UniqueFd> OpenDirAt(int dir, const std::string& name, std::string_view what) {
+  int fd = ::openat(dir, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Errno(what);
+  return UniqueFd(fd);
+}
+
+UniqueFd Dup(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
+
+Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what) {
+  int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(what);
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    Status s = Errno(what);
+    ::close(fd);
+    return s;
+  }
+  std::vector<UpperName> out;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name == "." || name == "..") continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      is_dir =
+          ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    out.push_back({std::string(name), is_dir});
+  }
+  ::closedir(d);
+  return out;
+}
+
+Status CheckName(std::string_view path, std::string_view name) {
+  if (name.size() > kMaxNameLength || StoredName(name).size() > kMaxNameLength) {
+    return Fail(ENAMETOOLONG, path, "name too long");
+  }
+  return Status::OK();
+}
+
+void RemoveStaleCopyUps(int dir, int depth) {
+  if (depth > 64) return;
+  auto entries = ListUpper(dir, "upper");
+  if (!entries.ok()) return;
+  for (const auto& d : *entries) {
+    if (d.is_dir) {
+      auto sub = OpenDirAt(dir, d.stored, d.stored);
+      if (sub.ok()) RemoveStaleCopyUps(sub->get(), depth + 1);
+    } else if (d.stored.starts_with(kCopyUpPrefix)) {
+      ::unlinkat(dir, d.stored.c_str(), 0);
+    }
+  }
+}
+
+void MarkOpaque(int dir, const std::string& name) {
+  int fd = ::openat(dir, (name + "/" + std::string(kOpaque)).c_str(),
+                    O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd >= 0) ::close(fd);
+}
+
+}  // namespace ucfs
