@@ -1,4 +1,4 @@
-// `ucfs export`: a view written out as real files (include/ucfs/export.h).
+// `ucfs export`: a view written out as real files (include/ucfs/tools/export.h).
 #ifndef UCFS_CLI_EXPORT_COMMAND_H_
 #define UCFS_CLI_EXPORT_COMMAND_H_
 

@@ -198,6 +198,129 @@ int RunUmount(const std::string& mountpoint) {
   return kExitCheckpointError;
 }
 
+struct InspectArgs {
+  std::string path;
+  std::optional<std::string> tag;
+  bool json = false;
+};
+
+// Each subcommand and its options; `verbosity` counts every -v of any of them.
+CLI::App* AddInspectCommand(CLI::App& app, InspectArgs* a, int* verbosity) {
+  CLI::App* inspect = app.add_subcommand("inspect",
+                                         "Describe a ZeRO-3 checkpoint: world size, dtype, "
+                                         "step, groups, and every parameter");
+  inspect->add_option("CKPT", a->path, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  inspect->add_option("--tag", a->tag, "Tag directory to read instead of the one `latest` names");
+  inspect->add_flag("--json", a->json, "Print JSON for scripts");
+  inspect->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  return inspect;
+}
+
+CLI::App* AddVerifyCommand(CLI::App& app, ucfs::cli::VerifyArgs* a, int* verbosity) {
+  CLI::App* verify = app.add_subcommand(
+      "verify",
+      "Check a checkpoint before trusting it: every rank file present and readable, world "
+      "sizes and steps agreeing, tensors inside their records, no NaN/Inf in weights or "
+      "optimizer states");
+  verify->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  verify->add_option("--tag", a->tag, "Tag directory to check instead of the one `latest` names");
+  verify->add_flag("--json", a->json, "Print JSON for scripts");
+  verify->add_option("-j,--threads", a->threads, "Scan threads (default: one per CPU)")
+      ->check(CLI::Range(1u, 1024u));
+  verify->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  return verify;
+}
+
+CLI::App* AddShowCommand(CLI::App& app, std::string* path) {
+  CLI::App* show = app.add_subcommand("show",
+                                      "Print the pickled structure of a torch.save file "
+                                      "(tensors summarised; nothing is executed)");
+  show->add_option("FILE", *path, "A .pt file")->required();
+  return show;
+}
+
+CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
+  CLI::App* mount = app.add_subcommand(
+      "mount",
+      "Mount a ZeRO-3 checkpoint as the universal checkpoint ds_to_universal.py would "
+      "write, assembled on read");
+  mount->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  mount->add_option("MNT", a->mountpoint, "An empty directory to mount on")->required();
+  mount->add_option("--tag", a->tag, "Tag to show instead of the one `latest` names");
+  mount->add_flag("-f,--foreground", a->foreground, "Stay in the foreground (logs to stderr)");
+  mount->add_flag("-d,--fuse-debug", a->fuse_debug, "Log every FUSE request (implies -f)");
+  mount->add_option("-o", a->options, "Mount options for libfuse and the kernel (allow_other, ...)")
+      ->delimiter(',');
+  mount->add_option("--cache-dir", a->cache_dir,
+                    "Where the index of parsed rank files lives (default $XDG_CACHE_HOME/ucfs)");
+  mount->add_flag("--no-cache", a->no_cache, "Neither read nor write the index");
+  mount->add_flag("--crc", a->crc,
+                  "Write real CRC-32s into the zip records (reads every byte at mount time; "
+                  "only Python's zipfile checks them)");
+  mount->add_option("--log-file", a->log_file, "Log to this file instead of syslog/stderr");
+  mount
+      ->add_option("--world-size", a->world_size,
+                   "Show the checkpoint as DeepSpeed would have saved it with N ranks")
+      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
+  mount->add_option("--sub-group-size", a->sub_group_size,
+                    "The run's zero_optimization.sub_group_size, when its ds_config has none "
+                    "(default 1000000000)");
+  mount->add_option("--upper", a->upper,
+                    "Make the mount writable: whatever is written (new checkpoints, a rewritten "
+                    "`latest`) lands in this directory (created if missing); the source is never "
+                    "written");
+  mount->add_flag("--no-prefetch", a->no_prefetch,
+                  "Tuning: don't read ahead in the source files (to measure what it buys)");
+  mount->add_flag("--no-splice", a->no_splice,
+                  "Tuning: copy source bytes to the kernel instead of splicing them");
+  mount->add_flag("--drop-source-pages", a->drop_source_pages,
+                  "Tuning: drop the source files' pages from the page cache once served (half "
+                  "the page cache a cold read fills, for a fifth less throughput)");
+  mount->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  return mount;
+}
+
+CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosity) {
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "Write a view out as real files: the universal checkpoint ds_to_universal.py would "
+      "write, or with --world-size the checkpoint at N ranks, or with --fp32 the consolidated "
+      "weights; byte-identical to the mount, resumable");
+  export_cmd
+      ->add_option("CKPT", a->view.checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  export_cmd->add_option("OUT", a->out, "Output directory (created; outside CKPT)")->required();
+  export_cmd->add_option("--tag", a->view.tag, "Tag to export instead of the one `latest` names");
+  export_cmd
+      ->add_option("--world-size", a->view.world_size,
+                   "Export the checkpoint as DeepSpeed would have saved it with N ranks")
+      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
+  export_cmd->add_option("--sub-group-size", a->view.sub_group_size,
+                         "The run's zero_optimization.sub_group_size, when its ds_config has none");
+  export_cmd->add_flag("--fp32", a->fp32,
+                       "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
+                       "model.safetensors) instead");
+  export_cmd->add_flag("--crc", a->view.crc,
+                       "Write real CRC-32s into the zip records of the universal view's files");
+  export_cmd->add_option("-j,--threads", a->threads,
+                         "Copy threads (default: one per CPU, at least 4)");
+  export_cmd->add_flag("--no-sync", a->no_sync,
+                       "Do not fsync each file before renaming it into place");
+  export_cmd->add_option("--cache-dir", a->view.cache_dir, "Where the index lives");
+  export_cmd->add_flag("--no-cache", a->view.no_cache, "Neither read nor write the index");
+  export_cmd->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  return export_cmd;
+}
+
+CLI::App* AddUmountCommand(CLI::App& app, std::string* path) {
+  CLI::App* umount = app.add_subcommand("umount", "Unmount a ucfs mount (fusermount3 -u)");
+  umount->add_option("MNT", *path, "The mountpoint")->required();
+  return umount;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,110 +334,18 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
-  auto* inspect = app.add_subcommand("inspect",
-                                     "Describe a ZeRO-3 checkpoint: world size, dtype, "
-                                     "step, groups, and every parameter");
-  std::string path;
-  std::optional<std::string> tag;
-  bool json = false;
-  inspect->add_option("CKPT", path, "Checkpoint root (with `latest`) or tag directory")->required();
-  inspect->add_option("--tag", tag, "Tag directory to read instead of the one `latest` names");
-  inspect->add_flag("--json", json, "Print JSON for scripts");
-  inspect->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
-
+  InspectArgs in;
+  CLI::App* inspect = AddInspectCommand(app, &in, &verbosity);
   ucfs::cli::VerifyArgs va;
-  auto* verify = app.add_subcommand(
-      "verify",
-      "Check a checkpoint before trusting it: every rank file present and readable, world "
-      "sizes and steps agreeing, tensors inside their records, no NaN/Inf in weights or "
-      "optimizer states");
-  verify->add_option("CKPT", va.checkpoint, "Checkpoint root (with `latest`) or tag directory")
-      ->required();
-  verify->add_option("--tag", va.tag, "Tag directory to check instead of the one `latest` names");
-  verify->add_flag("--json", va.json, "Print JSON for scripts");
-  verify->add_option("-j,--threads", va.threads, "Scan threads (default: one per CPU)")
-      ->check(CLI::Range(1u, 1024u));
-  verify->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
-
-  auto* show = app.add_subcommand("show",
-                                  "Print the pickled structure of a torch.save file "
-                                  "(tensors summarised; nothing is executed)");
+  CLI::App* verify = AddVerifyCommand(app, &va, &verbosity);
   std::string show_path;
-  show->add_option("FILE", show_path, "A .pt file")->required();
-
+  CLI::App* show = AddShowCommand(app, &show_path);
   MountArgs m;
-  auto* mount = app.add_subcommand(
-      "mount",
-      "Mount a ZeRO-3 checkpoint as the universal checkpoint ds_to_universal.py would "
-      "write, assembled on read");
-  mount->add_option("CKPT", m.checkpoint, "Checkpoint root (with `latest`) or tag directory")
-      ->required();
-  mount->add_option("MNT", m.mountpoint, "An empty directory to mount on")->required();
-  mount->add_option("--tag", m.tag, "Tag to show instead of the one `latest` names");
-  mount->add_flag("-f,--foreground", m.foreground, "Stay in the foreground (logs to stderr)");
-  mount->add_flag("-d,--fuse-debug", m.fuse_debug, "Log every FUSE request (implies -f)");
-  mount->add_option("-o", m.options, "Mount options for libfuse and the kernel (allow_other, ...)")
-      ->delimiter(',');
-  mount->add_option("--cache-dir", m.cache_dir,
-                    "Where the index of parsed rank files lives (default $XDG_CACHE_HOME/ucfs)");
-  mount->add_flag("--no-cache", m.no_cache, "Neither read nor write the index");
-  mount->add_flag("--crc", m.crc,
-                  "Write real CRC-32s into the zip records (reads every byte at mount time; "
-                  "only Python's zipfile checks them)");
-  mount->add_option("--log-file", m.log_file, "Log to this file instead of syslog/stderr");
-  mount
-      ->add_option("--world-size", m.world_size,
-                   "Show the checkpoint as DeepSpeed would have saved it with N ranks")
-      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
-  mount->add_option("--sub-group-size", m.sub_group_size,
-                    "The run's zero_optimization.sub_group_size, when its ds_config has none "
-                    "(default 1000000000)");
-  mount->add_option("--upper", m.upper,
-                    "Make the mount writable: whatever is written (new checkpoints, a rewritten "
-                    "`latest`) lands in this directory (created if missing); the source is never "
-                    "written");
-  mount->add_flag("--no-prefetch", m.no_prefetch,
-                  "Tuning: don't read ahead in the source files (to measure what it buys)");
-  mount->add_flag("--no-splice", m.no_splice,
-                  "Tuning: copy source bytes to the kernel instead of splicing them");
-  mount->add_flag("--drop-source-pages", m.drop_source_pages,
-                  "Tuning: drop the source files' pages from the page cache once served (half "
-                  "the page cache a cold read fills, for a fifth less throughput)");
-  mount->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
-
+  CLI::App* mount = AddMountCommand(app, &m, &verbosity);
   ucfs::cli::ExportArgs x;
-  auto* export_cmd = app.add_subcommand(
-      "export",
-      "Write a view out as real files: the universal checkpoint ds_to_universal.py would "
-      "write, or with --world-size the checkpoint at N ranks, or with --fp32 the consolidated "
-      "weights; byte-identical to the mount, resumable");
-  export_cmd
-      ->add_option("CKPT", x.view.checkpoint, "Checkpoint root (with `latest`) or tag directory")
-      ->required();
-  export_cmd->add_option("OUT", x.out, "Output directory (created; outside CKPT)")->required();
-  export_cmd->add_option("--tag", x.view.tag, "Tag to export instead of the one `latest` names");
-  export_cmd
-      ->add_option("--world-size", x.view.world_size,
-                   "Export the checkpoint as DeepSpeed would have saved it with N ranks")
-      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
-  export_cmd->add_option("--sub-group-size", x.view.sub_group_size,
-                         "The run's zero_optimization.sub_group_size, when its ds_config has none");
-  export_cmd->add_flag("--fp32", x.fp32,
-                       "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
-                       "model.safetensors) instead");
-  export_cmd->add_flag("--crc", x.view.crc,
-                       "Write real CRC-32s into the zip records of the universal view's files");
-  export_cmd->add_option("-j,--threads", x.threads,
-                         "Copy threads (default: one per CPU, at least 4)");
-  export_cmd->add_flag("--no-sync", x.no_sync,
-                       "Do not fsync each file before renaming it into place");
-  export_cmd->add_option("--cache-dir", x.view.cache_dir, "Where the index lives");
-  export_cmd->add_flag("--no-cache", x.view.no_cache, "Neither read nor write the index");
-  export_cmd->add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
-
+  CLI::App* export_cmd = AddExportCommand(app, &x, &verbosity);
   std::string umount_path;
-  auto* umount = app.add_subcommand("umount", "Unmount a ucfs mount (fusermount3 -u)");
-  umount->add_option("MNT", umount_path, "The mountpoint")->required();
+  CLI::App* umount = AddUmountCommand(app, &umount_path);
 
   try {
     app.parse(argc, argv);
@@ -327,7 +358,7 @@ int main(int argc, char** argv) {
     return RunMount(std::move(m), verbosity);
   }
   SetUpLogging(verbosity, "", false);
-  if (*inspect) return RunInspect(path, tag, json);
+  if (*inspect) return RunInspect(in.path, in.tag, in.json);
   if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);
   if (*umount) return RunUmount(umount_path);

@@ -1,5 +1,5 @@
 // `ucfs verify`: a checkpoint checked before anyone trusts it
-// (include/ucfs/verify.h), reported as text or JSON.
+// (include/ucfs/tools/verify.h), reported as text or JSON.
 #ifndef UCFS_CLI_VERIFY_COMMAND_H_
 #define UCFS_CLI_VERIFY_COMMAND_H_
 
