@@ -267,110 +267,142 @@ std::string FloatRepr(double v) {
   return s;
 }
 
-}  // namespace
+// Document::Repr's text so far, and the nodes from the root to the current
+// one: a cycle (possible in a Document built by hand) shows as "...". A list,
+// not a bitmap of the document: Repr is called for messages about single
+// values of documents of millions of nodes, and must cost what it prints, not
+// the document.
+class ReprPrinter {
+ public:
+  ReprPrinter(const Document& doc, size_t max_chars) : doc_(doc), max_chars_(max_chars) {}
 
-std::string Document::Repr(NodeId root, size_t max_chars) const {
-  std::string out;
-  // The nodes from the root to the current one: a cycle (possible in a
-  // Document built by hand) shows as "...". A list, not a bitmap of the
-  // document: Repr is called for messages about single values of documents
-  // of millions of nodes, and must cost what it prints, not the document.
-  std::vector<NodeId> path;
-  // Recursion is bounded: Parse limits depth, and `path` cuts cycles.
-  auto rec = [&](auto&& self, NodeId id) -> void {
-    if (out.size() > max_chars) return;
+  // Recursion is bounded: Parse limits depth, and `path_` cuts cycles.
+  void Print(NodeId id) {
+    if (out_.size() > max_chars_) return;
     if (id == kNoNode) {
-      out += "<none>";
+      out_ += "<none>";
       return;
     }
-    if (std::find(path.begin(), path.end(), id) != path.end()) {
-      out += "...";
+    if (std::find(path_.begin(), path_.end(), id) != path_.end()) {
+      out_ += "...";
       return;
     }
-    path.push_back(id);
-    const Node& n = nodes_[id];
-    auto seq = [&](const char* open, const char* close, size_t begin, size_t end) {
-      out += open;
-      for (size_t i = begin; i < end; ++i) {
-        if (i > begin) out += ", ";
-        self(self, n.items[i]);
-        if (out.size() > max_chars) break;
-      }
-      out += close;
-    };
+    path_.push_back(id);
+    PrintNode(doc_.node(id));
+    path_.pop_back();
+  }
+
+  // The text, cut at max_chars.
+  std::string Finish() && {
+    if (out_.size() > max_chars_) {
+      out_.resize(max_chars_);
+      out_ += "...";
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void PrintNode(const Node& n) {
     switch (n.kind) {
       case Kind::kNone:
-        out += "None";
+        out_ += "None";
         break;
       case Kind::kBool:
-        out += n.scalar ? "True" : "False";
+        out_ += n.scalar ? "True" : "False";
         break;
       case Kind::kInt:
-        out += std::to_string(n.scalar);
+        out_ += std::to_string(n.scalar);
         break;
       case Kind::kLong:
-        out += "<int of " + std::to_string(n.text.size()) + " bytes>";
+        out_ += "<int of " + std::to_string(n.text.size()) + " bytes>";
         break;
       case Kind::kFloat:
-        out += FloatRepr(n.float_value());
+        out_ += FloatRepr(n.float_value());
         break;
       case Kind::kStr:
-        QuoteInto(&out, n.text);
+        QuoteInto(&out_, n.text);
         break;
       case Kind::kBytes:
-        out += "b";
-        QuoteInto(&out, n.text);
+        out_ += "b";
+        QuoteInto(&out_, n.text);
         break;
       case Kind::kTuple:
-        seq("(", n.items.size() == 1 ? ",)" : ")", 0, n.items.size());
+        PrintItems(n, "(", n.items.size() == 1 ? ",)" : ")", 0, n.items.size());
         break;
       case Kind::kList:
-        seq("[", "]", 0, n.items.size());
+        PrintItems(n, "[", "]", 0, n.items.size());
         break;
       case Kind::kSet:
-        seq("{", "}", 0, n.items.size());
+        PrintItems(n, "{", "}", 0, n.items.size());
         break;
       case Kind::kFrozenSet:
-        seq("frozenset({", "})", 0, n.items.size());
+        PrintItems(n, "frozenset({", "})", 0, n.items.size());
         break;
       case Kind::kDict:
-        out += "{";
-        for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
-          if (i) out += ", ";
-          self(self, n.items[i]);
-          out += ": ";
-          self(self, n.items[i + 1]);
-          if (out.size() > max_chars) break;
-        }
-        out += "}";
+        PrintDict(n);
         break;
       case Kind::kGlobal:
-        out += Printable(n.text) + "." + Printable(n.name);
+        out_ += Printable(n.text) + "." + Printable(n.name);
         break;
       case Kind::kReduce:
       case Kind::kNewObj:
-        self(self, n.a);
-        self(self, n.b);
-        if (n.list_items) seq(" + [", "]", 0, n.list_items);
-        if (n.items.size() > n.list_items) seq(" + {", "}", n.list_items, n.items.size());
-        if (n.state != kNoNode) {
-          out += " state=";
-          self(self, n.state);
-        }
+        PrintCall(n);
         break;
       case Kind::kPersistentId:
-        out += "pid";
-        self(self, n.a);
+        out_ += "pid";
+        Print(n.a);
         break;
     }
-    path.pop_back();
-  };
-  rec(rec, root);
-  if (out.size() > max_chars) {
-    out.resize(max_chars);
-    out += "...";
   }
-  return out;
+
+  // n.items[begin, end), comma separated between `open` and `close`.
+  void PrintItems(const Node& n, const char* open, const char* close, size_t begin, size_t end) {
+    out_ += open;
+    for (size_t i = begin; i < end; ++i) {
+      if (i > begin) out_ += ", ";
+      Print(n.items[i]);
+      if (out_.size() > max_chars_) break;
+    }
+    out_ += close;
+  }
+
+  void PrintDict(const Node& n) {
+    out_ += "{";
+    for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
+      if (i) out_ += ", ";
+      Print(n.items[i]);
+      out_ += ": ";
+      Print(n.items[i + 1]);
+      if (out_.size() > max_chars_) break;
+    }
+    out_ += "}";
+  }
+
+  // A REDUCE or NEWOBJ record: callable and arguments, then what APPENDS,
+  // SETITEMS and BUILD added to its result.
+  void PrintCall(const Node& n) {
+    Print(n.a);
+    Print(n.b);
+    if (n.list_items) PrintItems(n, " + [", "]", 0, n.list_items);
+    if (n.items.size() > n.list_items) PrintItems(n, " + {", "}", n.list_items, n.items.size());
+    if (n.state != kNoNode) {
+      out_ += " state=";
+      Print(n.state);
+    }
+  }
+
+  const Document& doc_;
+  const size_t max_chars_;
+  std::string out_;
+  std::vector<NodeId> path_;
+};
+
+}  // namespace
+
+std::string Document::Repr(NodeId root, size_t max_chars) const {
+  ReprPrinter printer(*this, max_chars);
+  printer.Print(root);
+  return std::move(printer).Finish();
 }
 
 }  // namespace ucfs::pickle

@@ -1,8 +1,10 @@
 // Pickle parsing: a stack machine over the opcodes of protocols 2-4 that
 // builds Nodes instead of Python objects. No opcode can make it import,
 // call or look anything up: GLOBAL yields a name, REDUCE a record.
+#include <array>
 #include <bit>
 #include <cstring>
+#include <initializer_list>
 #include <unordered_map>
 
 #include "base/byte_order.h"
@@ -132,6 +134,17 @@ class Reader {
     return Status::OK();
   }
   Status Step(uint8_t op);
+  // One family of opcodes each (kFamilyOf says which); any other opcode is
+  // unsupported.
+  Status FramingOrStackOp(uint8_t op);
+  Status PushNumberOp(uint8_t op);
+  Status PushStringOp(uint8_t op);
+  Status MakeContainerOp(uint8_t op);
+  Status FillContainerOp(uint8_t op);
+  Status GlobalOrCallOp(uint8_t op);
+  Status PersistentIdOp(uint8_t op);
+  Status MemoOp(uint8_t op);
+  Status UnsupportedOpcode(uint8_t op) const;
   Status CheckDepthAndCycles() const;
 
   std::string_view data_;
@@ -145,7 +158,61 @@ class Reader {
   bool stopped_ = false;
 };
 
+enum class Family : uint8_t {
+  kUnsupported,
+  kFramingOrStack,
+  kPushNumber,
+  kPushString,
+  kMakeContainer,
+  kFillContainer,
+  kGlobalOrCall,
+  kPersistentId,
+  kMemo,
+};
+
+// The family of every opcode: a table, so that dispatching costs one lookup.
+constexpr std::array<Family, 256> kFamilyOf = [] {
+  std::array<Family, 256> family_of{};
+  auto set = [&family_of](Family family, std::initializer_list<uint8_t> ops) {
+    for (uint8_t op : ops) family_of[op] = family;
+  };
+  set(Family::kFramingOrStack, {0x80, 0x95, '.', '(', '0', '1', '2'});
+  set(Family::kPushNumber, {'N', 0x88, 0x89, 'J', 'K', 'M', 0x8a, 0x8b, 'G'});
+  set(Family::kPushString, {'X', 0x8c, 0x8d, 'T', 'U', 'B', 'C', 0x8e, 0x96});
+  set(Family::kMakeContainer, {')', 't', 0x85, 0x86, 0x87, ']', '}', 0x8f, 'l', 'd', 0x91});
+  set(Family::kFillContainer, {'a', 'e', 0x90, 's', 'u'});
+  set(Family::kGlobalOrCall, {'c', 0x93, 'R', 0x81, 'b'});
+  set(Family::kPersistentId, {'Q', 'P'});
+  set(Family::kMemo, {'q', 'r', 0x94, 'h', 'j'});
+  return family_of;
+}();
+
 Status Reader::Step(uint8_t op) {
+  switch (kFamilyOf[op]) {
+    case Family::kFramingOrStack:
+      return FramingOrStackOp(op);
+    case Family::kPushNumber:
+      return PushNumberOp(op);
+    case Family::kPushString:
+      return PushStringOp(op);
+    case Family::kMakeContainer:
+      return MakeContainerOp(op);
+    case Family::kFillContainer:
+      return FillContainerOp(op);
+    case Family::kGlobalOrCall:
+      return GlobalOrCallOp(op);
+    case Family::kPersistentId:
+      return PersistentIdOp(op);
+    case Family::kMemo:
+      return MemoOp(op);
+    case Family::kUnsupported:
+      break;
+  }
+  return UnsupportedOpcode(op);
+}
+
+// PROTO, FRAME, STOP and the opcodes that only move stack entries.
+Status Reader::FramingOrStackOp(uint8_t op) {
   switch (op) {
     case 0x80: {  // PROTO
       UCFS_ASSIGN_OR_RETURN(uint64_t proto, ReadUInt(1));
@@ -175,6 +242,14 @@ Status Reader::Step(uint8_t op) {
       stack_.push_back(top);
       return Status::OK();
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// None, bools, ints of every width and floats.
+Status Reader::PushNumberOp(uint8_t op) {
+  switch (op) {
     case 'N':
       return Push(Node{});
     case 0x88:
@@ -224,6 +299,14 @@ Status Reader::Step(uint8_t op) {
       n.scalar = static_cast<int64_t>(bits);
       return Push(std::move(n));
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// Length-prefixed str and bytes.
+Status Reader::PushStringOp(uint8_t op) {
+  switch (op) {
     case 'X':
     case 0x8c:
     case 0x8d: {  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8
@@ -242,6 +325,14 @@ Status Reader::Step(uint8_t op) {
       UCFS_ASSIGN_OR_RETURN(uint64_t len, ReadUInt(op == 'B' ? 4 : op == 'C' ? 1 : 8));
       return PushString(Kind::kBytes, len);
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// Tuples, lists, dicts and sets: empty, or made of the items on the stack.
+Status Reader::MakeContainerOp(uint8_t op) {
+  switch (op) {
     case ')': {
       Node n;
       n.kind = Kind::kTuple;
@@ -283,6 +374,14 @@ Status Reader::Step(uint8_t op) {
       n.items = std::move(items);
       return Push(std::move(n));
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// Adding items to the container below them on the stack.
+Status Reader::FillContainerOp(uint8_t op) {
+  switch (op) {
     case 'a': {  // APPEND
       UCFS_ASSIGN_OR_RETURN(NodeId value, Pop());
       UCFS_ASSIGN_OR_RETURN(NodeId target, Top());
@@ -312,6 +411,14 @@ Status Reader::Step(uint8_t op) {
       UCFS_ASSIGN_OR_RETURN(NodeId target, Top());
       return SetItems(target, kv);
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// Globals and the calls made of them, recorded and never made.
+Status Reader::GlobalOrCallOp(uint8_t op) {
+  switch (op) {
     case 'c': {  // GLOBAL module\nname\n
       UCFS_ASSIGN_OR_RETURN(std::string_view module, ReadLine());
       UCFS_ASSIGN_OR_RETURN(std::string_view name, ReadLine());
@@ -353,6 +460,14 @@ Status Reader::Step(uint8_t op) {
       t.state = state;
       return Status::OK();
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// BINPERSID and PERSID: references to data outside the pickle.
+Status Reader::PersistentIdOp(uint8_t op) {
+  switch (op) {
     case 'Q': {  // BINPERSID
       UCFS_ASSIGN_OR_RETURN(NodeId pid, Pop());
       Node n;
@@ -371,6 +486,14 @@ Status Reader::Step(uint8_t op) {
       n.a = pid_id;
       return Push(std::move(n));
     }
+    default:
+      return UnsupportedOpcode(op);
+  }
+}
+
+// Storing the top of the stack in the memo (PUT) and pushing it back (GET).
+Status Reader::MemoOp(uint8_t op) {
+  switch (op) {
     case 'q': {
       UCFS_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(1));
       return Memoize(idx);
@@ -389,13 +512,16 @@ Status Reader::Step(uint8_t op) {
       UCFS_ASSIGN_OR_RETURN(uint64_t idx, ReadUInt(4));
       return Recall(idx);
     }
-    default: {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "0x%02x", op);
-      return Status::NotSupported("pickle: unsupported opcode " + std::string(buf) + " at byte " +
-                                  std::to_string(op_pos_));
-    }
+    default:
+      return UnsupportedOpcode(op);
   }
+}
+
+Status Reader::UnsupportedOpcode(uint8_t op) const {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", op);
+  return Status::NotSupported("pickle: unsupported opcode " + std::string(buf) + " at byte " +
+                              std::to_string(op_pos_));
 }
 
 // Rejects reference cycles and nesting deeper than the limit, so everything

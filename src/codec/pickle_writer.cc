@@ -169,14 +169,7 @@ class Writer {
         SaveInt(n.scalar);
         break;
       case Kind::kLong:
-        if (n.text.size() < 256) {
-          out_ += '\x8a';
-          out_ += static_cast<char>(n.text.size());
-        } else {
-          out_ += '\x8b';
-          AppendLE32(&out_, static_cast<uint32_t>(n.text.size()));
-        }
-        out_ += n.text;
+        SaveLong(n.text);
         break;
       case Kind::kFloat: {
         out_ += 'G';
@@ -209,48 +202,14 @@ class Writer {
         break;
       case Kind::kSet:
       case Kind::kFrozenSet:
-        // Only protocol-4 input has these; write them back with its opcodes.
-        if (n.kind == Kind::kSet) {
-          out_ += '\x8f';
-          Put(id);
-          UCFS_RETURN_IF_ERROR(BatchedExactDict(n.items, '\x90'));
-        } else {
-          out_ += '(';
-          for (NodeId item : n.items) UCFS_RETURN_IF_ERROR(Save(item));
-          out_ += '\x91';
-          Put(id);
-        }
+        UCFS_RETURN_IF_ERROR(SaveSet(id, n));
         break;
       case Kind::kGlobal:
-        // GLOBAL is newline-terminated text: such a name cannot be written.
-        if (n.text.find('\n') != std::string::npos || n.name.find('\n') != std::string::npos) {
-          return Status::InvalidArgument("pickle: a global's name contains a newline");
-        }
-        out_ += 'c';
-        out_ += n.text;
-        out_ += '\n';
-        out_ += n.name;
-        out_ += '\n';
-        Put(id);
+        UCFS_RETURN_IF_ERROR(SaveGlobal(id, n));
         break;
       case Kind::kReduce:
       case Kind::kNewObj:
-        UCFS_RETURN_IF_ERROR(Save(n.a));
-        UCFS_RETURN_IF_ERROR(Save(n.b));
-        out_ += n.kind == Kind::kReduce ? 'R' : '\x81';
-        if (memo_[id] != kUnset) {
-          // Reached itself through its arguments: Python pops and fetches.
-          out_ += '0';
-          GetMemo(memo_[id]);
-        } else {
-          Put(id);
-        }
-        UCFS_RETURN_IF_ERROR(Batched(n.items, 0, n.list_items, 1, 'a', 'e'));
-        UCFS_RETURN_IF_ERROR(Batched(n.items, n.list_items, n.items.size(), 2, 's', 'u'));
-        if (n.state != kNoNode) {
-          UCFS_RETURN_IF_ERROR(Save(n.state));
-          out_ += 'b';
-        }
+        UCFS_RETURN_IF_ERROR(SaveObject(id, n));
         break;
       case Kind::kPersistentId:
         if (persistent_ids_ != nullptr) persistent_ids_->push_back(id);
@@ -259,6 +218,69 @@ class Writer {
         break;
     }
     --depth_;
+    return Status::OK();
+  }
+
+  // LONG1 or LONG4 with a kLong's bytes as they are.
+  void SaveLong(const std::string& bytes) {
+    if (bytes.size() < 256) {
+      out_ += '\x8a';
+      out_ += static_cast<char>(bytes.size());
+    } else {
+      out_ += '\x8b';
+      AppendLE32(&out_, static_cast<uint32_t>(bytes.size()));
+    }
+    out_ += bytes;
+  }
+
+  // Only protocol-4 input has sets; write them back with its opcodes.
+  Status SaveSet(NodeId id, const Node& n) {
+    if (n.kind == Kind::kSet) {
+      out_ += '\x8f';
+      Put(id);
+      UCFS_RETURN_IF_ERROR(BatchedExactDict(n.items, '\x90'));
+    } else {
+      out_ += '(';
+      for (NodeId item : n.items) UCFS_RETURN_IF_ERROR(Save(item));
+      out_ += '\x91';
+      Put(id);
+    }
+    return Status::OK();
+  }
+
+  Status SaveGlobal(NodeId id, const Node& n) {
+    // GLOBAL is newline-terminated text: such a name cannot be written.
+    if (n.text.find('\n') != std::string::npos || n.name.find('\n') != std::string::npos) {
+      return Status::InvalidArgument("pickle: a global's name contains a newline");
+    }
+    out_ += 'c';
+    out_ += n.text;
+    out_ += '\n';
+    out_ += n.name;
+    out_ += '\n';
+    Put(id);
+    return Status::OK();
+  }
+
+  // A REDUCE or NEWOBJ record: the call, then what APPENDS, SETITEMS and
+  // BUILD added to its result.
+  Status SaveObject(NodeId id, const Node& n) {
+    UCFS_RETURN_IF_ERROR(Save(n.a));
+    UCFS_RETURN_IF_ERROR(Save(n.b));
+    out_ += n.kind == Kind::kReduce ? 'R' : '\x81';
+    if (memo_[id] != kUnset) {
+      // Reached itself through its arguments: Python pops and fetches.
+      out_ += '0';
+      GetMemo(memo_[id]);
+    } else {
+      Put(id);
+    }
+    UCFS_RETURN_IF_ERROR(Batched(n.items, 0, n.list_items, 1, 'a', 'e'));
+    UCFS_RETURN_IF_ERROR(Batched(n.items, n.list_items, n.items.size(), 2, 's', 'u'));
+    if (n.state != kNoNode) {
+      UCFS_RETURN_IF_ERROR(Save(n.state));
+      out_ += 'b';
+    }
     return Status::OK();
   }
 

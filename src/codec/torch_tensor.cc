@@ -105,56 +105,55 @@ std::optional<std::vector<int64_t>> MatchShape(const Document& doc, NodeId id) {
   return dims;
 }
 
-Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
-  if (id == pickle::kNoNode) return std::optional<TensorRef>();
-  const auto& call = doc.node(id);
-  if (call.kind != Kind::kReduce) return std::optional<TensorRef>();
-  auto args = doc.SequenceItems(call.b);
-  if (!args) return std::optional<TensorRef>();
-  NodeId rebuild_fn = call.a;
+namespace {
 
-  // Wrappers: _rebuild_from_type_v2(func, type, args, state) and
-  // _rebuild_parameter(data, requires_grad, hooks) hold an inner tensor call.
-  if (doc.IsGlobal(call.a, "torch._tensor", "_rebuild_from_type_v2")) {
-    if (args->size() < 3) return Malformed(doc, id, "_rebuild_from_type_v2 needs 3 arguments");
-    auto inner_args = doc.SequenceItems((*args)[2]);
-    if (!inner_args) return Malformed(doc, id, "_rebuild_from_type_v2 arguments not a tuple");
-    // The inner call is func(*args); func must be a tensor rebuild.
-    const auto& func = doc.node((*args)[0]);
-    if (func.kind != Kind::kGlobal) return Malformed(doc, id, "rebuild function is not a global");
-    if (!doc.IsGlobal((*args)[0], "torch._utils", "_rebuild_tensor_v2") &&
-        !doc.IsGlobal((*args)[0], "torch._utils", "_rebuild_tensor_v3")) {
-      return Malformed(doc, id, "unknown rebuild function " + func.text + "." + func.name);
-    }
-    rebuild_fn = (*args)[0];
-    args = inner_args;
-  } else if (doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter") ||
-             doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter_with_state")) {
-    if (args->size() < 2) return Malformed(doc, id, "_rebuild_parameter needs 2 arguments");
-    // The data is a plain tensor: refuse wrappers of wrappers, which
-    // would make this recursion as deep as the input wants.
-    const auto& data = doc.node((*args)[0]);
-    if (data.kind != Kind::kReduce ||
-        !(doc.IsGlobal(data.a, "torch._utils", "_rebuild_tensor_v2") ||
-          doc.IsGlobal(data.a, "torch._utils", "_rebuild_tensor_v3"))) {
-      return Malformed(doc, id, "_rebuild_parameter data is not a plain tensor");
-    }
-    UCFS_ASSIGN_OR_RETURN(auto inner, MatchTensor(doc, (*args)[0]));
-    if (!inner) return Malformed(doc, id, "_rebuild_parameter data is not a tensor");
-    auto rg = doc.AsInt((*args)[1]);
-    if (!rg) return Malformed(doc, id, "requires_grad is not a bool");
-    inner->node = id;
-    inner->requires_grad = *rg != 0;
-    return inner;
-  } else if (!doc.IsGlobal(call.a, "torch._utils", "_rebuild_tensor_v2") &&
-             !doc.IsGlobal(call.a, "torch._utils", "_rebuild_tensor_v3")) {
-    return std::optional<TensorRef>();
+// _rebuild_tensor_v2 or _v3: the calls that rebuild a plain tensor.
+bool IsRebuildTensor(const Document& doc, NodeId fn) {
+  return doc.IsGlobal(fn, "torch._utils", "_rebuild_tensor_v2") ||
+         doc.IsGlobal(fn, "torch._utils", "_rebuild_tensor_v3");
+}
+
+// _rebuild_from_type_v2(func, type, args, state): replaces `*args` by the
+// inner call's and `*rebuild_fn` by its function.
+Status UnwrapFromTypeV2(const Document& doc, NodeId id, NodeId* rebuild_fn,
+                        std::vector<NodeId>* args) {
+  if (args->size() < 3) return Malformed(doc, id, "_rebuild_from_type_v2 needs 3 arguments");
+  auto inner_args = doc.SequenceItems((*args)[2]);
+  if (!inner_args) return Malformed(doc, id, "_rebuild_from_type_v2 arguments not a tuple");
+  // The inner call is func(*args); func must be a tensor rebuild.
+  const auto& func = doc.node((*args)[0]);
+  if (func.kind != Kind::kGlobal) return Malformed(doc, id, "rebuild function is not a global");
+  if (!IsRebuildTensor(doc, (*args)[0])) {
+    return Malformed(doc, id, "unknown rebuild function " + func.text + "." + func.name);
   }
-  const bool v3 = doc.IsGlobal(rebuild_fn, "torch._utils", "_rebuild_tensor_v3");
+  *rebuild_fn = (*args)[0];
+  *args = std::move(*inner_args);
+  return Status::OK();
+}
 
-  // (storage_pid, storage_offset, size, stride, requires_grad, hooks[, dtype][, metadata])
-  if (args->size() < 5) return Malformed(doc, id, "fewer than 5 rebuild arguments");
-  const auto& pid_node = doc.node((*args)[0]);
+// _rebuild_parameter(data, requires_grad, hooks): the tensor `data` rebuilds.
+Result<std::optional<TensorRef>> MatchParameter(const Document& doc, NodeId id,
+                                                const std::vector<NodeId>& args) {
+  if (args.size() < 2) return Malformed(doc, id, "_rebuild_parameter needs 2 arguments");
+  // The data is a plain tensor: refuse wrappers of wrappers, which
+  // would make this recursion as deep as the input wants.
+  const auto& data = doc.node(args[0]);
+  if (data.kind != Kind::kReduce || !IsRebuildTensor(doc, data.a)) {
+    return Malformed(doc, id, "_rebuild_parameter data is not a plain tensor");
+  }
+  UCFS_ASSIGN_OR_RETURN(auto inner, MatchTensor(doc, args[0]));
+  if (!inner) return Malformed(doc, id, "_rebuild_parameter data is not a tensor");
+  auto rg = doc.AsInt(args[1]);
+  if (!rg) return Malformed(doc, id, "requires_grad is not a bool");
+  inner->node = id;
+  inner->requires_grad = *rg != 0;
+  return inner;
+}
+
+// The storage named by the persistent id `storage`: its record key,
+// location, dtype and element count.
+Status ReadStorage(const Document& doc, NodeId id, NodeId storage, TensorRef* t) {
+  const auto& pid_node = doc.node(storage);
   if (pid_node.kind != Kind::kPersistentId)
     return Malformed(doc, id, "storage is not a persistent id");
   auto pid = doc.SequenceItems(pid_node.a);
@@ -173,45 +172,55 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
   if (!key || !location || !storage_numel || *storage_numel < 0) {
     return Malformed(doc, id, "persistent id fields have the wrong types");
   }
-  TensorRef t;
-  t.node = id;
-  t.storage_key = std::string(*key);
-  t.location = std::string(*location);
-  t.dtype = *dtype;
-  t.storage_numel = static_cast<uint64_t>(*storage_numel);
-  auto offset = doc.AsInt((*args)[1]);
-  auto shape = MatchShape(doc, (*args)[2]);
-  auto stride = MatchShape(doc, (*args)[3]);
-  auto rg = doc.AsInt((*args)[4]);
+  t->storage_key = std::string(*key);
+  t->location = std::string(*location);
+  t->dtype = *dtype;
+  t->storage_numel = static_cast<uint64_t>(*storage_numel);
+  return Status::OK();
+}
+
+// The storage offset, size, stride and requires_grad rebuild arguments.
+Status ReadGeometry(const Document& doc, NodeId id, const std::vector<NodeId>& args, TensorRef* t) {
+  auto offset = doc.AsInt(args[1]);
+  auto shape = MatchShape(doc, args[2]);
+  auto stride = MatchShape(doc, args[3]);
+  auto rg = doc.AsInt(args[4]);
   if (!offset || *offset < 0 || !shape || !stride || !rg || shape->size() != stride->size()) {
     return Malformed(doc, id, "offset, size, stride or requires_grad malformed");
   }
-  t.storage_offset = static_cast<uint64_t>(*offset);
-  t.shape = std::move(*shape);
-  t.stride = std::move(*stride);
-  t.requires_grad = *rg != 0;
-  if (t.shape.size() > 64) return Malformed(doc, id, "more than 64 dimensions");
-  if (!CheckedShapeProduct(t.shape)) {
-    return Malformed(doc, id, "shape " + ShapeString(t.shape) + " has more than 2^62 elements");
+  t->storage_offset = static_cast<uint64_t>(*offset);
+  t->shape = std::move(*shape);
+  t->stride = std::move(*stride);
+  t->requires_grad = *rg != 0;
+  if (t->shape.size() > 64) return Malformed(doc, id, "more than 64 dimensions");
+  if (!CheckedShapeProduct(t->shape)) {
+    return Malformed(doc, id, "shape " + ShapeString(t->shape) + " has more than 2^62 elements");
   }
-  if (v3) {
-    if (args->size() < 7) return Malformed(doc, id, "_rebuild_tensor_v3 without a dtype");
-    const auto& dt = doc.node((*args)[6]);
-    auto real =
-        dt.kind == Kind::kGlobal && dt.text == "torch" ? DTypeFromTorchName(dt.name) : std::nullopt;
-    if (!real) return Malformed(doc, id, "_rebuild_tensor_v3 dtype is not a torch dtype");
-    // An untyped storage counts bytes; express the storage in elements.
-    const uint32_t es = Info(*real).element_size;
-    if (t.dtype == DType::kUntyped) {
-      if (t.storage_numel % es != 0)
-        return Malformed(doc, id, "untyped storage not a whole number of elements");
-      t.storage_numel /= es;
-    }
-    t.dtype = *real;
+  return Status::OK();
+}
+
+// _rebuild_tensor_v3's dtype argument, which overrides the storage's.
+Status ReadV3DType(const Document& doc, NodeId id, const std::vector<NodeId>& args, TensorRef* t) {
+  if (args.size() < 7) return Malformed(doc, id, "_rebuild_tensor_v3 without a dtype");
+  const auto& dt = doc.node(args[6]);
+  auto real =
+      dt.kind == Kind::kGlobal && dt.text == "torch" ? DTypeFromTorchName(dt.name) : std::nullopt;
+  if (!real) return Malformed(doc, id, "_rebuild_tensor_v3 dtype is not a torch dtype");
+  // An untyped storage counts bytes; express the storage in elements.
+  const uint32_t es = Info(*real).element_size;
+  if (t->dtype == DType::kUntyped) {
+    if (t->storage_numel % es != 0)
+      return Malformed(doc, id, "untyped storage not a whole number of elements");
+    t->storage_numel /= es;
   }
-  // The storage, the tensor's bytes and its offset must all be sizes a file
-  // can have, so that byte_offset(), byte_size() and storage bytes never
-  // wrap wherever they are used.
+  t->dtype = *real;
+  return Status::OK();
+}
+
+// The storage, the tensor's bytes and its offset must all be sizes a file
+// can have, so that byte_offset(), byte_size() and storage bytes never
+// wrap wherever they are used.
+Status CheckSizesFitFile(const Document& doc, NodeId id, const TensorRef& t) {
   const uint64_t es = t.element_size();
   if (!CheckedMul(t.storage_numel, es, kMaxFileQuantity)) {
     return Malformed(doc, id,
@@ -226,22 +235,59 @@ Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
                      "storage offset " + std::to_string(t.storage_offset) +
                          " is past the end of a storage of " + std::to_string(t.storage_numel));
   }
-  // Every element the tensor can reach must lie inside its storage.
-  if (t.numel() > 0) {
-    uint64_t last = t.storage_offset;
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-      if (t.stride[i] < 0) return Malformed(doc, id, "negative stride");
-      auto reach = CheckedMulAdd(static_cast<uint64_t>(t.shape[i] - 1),
-                                 static_cast<uint64_t>(t.stride[i]), last);
-      if (!reach) return Malformed(doc, id, "strides overflow");
-      last = *reach;
-    }
-    if (last >= t.storage_numel) {
-      return Malformed(doc, id,
-                       "reaches element " + std::to_string(last) + " of a storage of " +
-                           std::to_string(t.storage_numel));
-    }
+  return Status::OK();
+}
+
+// Every element the tensor can reach must lie inside its storage.
+Status CheckReachInsideStorage(const Document& doc, NodeId id, const TensorRef& t) {
+  if (t.numel() == 0) return Status::OK();
+  uint64_t last = t.storage_offset;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (t.stride[i] < 0) return Malformed(doc, id, "negative stride");
+    auto reach = CheckedMulAdd(static_cast<uint64_t>(t.shape[i] - 1),
+                               static_cast<uint64_t>(t.stride[i]), last);
+    if (!reach) return Malformed(doc, id, "strides overflow");
+    last = *reach;
   }
+  if (last >= t.storage_numel) {
+    return Malformed(doc, id,
+                     "reaches element " + std::to_string(last) + " of a storage of " +
+                         std::to_string(t.storage_numel));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::optional<TensorRef>> MatchTensor(const Document& doc, NodeId id) {
+  if (id == pickle::kNoNode) return std::optional<TensorRef>();
+  const auto& call = doc.node(id);
+  if (call.kind != Kind::kReduce) return std::optional<TensorRef>();
+  auto args = doc.SequenceItems(call.b);
+  if (!args) return std::optional<TensorRef>();
+  NodeId rebuild_fn = call.a;
+
+  // Wrappers: _rebuild_from_type_v2(func, type, args, state) and
+  // _rebuild_parameter(data, requires_grad, hooks) hold an inner tensor call.
+  if (doc.IsGlobal(call.a, "torch._tensor", "_rebuild_from_type_v2")) {
+    UCFS_RETURN_IF_ERROR(UnwrapFromTypeV2(doc, id, &rebuild_fn, &*args));
+  } else if (doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter") ||
+             doc.IsGlobal(call.a, "torch._utils", "_rebuild_parameter_with_state")) {
+    return MatchParameter(doc, id, *args);
+  } else if (!IsRebuildTensor(doc, call.a)) {
+    return std::optional<TensorRef>();
+  }
+  const bool v3 = doc.IsGlobal(rebuild_fn, "torch._utils", "_rebuild_tensor_v3");
+
+  // (storage_pid, storage_offset, size, stride, requires_grad, hooks[, dtype][, metadata])
+  if (args->size() < 5) return Malformed(doc, id, "fewer than 5 rebuild arguments");
+  TensorRef t;
+  t.node = id;
+  UCFS_RETURN_IF_ERROR(ReadStorage(doc, id, (*args)[0], &t));
+  UCFS_RETURN_IF_ERROR(ReadGeometry(doc, id, *args, &t));
+  if (v3) UCFS_RETURN_IF_ERROR(ReadV3DType(doc, id, *args, &t));
+  UCFS_RETURN_IF_ERROR(CheckSizesFitFile(doc, id, t));
+  UCFS_RETURN_IF_ERROR(CheckReachInsideStorage(doc, id, t));
   return std::optional<TensorRef>(std::move(t));
 }
 

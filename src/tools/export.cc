@@ -93,6 +93,127 @@ struct Target {
   Status status;
 };
 
+// One chunk of a target's file: bytes [begin, end).
+struct Task {
+  Target* target;
+  uint64_t begin, end;
+};
+
+// Already there from an earlier run: whole (it was renamed into place) and
+// of this checkpoint (same size and mtime).
+bool AlreadyExported(const std::string& final_path, const ExportFile& f) {
+  struct stat st {};
+  return ::stat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+         static_cast<uint64_t>(st.st_size) == f.size &&
+         static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec == f.mtime_ns;
+}
+
+// Creates t's directory and opens its temporary beside its final path.
+Status OpenTemporary(Target& t) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(t.final_path).parent_path(), ec);
+  if (ec) return Status::FromErrno(fs::path(t.final_path).parent_path().string(), ec.value());
+  t.temp_path = TempPathFor(t.final_path);
+  // Readable by whom the view's file is, and no one else: an export of a
+  // 0600 checkpoint is not left for anyone to read.
+  t.fd.reset(::open(t.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                    static_cast<mode_t>(t.file->mode & 0666)));
+  if (!t.fd) return Errno(t.temp_path);
+  return Status::OK();
+}
+
+// A target with its temporary, at its final size, for each of `files` not
+// exported already, and the tasks that copy their chunks. On an error,
+// *targets holds the temporaries made so far.
+Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& files,
+                    const ExportOptions& options, ExportStats* stats,
+                    std::vector<std::unique_ptr<Target>>* targets, std::vector<Task>* tasks) {
+  for (const ExportFile& f : files) {
+    auto t = std::make_unique<Target>();
+    t->file = &f;
+    t->final_path = (std::filesystem::path(out_dir) / f.path).string();
+    if (AlreadyExported(t->final_path, f)) {
+      ++stats->files_skipped;
+      if (options.on_bytes) options.on_bytes(f.size);
+      continue;
+    }
+    UCFS_RETURN_IF_ERROR(OpenTemporary(*t));
+    targets->push_back(std::move(t));
+    Target* target = targets->back().get();
+    // Zero pieces are left as holes: the size is set first.
+    if (::ftruncate(target->fd.get(), static_cast<off_t>(f.size)) != 0) {
+      return Errno(target->temp_path);
+    }
+    const uint64_t chunks = std::max<uint64_t>(1, (f.size + kChunk - 1) / kChunk);
+    target->chunks_left = chunks;
+    for (uint64_t c = 0; c < chunks; ++c) {
+      tasks->push_back(Task{target, c * kChunk, std::min(f.size, (c + 1) * kChunk)});
+    }
+  }
+  return Status::OK();
+}
+
+// Closes and removes the targets' temporaries, returning `s`.
+Status Abandon(const std::vector<std::unique_ptr<Target>>& targets, Status s) {
+  for (const auto& t : targets) {
+    t->fd.reset();
+    ::unlink(t->temp_path.c_str());
+  }
+  return s;
+}
+
+// Copies a task's chunk of the view's file into its temporary (planned
+// into *pieces, a worker's reused buffer) unless the target failed
+// already; the target's status keeps its first error.
+void CopyChunk(View& view, SourceFiles& sources, const Task& task, std::vector<ReadPiece>* pieces) {
+  Target& t = *task.target;
+  Status s;
+  {
+    std::lock_guard lock(t.mu);
+    s = t.status;
+  }
+  pieces->clear();
+  if (s.ok()) s = view.Plan(t.file->inode, task.begin, task.end - task.begin, pieces);
+  uint64_t at = task.begin;
+  for (const ReadPiece& p : *pieces) {
+    if (!s.ok()) break;
+    if (p.kind == ReadPiece::Kind::kBytes) {
+      s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
+    } else if (p.kind == ReadPiece::Kind::kSource) {
+      auto in = sources.Get(p.source);
+      s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path) : in.status();
+    }
+    at += p.length;
+  }
+  if (!s.ok()) {
+    std::lock_guard lock(t.mu);
+    if (t.status.ok()) t.status = s;
+  }
+}
+
+// Once every chunk is written: the temporary synced (if asked), given the
+// view's mtime and renamed into place, or removed if anything failed.
+void FinishTarget(Target& t, const ExportOptions& options) {
+  Status s;
+  {
+    std::lock_guard lock(t.mu);
+    s = t.status;
+  }
+  if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Errno(t.temp_path);
+  if (s.ok()) {
+    const timespec times[2] = {{0, UTIME_OMIT},
+                               {static_cast<time_t>(t.file->mtime_ns / 1000000000),
+                                static_cast<long>(t.file->mtime_ns % 1000000000)}};
+    if (::futimens(t.fd.get(), times) != 0) s = Errno(t.temp_path);
+  }
+  t.fd.reset();
+  if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0) s = Errno(t.final_path);
+  if (!s.ok()) ::unlink(t.temp_path.c_str());
+  std::lock_guard lock(t.mu);
+  t.status = s;
+}
+
 }  // namespace
 
 Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::string>& roots) {
@@ -119,115 +240,27 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
 
 Result<ExportStats> Export(View& view, const std::string& out_dir,
                            const std::vector<ExportFile>& files, const ExportOptions& options) {
-  namespace fs = std::filesystem;
   ExportStats stats;
   std::vector<std::unique_ptr<Target>> targets;
-  struct Task {
-    Target* target;
-    uint64_t begin, end;
-  };
   std::vector<Task> tasks;
   // A failure before the copying starts leaves no temporaries behind.
-  auto abandon = [&](Status s) {
-    for (const auto& t : targets) {
-      t->fd.reset();
-      ::unlink(t->temp_path.c_str());
-    }
-    return s;
-  };
-  for (const ExportFile& f : files) {
-    auto t = std::make_unique<Target>();
-    t->file = &f;
-    t->final_path = (fs::path(out_dir) / f.path).string();
-    // Already there from an earlier run: whole (it was renamed into place)
-    // and of this checkpoint (same size and mtime).
-    struct stat st {};
-    if (::stat(t->final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        static_cast<uint64_t>(st.st_size) == f.size &&
-        static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec == f.mtime_ns) {
-      ++stats.files_skipped;
-      if (options.on_bytes) options.on_bytes(f.size);
-      continue;
-    }
-    std::error_code ec;
-    fs::create_directories(fs::path(t->final_path).parent_path(), ec);
-    if (ec) {
-      return abandon(Status::FromErrno(fs::path(t->final_path).parent_path().string(), ec.value()));
-    }
-    t->temp_path = TempPathFor(t->final_path);
-    // Readable by whom the view's file is, and no one else: an export of a
-    // 0600 checkpoint is not left for anyone to read.
-    t->fd.reset(::open(t->temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                       static_cast<mode_t>(f.mode & 0666)));
-    if (!t->fd) return abandon(Errno(t->temp_path));
-    targets.push_back(std::move(t));
-    Target* target = targets.back().get();
-    // Zero pieces are left as holes: the size is set first.
-    if (::ftruncate(target->fd.get(), static_cast<off_t>(f.size)) != 0) {
-      return abandon(Errno(target->temp_path));
-    }
-    const uint64_t chunks = std::max<uint64_t>(1, (f.size + kChunk - 1) / kChunk);
-    target->chunks_left = chunks;
-    for (uint64_t c = 0; c < chunks; ++c) {
-      tasks.push_back(Task{target, c * kChunk, std::min(f.size, (c + 1) * kChunk)});
-    }
+  if (Status s = StartTargets(out_dir, files, options, &stats, &targets, &tasks); !s.ok()) {
+    return Abandon(targets, std::move(s));
   }
 
   SourceFiles sources(view);
   std::atomic<uint64_t> written{0};
-  auto finish = [&](Target& t) {
-    Status s;
-    {
-      std::lock_guard lock(t.mu);
-      s = t.status;
-    }
-    if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Errno(t.temp_path);
-    if (s.ok()) {
-      const timespec times[2] = {{0, UTIME_OMIT},
-                                 {static_cast<time_t>(t.file->mtime_ns / 1000000000),
-                                  static_cast<long>(t.file->mtime_ns % 1000000000)}};
-      if (::futimens(t.fd.get(), times) != 0) s = Errno(t.temp_path);
-    }
-    t.fd.reset();
-    if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0) s = Errno(t.final_path);
-    if (!s.ok()) ::unlink(t.temp_path.c_str());
-    std::lock_guard lock(t.mu);
-    t.status = s;
-  };
   // Copying is I/O: more workers than CPUs keep the disks busy.
   const unsigned threads =
       options.threads != 0 ? options.threads : std::max(4u, std::thread::hardware_concurrency());
   std::vector<std::vector<ReadPiece>> plans(WorkerCount(tasks.size(), threads));
   ParallelFor(tasks.size(), threads, [&](size_t i, unsigned worker) {
-    std::vector<ReadPiece>& pieces = plans[worker];
     const Task& task = tasks[i];
     Target& t = *task.target;
-    Status s;
-    {
-      std::lock_guard lock(t.mu);
-      s = t.status;
-    }
-    pieces.clear();
-    if (s.ok()) s = view.Plan(t.file->inode, task.begin, task.end - task.begin, &pieces);
-    uint64_t at = task.begin;
-    for (const ReadPiece& p : pieces) {
-      if (!s.ok()) break;
-      if (p.kind == ReadPiece::Kind::kBytes) {
-        s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
-      } else if (p.kind == ReadPiece::Kind::kSource) {
-        auto in = sources.Get(p.source);
-        s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path)
-                    : in.status();
-      }
-      at += p.length;
-    }
-    if (!s.ok()) {
-      std::lock_guard lock(t.mu);
-      if (t.status.ok()) t.status = s;
-    }
+    CopyChunk(view, sources, task, &plans[worker]);
     written += task.end - task.begin;
     if (options.on_bytes) options.on_bytes(task.end - task.begin);
-    if (t.chunks_left.fetch_sub(1) == 1) finish(t);
+    if (t.chunks_left.fetch_sub(1) == 1) FinishTarget(t, options);
   });
 
   for (const auto& t : targets) {

@@ -131,6 +131,40 @@ class NonFiniteScan {
       : env_(env), options_(options), tag_dir_(tag_dir), report_(report), problem_(problem) {}
 
   void Run(const Checkpoint& c) {
+    std::vector<Segment> segments = FloatSegments(c);
+    std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+      return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
+    });
+    uint64_t total = 0;
+    for (const Segment& s : segments) total += s.length;
+    report_->scanned = true;
+    if (total == 0) return;
+    if (options_.on_scan_start) options_.on_scan_start(total);
+
+    std::vector<uint32_t> element_size(c.states().size());
+    for (size_t s = 0; s < c.states().size(); ++s) {
+      element_size[s] = Info(c.states()[s].dtype).element_size;
+    }
+    // In file order: the workers read neighbouring chunks of one file at
+    // once, which keeps the disk's queue full (measured on the 2.6 GB
+    // benchmark, cold: faster than giving each worker a file of its own).
+    const std::vector<Chunk> chunks = MakeChunks(segments, element_size);
+
+    // Every optimizer file the segments read, opened once, and the very
+    // file whose pickle Checkpoint::Open read (SourceFiles checks its
+    // identity): a file replaced meanwhile is reported, not scanned.
+    SourceFiles sources(env_, [&c](uint32_t i) { return c.sources()[i]; });
+    std::vector<bool> failed(c.sources().size());
+    const std::vector<const RandomAccessFile*> open = OpenFiles(c, segments, sources, &failed);
+
+    std::map<size_t, SegmentTally> tallies;
+    report_->bytes_scanned = ScanChunks(c, segments, element_size, chunks, open, failed, &tallies);
+    Tally(c, segments, tallies);
+  }
+
+  // The valid elements of every floating-point state of every param, as
+  // byte ranges of the files, in param and state order.
+  std::vector<Segment> FloatSegments(const Checkpoint& c) {
     std::vector<Segment> segments;
     for (size_t p = 0; p < c.params().size(); ++p) {
       for (size_t s = 0; s < c.states().size(); ++s) {
@@ -157,37 +191,23 @@ class NonFiniteScan {
         }
       }
     }
-    std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-      return std::tie(a.file, a.offset) < std::tie(b.file, b.offset);
-    });
-    uint64_t total = 0;
-    for (const Segment& s : segments) total += s.length;
-    report_->scanned = true;
-    if (total == 0) return;
-    if (options_.on_scan_start) options_.on_scan_start(total);
+    return segments;
+  }
 
-    std::vector<uint32_t> element_size(c.states().size());
-    for (size_t s = 0; s < c.states().size(); ++s) {
-      element_size[s] = Info(c.states()[s].dtype).element_size;
-    }
-    // In file order: the workers read neighbouring chunks of one file at
-    // once, which keeps the disk's queue full (measured on the 2.6 GB
-    // benchmark, cold: faster than giving each worker a file of its own).
-    const std::vector<Chunk> chunks = MakeChunks(segments, element_size);
-
-    // Every optimizer file the segments read, opened once, and the very
-    // file whose pickle Checkpoint::Open read (SourceFiles checks its
-    // identity): a file replaced meanwhile is reported, not scanned.
-    SourceFiles sources(env_, [&c](uint32_t i) { return c.sources()[i]; });
+  // The file of each source the segments read, by source index (nullptr
+  // for the others); a file that cannot be opened is reported and marked
+  // in *failed.
+  std::vector<const RandomAccessFile*> OpenFiles(const Checkpoint& c,
+                                                 const std::vector<Segment>& segments,
+                                                 SourceFiles& sources, std::vector<bool>* failed) {
     std::vector<const RandomAccessFile*> open(c.sources().size());
-    std::vector<bool> failed(c.sources().size());
     for (const Segment& s : segments) {
-      if (open[s.file] != nullptr || failed[s.file]) continue;
+      if (open[s.file] != nullptr || (*failed)[s.file]) continue;
       auto f = sources.Get(s.file);
       if (!f.ok()) {
         problem_(Kind::kUnreadable, c.sources()[s.file].path,
                  f.status().MessageAbout(c.sources()[s.file].path));
-        failed[s.file] = true;
+        (*failed)[s.file] = true;
         continue;
       }
       open[s.file] = *f;
@@ -196,9 +216,17 @@ class NonFiniteScan {
         ::posix_fadvise(open[s.file]->fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
       }
     }
+    return open;
+  }
 
-    std::mutex mu;  // guards tallies, read_failed and problem_ calls
-    std::map<size_t, SegmentTally> tallies;
+  // Reads the chunks in parallel, adding each segment's NaN and Inf to
+  // *tallies; returns the bytes scanned. A file that fails a read is
+  // reported once, unless `failed` marks it reported already.
+  uint64_t ScanChunks(const Checkpoint& c, const std::vector<Segment>& segments,
+                      const std::vector<uint32_t>& element_size, const std::vector<Chunk>& chunks,
+                      const std::vector<const RandomAccessFile*>& open,
+                      const std::vector<bool>& failed, std::map<size_t, SegmentTally>* tallies) {
+    std::mutex mu;  // guards *tallies, read_failed and problem_ calls
     std::vector<bool> read_failed = failed;
     std::atomic<uint64_t> scanned{0};
     std::vector<std::vector<char>> buffers(WorkerCount(chunks.size(), options_.threads));
@@ -207,49 +235,66 @@ class NonFiniteScan {
       if (buf.empty()) buf.resize(ChunkBytes());
       const Chunk& ch = chunks[i];
       if (!open[ch.file]) return;
-      size_t got = 0;
-      Status st = open[ch.file]->Read(ch.offset, ch.length, buf.data(), &got);
-      if (st.ok() && got < ch.length) {
-        st = Status::Corruption("truncated since it was opened: wanted " +
-                                std::to_string(ch.length) + " bytes at offset " +
-                                std::to_string(ch.offset) + ", read " + std::to_string(got));
-      }
-      if (!st.ok()) {
-        std::lock_guard lock(mu);
-        if (!read_failed[ch.file]) {
-          read_failed[ch.file] = true;
-          problem_(Kind::kUnreadable, c.sources()[ch.file].path,
-                   st.MessageAbout(c.sources()[ch.file].path));
-        }
-        return;
-      }
-      uint64_t bytes = 0;
-      for (size_t j = ch.seg_begin; j < ch.seg_end; ++j) {
-        const Segment& seg = segments[j];
-        const uint64_t lo = std::max(seg.offset, ch.offset);
-        const uint64_t hi = std::min(seg.offset + seg.length, ch.offset + ch.length);
-        if (hi <= lo) continue;
-        bytes += hi - lo;
-        const DType dtype = c.states()[seg.state].dtype;
-        const uint32_t es = element_size[seg.state];
-        const char* data = buf.data() + (lo - ch.offset);
-        const uint64_t count = (hi - lo) / es;
-        const NonFiniteTally t = CountNonFinite(data, count, dtype);
-        if (t.nan == 0 && t.inf == 0) continue;
-        uint64_t first = 0;
-        while (first < count && !IsNonFinite(data + first * es, dtype)) ++first;
-        std::lock_guard lock(mu);
-        SegmentTally& tally = tallies[j];
-        tally.nan += t.nan;
-        tally.inf += t.inf;
-        tally.first_element =
-            std::min(tally.first_element, seg.first_element + (lo - seg.offset) / es + first);
-      }
+      if (!ReadChunk(c, *open[ch.file], ch, buf.data(), mu, &read_failed)) return;
+      const uint64_t bytes = CountChunk(c, segments, element_size, ch, buf.data(), mu, tallies);
       scanned += bytes;
       if (options_.on_bytes) options_.on_bytes(bytes);
     });
-    report_->bytes_scanned = scanned;
-    Tally(c, segments, tallies);
+    return scanned;
+  }
+
+  // Reads chunk `ch` of `file` into `buf`. A failed or short read returns
+  // false, reported under `mu` unless *read_failed marks its file already.
+  bool ReadChunk(const Checkpoint& c, const RandomAccessFile& file, const Chunk& ch, char* buf,
+                 std::mutex& mu, std::vector<bool>* read_failed) const {
+    size_t got = 0;
+    Status st = file.Read(ch.offset, ch.length, buf, &got);
+    if (st.ok() && got < ch.length) {
+      st = Status::Corruption("truncated since it was opened: wanted " + std::to_string(ch.length) +
+                              " bytes at offset " + std::to_string(ch.offset) + ", read " +
+                              std::to_string(got));
+    }
+    if (!st.ok()) {
+      std::lock_guard lock(mu);
+      if (!(*read_failed)[ch.file]) {
+        (*read_failed)[ch.file] = true;
+        problem_(Kind::kUnreadable, c.sources()[ch.file].path,
+                 st.MessageAbout(c.sources()[ch.file].path));
+      }
+      return false;
+    }
+    return true;
+  }
+
+  // Adds the NaN and Inf of each segment's part in chunk `ch`, read into
+  // `buf`, to *tallies (under `mu`); returns the bytes of those parts.
+  static uint64_t CountChunk(const Checkpoint& c, const std::vector<Segment>& segments,
+                             const std::vector<uint32_t>& element_size, const Chunk& ch,
+                             const char* buf, std::mutex& mu,
+                             std::map<size_t, SegmentTally>* tallies) {
+    uint64_t bytes = 0;
+    for (size_t j = ch.seg_begin; j < ch.seg_end; ++j) {
+      const Segment& seg = segments[j];
+      const uint64_t lo = std::max(seg.offset, ch.offset);
+      const uint64_t hi = std::min(seg.offset + seg.length, ch.offset + ch.length);
+      if (hi <= lo) continue;
+      bytes += hi - lo;
+      const DType dtype = c.states()[seg.state].dtype;
+      const uint32_t es = element_size[seg.state];
+      const char* data = buf + (lo - ch.offset);
+      const uint64_t count = (hi - lo) / es;
+      const NonFiniteTally t = CountNonFinite(data, count, dtype);
+      if (t.nan == 0 && t.inf == 0) continue;
+      uint64_t first = 0;
+      while (first < count && !IsNonFinite(data + first * es, dtype)) ++first;
+      std::lock_guard lock(mu);
+      SegmentTally& tally = (*tallies)[j];
+      tally.nan += t.nan;
+      tally.inf += t.inf;
+      tally.first_element =
+          std::min(tally.first_element, seg.first_element + (lo - seg.offset) / es + first);
+    }
+    return bytes;
   }
 
   // Cuts the sorted segments into reads of at most chunk_bytes: a read

@@ -83,6 +83,140 @@ class SummaryCache final : public TorchFileSource {
   std::map<std::string, TorchFileSummary> cache_;
 };
 
+// A rank file's storage records, by storage key (the name past
+// "<prefix>/data/").
+using StorageRecords = std::unordered_map<std::string_view, const ZipRecord*>;
+
+StorageRecords DataRecords(const TorchFileSummary& summary) {
+  StorageRecords records;
+  const std::string data_prefix = summary.prefix + "/data/";
+  for (const ZipRecord& rec : summary.records) {
+    if (std::string_view(rec.name).starts_with(data_prefix)) {
+      records.emplace(std::string_view(rec.name).substr(data_prefix.size()), &rec);
+    }
+  }
+  return records;
+}
+
+// What is wrong with the storage record of tensor `ref`, if anything.
+std::optional<std::string> StorageProblem(const TensorRef& ref, const StorageRecords& records) {
+  auto it = records.find(ref.storage_key);
+  // MatchTensor bounds the storage to 2^62 bytes.
+  const uint64_t need = CheckedMul(ref.storage_numel, ref.element_size()).value_or(UINT64_MAX);
+  if (it == records.end()) {
+    return "its storage record 'data/" + Printable(ref.storage_key) + "' is not in the archive";
+  }
+  if (it->second->size < need) {
+    return "storage record 'data/" + Printable(ref.storage_key) + "' holds " +
+           std::to_string(it->second->size) + " bytes, but its " +
+           std::string(Info(ref.dtype).torch_name) + " storage of " +
+           std::to_string(ref.storage_numel) + " elements needs " + std::to_string(need);
+  }
+  return std::nullopt;
+}
+
+// Depth-first from the root of a pickle, each node once, naming each by
+// its path. A path is kept as a label and its parent's index, and spelled
+// out only for a problem: building every node's full path would cost its
+// depth in bytes per node (a pickle nested 1000 deep took verify 13-19 s).
+class TensorWalk {
+ public:
+  explicit TensorWalk(const Document& d) : d_(d), seen_(d.size()) {}
+
+  // The next node not seen yet, and its path step; false when done.
+  bool Next(NodeId* id, size_t* step) {
+    while (!stack_.empty()) {
+      auto [next, next_step] = stack_.back();
+      stack_.pop_back();
+      if (next == pickle::kNoNode || next >= d_.size() || seen_[next]) continue;
+      seen_[next] = true;
+      *id = next;
+      *step = next_step;
+      return true;
+    }
+    return false;
+  }
+
+  // Queues what node `id` (at path step `step`) holds: its items, and an
+  // object's arguments and state.
+  void PushChildren(NodeId id, size_t step) {
+    const pickle::Node& n = d_.node(id);
+    if (auto items = d_.MappingItems(id)) {
+      for (auto it = items->rbegin(); it != items->rend(); ++it) {
+        if (!MayHoldTensors(it->second)) continue;
+        auto key = d_.AsStr(it->first);
+        stack_.emplace_back(
+            it->second,
+            Child(step,
+                  "[" + (key ? "'" + Printable(*key, 64) + "'" : d_.Repr(it->first, 40)) + "]"));
+      }
+    } else if (auto seq = d_.SequenceItems(id)) {
+      for (size_t i = seq->size(); i-- > 0;) {
+        if (!MayHoldTensors((*seq)[i])) continue;
+        stack_.emplace_back((*seq)[i], Child(step, "[" + std::to_string(i) + "]"));
+      }
+    }
+    // Objects (loss scalers, ...): their arguments and state.
+    if (n.kind == pickle::Kind::kReduce || n.kind == pickle::Kind::kNewObj) {
+      stack_.emplace_back(n.b, step);
+      stack_.emplace_back(n.state, step);
+    }
+  }
+
+  // The path of `step`, cut past kMaxPathChars.
+  std::string PathOf(size_t step) const {
+    std::vector<const std::string*> labels;
+    for (size_t i = step; i != SIZE_MAX; i = steps_[i].parent) labels.push_back(&steps_[i].label);
+    std::string where;
+    for (auto it = labels.rbegin(); it != labels.rend(); ++it) {
+      if (where.size() > kMaxPathChars) {
+        where += "[...]";
+        break;
+      }
+      where += **it;
+    }
+    return where;
+  }
+
+ private:
+  // A tensor's path in a message is cut past this many characters.
+  static constexpr size_t kMaxPathChars = 400;
+
+  struct PathStep {
+    size_t parent;  // index into `steps_`; SIZE_MAX for the root
+    std::string label;
+  };
+
+  // Only containers and objects can be or hold tensors: scalars and
+  // strings are never pushed (a list of millions of them would otherwise
+  // cost a path step each).
+  bool MayHoldTensors(NodeId id) const {
+    if (id >= d_.size() || seen_[id]) return false;
+    switch (d_.node(id).kind) {
+      case pickle::Kind::kTuple:
+      case pickle::Kind::kList:
+      case pickle::Kind::kDict:
+      case pickle::Kind::kSet:
+      case pickle::Kind::kFrozenSet:
+      case pickle::Kind::kReduce:
+      case pickle::Kind::kNewObj:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  size_t Child(size_t parent, std::string label) {
+    steps_.push_back({parent, std::move(label)});
+    return steps_.size() - 1;
+  }
+
+  const Document& d_;
+  std::vector<PathStep> steps_{{SIZE_MAX, ""}};
+  std::vector<bool> seen_;
+  std::vector<std::pair<NodeId, size_t>> stack_{{d_.root(), 0}};
+};
+
 class Verifier {
  public:
   Verifier(Env& env, const VerifyOptions& options) : env_(env), options_(options), cache_(env) {}
@@ -199,17 +333,8 @@ class Verifier {
   // record exists and holds the whole storage, and the tensor lies inside
   // its storage (MatchTensor). Checkpoint::Open checks the tensors it uses;
   // this covers every tensor of every rank file.
-  // A tensor's path in a message is cut past this many characters.
-  static constexpr size_t kMaxPathChars = 400;
-
   void CheckTensors(const RankFile& f, const TorchFileSummary& summary, const Document& d) {
-    std::unordered_map<std::string_view, const ZipRecord*> records;
-    const std::string data_prefix = summary.prefix + "/data/";
-    for (const ZipRecord& rec : summary.records) {
-      if (std::string_view(rec.name).starts_with(data_prefix)) {
-        records.emplace(std::string_view(rec.name).substr(data_prefix.size()), &rec);
-      }
-    }
+    const StorageRecords records = DataRecords(summary);
     int reported = 0;
     uint64_t unreported = 0;
     auto bad = [&](const std::string& where, const std::string& what) {
@@ -220,103 +345,22 @@ class Verifier {
         ++unreported;
       }
     };
-    // Depth-first from the root, naming each tensor by its path. A path is
-    // kept as a label and its parent's index, and spelled out only for a
-    // problem: building every node's full path would cost its depth in
-    // bytes per node (a pickle nested 1000 deep took verify 13-19 s).
-    struct PathStep {
-      size_t parent;  // index into `steps`; SIZE_MAX for the root
-      std::string label;
-    };
-    std::vector<PathStep> steps{{SIZE_MAX, ""}};
-    auto path_of = [&](size_t step) {
-      std::vector<const std::string*> labels;
-      for (size_t i = step; i != SIZE_MAX; i = steps[i].parent) labels.push_back(&steps[i].label);
-      std::string where;
-      for (auto it = labels.rbegin(); it != labels.rend(); ++it) {
-        if (where.size() > kMaxPathChars) {
-          where += "[...]";
-          break;
-        }
-        where += **it;
-      }
-      return where;
-    };
-    std::vector<bool> seen(d.size());
-    // Only containers and objects can be or hold tensors: scalars and
-    // strings are never pushed (a list of millions of them would otherwise
-    // cost a path step each).
-    auto may_hold_tensors = [&](NodeId id) {
-      if (id >= d.size() || seen[id]) return false;
-      switch (d.node(id).kind) {
-        case pickle::Kind::kTuple:
-        case pickle::Kind::kList:
-        case pickle::Kind::kDict:
-        case pickle::Kind::kSet:
-        case pickle::Kind::kFrozenSet:
-        case pickle::Kind::kReduce:
-        case pickle::Kind::kNewObj:
-          return true;
-        default:
-          return false;
-      }
-    };
-    auto child = [&](size_t parent, std::string label) {
-      steps.push_back({parent, std::move(label)});
-      return steps.size() - 1;
-    };
-    std::vector<std::pair<NodeId, size_t>> stack{{d.root(), 0}};
-    while (!stack.empty()) {
-      auto [id, step] = stack.back();
-      stack.pop_back();
-      if (id == pickle::kNoNode || id >= d.size() || seen[id]) continue;
-      seen[id] = true;
-      const pickle::Node& n = d.node(id);
+    TensorWalk walk(d);
+    NodeId id = pickle::kNoNode;
+    size_t step = 0;
+    while (walk.Next(&id, &step)) {
       // MatchTensor knows torch's rebuild calls: a tensor, a malformed one,
       // or (nullopt) some other object to look inside.
       auto t = MatchTensor(d, id);
       if (!t.ok()) {
-        bad(path_of(step), t.status().message());
+        bad(walk.PathOf(step), t.status().message());
         continue;
       }
       if (t->has_value()) {
-        const TensorRef& ref = **t;
-        auto it = records.find(ref.storage_key);
-        // MatchTensor bounds the storage to 2^62 bytes.
-        const uint64_t need =
-            CheckedMul(ref.storage_numel, ref.element_size()).value_or(UINT64_MAX);
-        if (it == records.end()) {
-          bad(path_of(step),
-              "its storage record 'data/" + Printable(ref.storage_key) + "' is not in the archive");
-        } else if (it->second->size < need) {
-          bad(path_of(step), "storage record 'data/" + Printable(ref.storage_key) + "' holds " +
-                                 std::to_string(it->second->size) + " bytes, but its " +
-                                 std::string(Info(ref.dtype).torch_name) + " storage of " +
-                                 std::to_string(ref.storage_numel) + " elements needs " +
-                                 std::to_string(need));
-        }
+        if (auto what = StorageProblem(**t, records)) bad(walk.PathOf(step), *what);
         continue;
       }
-      if (auto items = d.MappingItems(id)) {
-        for (auto it = items->rbegin(); it != items->rend(); ++it) {
-          if (!may_hold_tensors(it->second)) continue;
-          auto key = d.AsStr(it->first);
-          stack.emplace_back(
-              it->second,
-              child(step,
-                    "[" + (key ? "'" + Printable(*key, 64) + "'" : d.Repr(it->first, 40)) + "]"));
-        }
-      } else if (auto seq = d.SequenceItems(id)) {
-        for (size_t i = seq->size(); i-- > 0;) {
-          if (!may_hold_tensors((*seq)[i])) continue;
-          stack.emplace_back((*seq)[i], child(step, "[" + std::to_string(i) + "]"));
-        }
-      }
-      // Objects (loss scalers, ...): their arguments and state.
-      if (n.kind == pickle::Kind::kReduce || n.kind == pickle::Kind::kNewObj) {
-        stack.emplace_back(n.b, step);
-        stack.emplace_back(n.state, step);
-      }
+      walk.PushChildren(id, step);
     }
     if (unreported > 0) {
       Problem(Kind::kTensor, f.path,
@@ -376,6 +420,18 @@ class Verifier {
   // odd one out, and a missing last rank is a missing file, not a smaller
   // world.
   void CheckWorldSize() {
+    const WorldVote vote = VoteWorldSize();
+    report_.world_size = static_cast<uint32_t>(vote.world);
+    CheckMissingRanks(report_.world_size);
+    CheckWorldClaims(vote);
+  }
+
+  struct WorldVote {
+    int64_t world;   // the world size that won
+    uint64_t agree;  // the rank files that claim it
+  };
+
+  WorldVote VoteWorldSize() const {
     std::map<int64_t, uint64_t> votes;
     const auto by_files = static_cast<int64_t>(files_.world_size);
     ++votes[by_files];
@@ -390,10 +446,11 @@ class Verifier {
         best = count;
       }
     }
-    report_.world_size = static_cast<uint32_t>(w);
-    const uint32_t world = report_.world_size;
-    const uint64_t agree = best - (w == by_files ? 1 : 0);
+    return {w, best - (w == by_files ? 1 : 0)};
+  }
 
+  // Every rank below `world` has its optimizer file and model states.
+  void CheckMissingRanks(uint32_t world) {
     bool any_model_beyond_rank0 = false;
     for (uint32_t r = 1; r < files_.world_size; ++r) {
       any_model_beyond_rank0 |= !files_.model_files[r].empty();
@@ -433,6 +490,13 @@ class Verifier {
         Problem(Kind::kMissing, ExpectedPath(r, false), why);
       }
     }
+  }
+
+  // Each rank file of a rank past the world size, or claiming another one.
+  void CheckWorldClaims(const WorldVote& vote) {
+    const int64_t w = vote.world;
+    const uint32_t world = report_.world_size;
+    const uint64_t agree = vote.agree;
     for (const RankFile& f : rank_files_) {
       if (f.rank >= world) {
         Problem(Kind::kWorldSize, f.path,

@@ -183,6 +183,102 @@ NodeId* ValueSlot(Document& doc, NodeId mapping, std::string_view key) {
   return nullptr;
 }
 
+// Scalar state `scalar` of a sub-group, as a node of b's pickle.
+Result<NodeId> ScalarStateNode(TorchPickleBuilder& b, const ScalarState& scalar,
+                               const std::string& path) {
+  Document& doc = b.doc();
+  if (scalar.is_tensor) {
+    // Each sub-group its own step tensor, as torch.optim keeps them.
+    StorageRun run;
+    run.kind = StorageRun::Kind::kSource;
+    run.source = scalar.extent.file;
+    run.source_offset = scalar.extent.offset;
+    run.length = scalar.extent.length;
+    return b.NewTensor(scalar.dtype, {}, false, {run});
+  }
+  if (scalar.dtype == DType::kFloat64) return doc.AddFloat(scalar.value);
+  // An int kept as a double by Checkpoint: only one that fits an
+  // int64 converts back (found by checkpoint_fuzz: 2^63 - 1).
+  if (!(scalar.value >= -0x1p63 && scalar.value < 0x1p63)) {
+    return Status::NotSupported(path + ": scalar state '" + Printable(scalar.name) + "' (" +
+                                std::to_string(scalar.value) + ") does not fit an int64");
+  }
+  return doc.AddInt(static_cast<int64_t>(scalar.value));
+}
+
+// Entry `name` of new sub-group k's state dict on `rank`, rank 0's `value`
+// unless the name is a per-element state (rank's slot of it) or a scalar
+// state (as k's old sub-group holds it).
+Result<NodeId> SubGroupStateValue(TorchPickleBuilder& b, const Checkpoint& c,
+                                  const ReshardLayout& layout, uint32_t k, uint32_t rank,
+                                  const std::string& name, NodeId value, const std::string& path) {
+  // State 0 is the master weights, in fp32_flat_groups: a state
+  // dict entry of the same name ("fp32") is another thing (found by
+  // checkpoint_fuzz: a scalar of that name became a flat buffer).
+  if (auto s = c.FindState(name); s && *s > 0) {
+    const StateInfo& info = c.states()[*s];
+    return b.NewTensor(info.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
+                       info.requires_grad, FlatRuns(c, layout, k, rank, static_cast<uint32_t>(*s)));
+  }
+  NodeId v = value;
+  for (const ScalarState& scalar : c.scalar_states()[layout.old_sub_group[k]]) {
+    if (scalar.name != name) continue;
+    UCFS_ASSIGN_OR_RETURN(v, ScalarStateNode(b, scalar, path));
+  }
+  return v;
+}
+
+// The optimizer's state: one dict per new sub-group, keys in the order rank
+// 0's first one has them; a state saved before the first step stays empty.
+Status RepartitionState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
+                        uint32_t rank, NodeId state, const std::string& path) {
+  Document& doc = b.doc();
+  auto old_state = doc.MappingItems(state);
+  if (!old_state || old_state->empty()) return Status::OK();
+  // Checked: Open checks only the entry keyed 0, which need not come first
+  // (found by checkpoint_fuzz: a first entry that was no dict was read as one).
+  auto first = doc.MappingItems(old_state->front().second);
+  if (!first) {
+    return Status::Corruption(path + ": the optimizer's first state entry " +
+                              doc.Repr(old_state->front().first, 40) + " is not a dict");
+  }
+  const auto template_items = std::move(*first);
+  std::vector<NodeId> kv;
+  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+    std::vector<NodeId> entry;
+    for (const auto& [key, value] : template_items) {
+      // A copy: adding nodes below may move the string AsStr points into.
+      const std::optional<std::string> name =
+          doc.AsStr(key) ? std::optional<std::string>(std::string(*doc.AsStr(key))) : std::nullopt;
+      NodeId v = value;
+      if (name) {
+        UCFS_ASSIGN_OR_RETURN(v, SubGroupStateValue(b, c, layout, k, rank, *name, value, path));
+      }
+      entry.push_back(doc.AddStr(name.value_or("")));
+      entry.push_back(v);
+    }
+    kv.push_back(doc.AddInt(k));
+    kv.push_back(doc.AddDict(std::move(entry)));
+  }
+  doc.mutable_node(state).items = std::move(kv);
+  return Status::OK();
+}
+
+// Each param group lists its new sub-groups.
+Status ListNewSubGroups(Document& doc, const ReshardLayout& layout,
+                        const std::vector<NodeId>& groups, const std::string& path) {
+  for (uint32_t g = 0; g < groups.size(); ++g) {
+    NodeId* params = ValueSlot(doc, groups[g], "params");
+    if (params == nullptr) return Status::Corruption(path + ": a param group without 'params'");
+    std::vector<NodeId> ids;
+    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+      if (layout.sub_groups[k].param_group == g) ids.push_back(doc.AddInt(k));
+    }
+    *params = doc.AddList(std::move(ids));
+  }
+  return Status::OK();
+}
+
 Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Checkpoint> ckpt,
                                                         const ReshardLayout& layout,
                                                         uint32_t rank) {
@@ -216,83 +312,80 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
   }
   *flats = doc.AddList(std::move(new_flats));
 
-  // state: one dict per new sub-group, keys in the order rank 0's first one
-  // has them; a state saved before the first step stays empty.
-  auto old_state = doc.MappingItems(state);
-  if (old_state && !old_state->empty()) {
-    // Checked: Open checks only the entry keyed 0, which need not come first
-    // (found by checkpoint_fuzz: a first entry that was no dict was read as one).
-    auto first = doc.MappingItems(old_state->front().second);
-    if (!first) {
-      return Status::Corruption(path + ": the optimizer's first state entry " +
-                                doc.Repr(old_state->front().first, 40) + " is not a dict");
-    }
-    const auto template_items = std::move(*first);
-    std::vector<NodeId> kv;
-    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
-      std::vector<NodeId> entry;
-      for (const auto& [key, value] : template_items) {
-        // A copy: adding nodes below may move the string AsStr points into.
-        const std::optional<std::string> name =
-            doc.AsStr(key) ? std::optional<std::string>(std::string(*doc.AsStr(key)))
-                           : std::nullopt;
-        NodeId v = value;
-        if (name) {
-          // State 0 is the master weights, in fp32_flat_groups: a state
-          // dict entry of the same name ("fp32") is another thing (found by
-          // checkpoint_fuzz: a scalar of that name became a flat buffer).
-          if (auto s = c.FindState(*name); s && *s > 0) {
-            const StateInfo& info = c.states()[*s];
-            v = b.NewTensor(
-                info.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
-                info.requires_grad, FlatRuns(c, layout, k, rank, static_cast<uint32_t>(*s)));
-          } else {
-            for (const ScalarState& scalar : c.scalar_states()[layout.old_sub_group[k]]) {
-              if (scalar.name != *name) continue;
-              if (scalar.is_tensor) {
-                // Each sub-group its own step tensor, as torch.optim keeps them.
-                StorageRun run;
-                run.kind = StorageRun::Kind::kSource;
-                run.source = scalar.extent.file;
-                run.source_offset = scalar.extent.offset;
-                run.length = scalar.extent.length;
-                v = b.NewTensor(scalar.dtype, {}, false, {run});
-              } else if (scalar.dtype == DType::kFloat64) {
-                v = doc.AddFloat(scalar.value);
-              } else {
-                // An int kept as a double by Checkpoint: only one that fits an
-                // int64 converts back (found by checkpoint_fuzz: 2^63 - 1).
-                if (!(scalar.value >= -0x1p63 && scalar.value < 0x1p63)) {
-                  return Status::NotSupported(path + ": scalar state '" + Printable(scalar.name) +
-                                              "' (" + std::to_string(scalar.value) +
-                                              ") does not fit an int64");
-                }
-                v = doc.AddInt(static_cast<int64_t>(scalar.value));
-              }
-            }
-          }
-        }
-        entry.push_back(doc.AddStr(name.value_or("")));
-        entry.push_back(v);
-      }
-      kv.push_back(doc.AddInt(k));
-      kv.push_back(doc.AddDict(std::move(entry)));
-    }
-    doc.mutable_node(state).items = std::move(kv);
-  }
-
-  // Each param group lists its new sub-groups.
-  for (uint32_t g = 0; g < groups->size(); ++g) {
-    NodeId* params = ValueSlot(doc, (*groups)[g], "params");
-    if (params == nullptr) return Status::Corruption(path + ": a param group without 'params'");
-    std::vector<NodeId> ids;
-    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
-      if (layout.sub_groups[k].param_group == g) ids.push_back(doc.AddInt(k));
-    }
-    *params = doc.AddList(std::move(ids));
-  }
+  UCFS_RETURN_IF_ERROR(RepartitionState(b, c, layout, rank, state, path));
+  UCFS_RETURN_IF_ERROR(ListNewSubGroups(doc, layout, *groups, path));
   return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
                                                          c.files().optim_prefix, rank)));
+}
+
+// The nodes every fragment_address shares: its attribute names (one str
+// object each, as in Python's pickle of the dataclasses' __dict__), its
+// class, and OrderedDict.
+struct FragmentNodes {
+  NodeId numel_key = pickle::kNoNode;
+  NodeId start_key = pickle::kNoNode;
+  NodeId fragment = pickle::kNoNode;
+  NodeId ordered_dict = pickle::kNoNode;
+};
+
+// param_slice_mappings of sub-group sg on `rank`: each param's fragment of
+// this partition (tensor_fragment.py), in an OrderedDict by param name.
+NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg, uint32_t rank,
+                     const FragmentNodes& nodes) {
+  const NodeId od = doc.AddReduce(nodes.ordered_dict, doc.AddTuple({}));
+  for (uint32_t p : sg.params) {
+    const ParamInfo& param = c.params()[p];
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    if (!frag) continue;
+    pickle::Node address;
+    address.kind = Kind::kNewObj;
+    address.a = nodes.fragment;
+    address.b = doc.AddTuple({});
+    address.state =
+        doc.AddDict({nodes.numel_key, doc.AddInt(static_cast<int64_t>(frag->numel)),
+                     nodes.start_key, doc.AddInt(static_cast<int64_t>(frag->partition_start))});
+    doc.AppendPair(od, doc.AddStr(param.name), doc.Add(std::move(address)));
+  }
+  return od;
+}
+
+// base_optimizer_state['state'][k]: rank 0's entry of group k, its
+// per-element states re-partitioned (with padding, as torch keeps them).
+Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
+                            uint32_t rank, NodeId state, const std::string& path) {
+  Document& doc = b.doc();
+  const size_t groups = layout.sub_groups.size();
+  auto old_state = doc.MappingItems(state);
+  if (!old_state) return Status::OK();
+  std::vector<NodeId> kv;
+  for (const auto& [key, value] : *old_state) {
+    auto k = doc.AsInt(key);
+    auto entries = doc.MappingItems(value);
+    if (!k || *k < 0 || static_cast<size_t>(*k) >= groups || !entries) {
+      return Status::Corruption(path + ": base_optimizer_state['state'] holds " +
+                                doc.Repr(key, 40) + ", not one of the " + std::to_string(groups) +
+                                " param groups");
+    }
+    const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
+    std::vector<NodeId> entry;
+    for (const auto& [name_node, v] : *entries) {
+      NodeId nv = v;
+      // Copied: adding nodes below may move the string AsStr points into.
+      const std::string name(doc.AsStr(name_node).value_or(""));
+      if (auto s = c.FindState(name); s && *s > 0) {
+        const StateInfo& info = c.states()[*s];
+        nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)}, info.requires_grad,
+                         FlatGroupRuns(c, layout, static_cast<uint32_t>(*k), rank,
+                                       static_cast<uint32_t>(*s), sg.partition_numel));
+      }
+      entry.push_back(name_node);
+      entry.push_back(nv);
+    }
+    kv.push_back(key);
+    kv.push_back(doc.AddDict(std::move(entry)));
+  }
+  doc.mutable_node(state).items = std::move(kv);
+  return Status::OK();
 }
 
 // A rank file of a ZeRO-1/2 checkpoint at N ranks: rank 0's pickle with
@@ -331,12 +424,11 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
 
   const StateInfo& fp32 = c.states()[0];
   std::vector<NodeId> new_flats, new_paddings, new_counts, new_mappings;
-  // The attribute names of every fragment_address, one str object each as
-  // in Python's pickle of the dataclasses' __dict__.
-  const NodeId numel_key = doc.AddStr("numel");
-  const NodeId start_key = doc.AddStr("start");
-  const NodeId fragment = doc.Global("deepspeed.utils.tensor_fragment", "fragment_address");
-  const NodeId ordered_dict = doc.Global("collections", "OrderedDict");
+  FragmentNodes nodes;
+  nodes.numel_key = doc.AddStr("numel");
+  nodes.start_key = doc.AddStr("start");
+  nodes.fragment = doc.Global("deepspeed.utils.tensor_fragment", "fragment_address");
+  nodes.ordered_dict = doc.Global("collections", "OrderedDict");
   for (uint32_t k = 0; k < groups; ++k) {
     const SubGroupInfo& sg = layout.sub_groups[k];
     // DeepSpeedZeroOptimizer saves partition[:P - padding], a view: its
@@ -349,61 +441,14 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
     new_paddings.push_back(
         doc.AddInt(rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
     new_counts.push_back(doc.AddInt(n));
-    // Each param's fragment of this partition (tensor_fragment.py).
-    const NodeId od = doc.AddReduce(ordered_dict, doc.AddTuple({}));
-    for (uint32_t p : sg.params) {
-      const ParamInfo& param = c.params()[p];
-      auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
-      if (!frag) continue;
-      pickle::Node address;
-      address.kind = Kind::kNewObj;
-      address.a = fragment;
-      address.b = doc.AddTuple({});
-      address.state =
-          doc.AddDict({numel_key, doc.AddInt(static_cast<int64_t>(frag->numel)), start_key,
-                       doc.AddInt(static_cast<int64_t>(frag->partition_start))});
-      doc.AppendPair(od, doc.AddStr(param.name), doc.Add(std::move(address)));
-    }
-    new_mappings.push_back(od);
+    new_mappings.push_back(SliceMappings(doc, c, sg, rank, nodes));
   }
   *flats = doc.AddList(std::move(new_flats));
   *paddings = doc.AddList(std::move(new_paddings));
   *counts = doc.AddList(std::move(new_counts));
   *mappings = doc.AddList(std::move(new_mappings));
 
-  // base_optimizer_state['state'][k]: rank 0's entry of group k, its
-  // per-element states re-partitioned (with padding, as torch keeps them).
-  if (auto old_state = doc.MappingItems(state)) {
-    std::vector<NodeId> kv;
-    for (const auto& [key, value] : *old_state) {
-      auto k = doc.AsInt(key);
-      auto entries = doc.MappingItems(value);
-      if (!k || *k < 0 || static_cast<size_t>(*k) >= groups || !entries) {
-        return Status::Corruption(path + ": base_optimizer_state['state'] holds " +
-                                  doc.Repr(key, 40) + ", not one of the " + std::to_string(groups) +
-                                  " param groups");
-      }
-      const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
-      std::vector<NodeId> entry;
-      for (const auto& [name_node, v] : *entries) {
-        NodeId nv = v;
-        // Copied: adding nodes below may move the string AsStr points into.
-        const std::string name(doc.AsStr(name_node).value_or(""));
-        if (auto s = c.FindState(name); s && *s > 0) {
-          const StateInfo& info = c.states()[*s];
-          nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)},
-                           info.requires_grad,
-                           FlatGroupRuns(c, layout, static_cast<uint32_t>(*k), rank,
-                                         static_cast<uint32_t>(*s), sg.partition_numel));
-        }
-        entry.push_back(name_node);
-        entry.push_back(nv);
-      }
-      kv.push_back(key);
-      kv.push_back(doc.AddDict(std::move(entry)));
-    }
-    doc.mutable_node(state).items = std::move(kv);
-  }
+  UCFS_RETURN_IF_ERROR(RepartitionBaseState(b, c, layout, rank, state, path));
   return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
                                                          c.files().optim_prefix, rank)));
 }

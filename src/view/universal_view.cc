@@ -104,6 +104,98 @@ Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const Checkpo
   return TorchFileContent::Make(ckpt, "step", std::move(pkl), {storage}, crc_reader);
 }
 
+// That a param's name can name its directory (ds_to_universal.py makes one
+// per param).
+Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
+  if (!IsSafePathComponent(param.name)) {
+    return Status::InvalidArgument(c.files().model_files[0] + ": parameter name '" +
+                                   Printable(param.name) +
+                                   "' cannot be a directory name (it contains '/' or NUL, or "
+                                   "is empty, '.' or '..')");
+  }
+  // ds_to_universal.py makes the same directory; past NAME_MAX no file
+  // system (and no FUSE readdir) can hold it.
+  if (param.name.size() > kMaxNameBytes) {
+    return Status::InvalidArgument(
+        c.files().model_files[0] + ": parameter name '" + Printable(param.name, 64) + "' is " +
+        std::to_string(param.name.size()) + " bytes, longer than a directory name may be (" +
+        std::to_string(kMaxNameBytes) + "): the universal view cannot show it");
+  }
+  return Status::OK();
+}
+
+// The xattrs of every file of param p's directory.
+std::vector<Xattr> ParamXattrs(const Checkpoint& c, size_t p) {
+  const ParamInfo& param = c.params()[p];
+  return {
+      {"user.ucfs.param", param.name},
+      {"user.ucfs.shape", ShapeString(param.shape)},
+      {"user.ucfs.numel", std::to_string(param.numel)},
+      {"user.ucfs.param_group", std::to_string(param.param_group)},
+      {"user.ucfs.sub_group", std::to_string(param.sub_group)},
+      {"user.ucfs.world_size", std::to_string(c.world_size())},
+      {"user.ucfs.source_ranks", RanksText(c, p)},
+  };
+}
+
+// <state>.pt of param p: its state s, whole.
+Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const Checkpoint>& ckpt,
+                                                    size_t p, size_t s, SourceFiles* crc_reader) {
+  const ParamInfo& param = ckpt->params()[p];
+  const StateInfo& state = ckpt->states()[s];
+  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
+  const uint64_t bytes = param.numel * Info(state.dtype).element_size;
+  // ZeRO-3's files are bare 1-D tensors; ZeRO-1/2's are dicts holding the
+  // param at its shape (a 0-dim param as [1]: torch.cat, which
+  // ds_to_universal merges with, makes no 0-dim tensors).
+  std::vector<int64_t> shape = param.shape;
+  if (shape.empty()) shape = {1};
+  UCFS_ASSIGN_OR_RETURN(std::string pkl,
+                        flat_groups
+                            ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
+                            : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
+                                               state.requires_grad));
+  StorageSpec storage;
+  storage.key = "0";
+  StorageRun run;
+  run.kind = StorageRun::Kind::kState;
+  run.length = bytes;
+  run.param = static_cast<uint32_t>(p);
+  run.state = static_cast<uint32_t>(s);
+  storage.runs.push_back(run);
+  return TorchFileContent::Make(ckpt, state.name, std::move(pkl), {storage}, crc_reader);
+}
+
+// zero/<param>/: a file per state, and at ZeRO-1/2 step.pt.
+Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const Checkpoint>& ckpt,
+                         size_t p, SourceFiles* crc_reader) {
+  const ParamInfo& param = ckpt->params()[p];
+  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param));
+  UCFS_ASSIGN_OR_RETURN(InodeId pdir, view.AddDirectory(zero, param.name));
+  const std::vector<Xattr> param_xattrs = ParamXattrs(*ckpt, p);
+  for (size_t s = 0; s < ckpt->states().size(); ++s) {
+    const StateInfo& state = ckpt->states()[s];
+    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, crc_reader));
+    std::vector<Xattr> xattrs = param_xattrs;
+    xattrs.push_back({"user.ucfs.state", state.name});
+    xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
+    UCFS_RETURN_IF_ERROR(
+        view.AddFile(pdir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
+  }
+  if (ckpt->partitioning() == Partitioning::kFlatGroup) {
+    // ds_to_universal's stage-1/2 path also writes the param group's step.
+    for (const ScalarState& scalar : ckpt->scalar_states()[param.sub_group]) {
+      if (scalar.name != "step") continue;
+      UCFS_ASSIGN_OR_RETURN(auto content, StepFile(ckpt, scalar, crc_reader));
+      std::vector<Xattr> xattrs = param_xattrs;
+      xattrs.push_back({"user.ucfs.state", "step"});
+      UCFS_RETURN_IF_ERROR(
+          view.AddFile(pdir, "step.pt", std::move(content), std::move(xattrs)).status());
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string UniversalTag(const std::string& tag) { return tag + "_universal"; }
@@ -139,73 +231,8 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
   UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
 
-  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
-    const ParamInfo& param = ckpt->params()[p];
-    if (!IsSafePathComponent(param.name)) {
-      return Status::InvalidArgument(files.model_files[0] + ": parameter name '" +
-                                     Printable(param.name) +
-                                     "' cannot be a directory name (it contains '/' or NUL, or "
-                                     "is empty, '.' or '..')");
-    }
-    // ds_to_universal.py makes the same directory; past NAME_MAX no file
-    // system (and no FUSE readdir) can hold it.
-    if (param.name.size() > kMaxNameBytes) {
-      return Status::InvalidArgument(
-          files.model_files[0] + ": parameter name '" + Printable(param.name, 64) + "' is " +
-          std::to_string(param.name.size()) + " bytes, longer than a directory name may be (" +
-          std::to_string(kMaxNameBytes) + "): the universal view cannot show it");
-    }
-    UCFS_ASSIGN_OR_RETURN(InodeId pdir, view->AddDirectory(zero, param.name));
-    const std::vector<Xattr> param_xattrs = {
-        {"user.ucfs.param", param.name},
-        {"user.ucfs.shape", ShapeString(param.shape)},
-        {"user.ucfs.numel", std::to_string(param.numel)},
-        {"user.ucfs.param_group", std::to_string(param.param_group)},
-        {"user.ucfs.sub_group", std::to_string(param.sub_group)},
-        {"user.ucfs.world_size", std::to_string(ckpt->world_size())},
-        {"user.ucfs.source_ranks", RanksText(*ckpt, p)},
-    };
-    for (size_t s = 0; s < ckpt->states().size(); ++s) {
-      const StateInfo& state = ckpt->states()[s];
-      const uint64_t bytes = param.numel * Info(state.dtype).element_size;
-      // ZeRO-3's files are bare 1-D tensors; ZeRO-1/2's are dicts holding the
-      // param at its shape (a 0-dim param as [1]: torch.cat, which
-      // ds_to_universal merges with, makes no 0-dim tensors).
-      std::vector<int64_t> shape = param.shape;
-      if (shape.empty()) shape = {1};
-      UCFS_ASSIGN_OR_RETURN(std::string pkl,
-                            flat_groups
-                                ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
-                                : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
-                                                   state.requires_grad));
-      StorageSpec storage;
-      storage.key = "0";
-      StorageRun run;
-      run.kind = StorageRun::Kind::kState;
-      run.length = bytes;
-      run.param = static_cast<uint32_t>(p);
-      run.state = static_cast<uint32_t>(s);
-      storage.runs.push_back(run);
-      UCFS_ASSIGN_OR_RETURN(auto content, TorchFileContent::Make(ckpt, state.name, std::move(pkl),
-                                                                 {storage}, crc_reader.get()));
-      std::vector<Xattr> xattrs = param_xattrs;
-      xattrs.push_back({"user.ucfs.state", state.name});
-      xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
-      UCFS_RETURN_IF_ERROR(
-          view->AddFile(pdir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
-    }
-    if (flat_groups) {
-      // ds_to_universal's stage-1/2 path also writes the param group's step.
-      for (const ScalarState& scalar : ckpt->scalar_states()[param.sub_group]) {
-        if (scalar.name != "step") continue;
-        UCFS_ASSIGN_OR_RETURN(auto content, StepFile(ckpt, scalar, crc_reader.get()));
-        std::vector<Xattr> xattrs = param_xattrs;
-        xattrs.push_back({"user.ucfs.state", "step"});
-        UCFS_RETURN_IF_ERROR(
-            view->AddFile(pdir, "step.pt", std::move(content), std::move(xattrs)).status());
-      }
-    }
+    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, crc_reader.get()));
   }
 
   UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));
