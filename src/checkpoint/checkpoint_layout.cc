@@ -133,16 +133,8 @@ Status LocateTagDirectory(Env& env, const std::string& path, const std::optional
     files->root = path;
     files->tag = *tag;
   } else if (env.Stat(latest).ok()) {
-    UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));
-    std::string_view t = Trim(content);
-    // What is wrong is said without echoing the contents: `latest` may be
-    // any file (the error may reach another user through a mount's log).
-    if (const char* wrong = WhyNotATagName(t)) {
-      return Status::Corruption(latest + ": does not name a tag directory (" +
-                                std::to_string(content.size()) + " bytes: " + wrong + ")");
-    }
+    UCFS_ASSIGN_OR_RETURN(files->tag, ReadLatestTag(env, latest));
     files->root = path;
-    files->tag = std::string(t);
   } else if (HasRankFiles(env, path)) {
     files->tag_dir = path;
     files->tag = std::string(BaseName(path));
@@ -195,6 +187,18 @@ Result<RankFilesFound> FindRankFiles(Env& env, const std::string& tag_dir) {
 }
 
 }  // namespace
+
+Result<std::string> ReadLatestTag(Env& env, const std::string& latest) {
+  UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));
+  std::string_view t = Trim(content);
+  // What is wrong is said without echoing the contents: `latest` may be
+  // any file (the error may reach another user through a mount's log).
+  if (const char* wrong = WhyNotATagName(t)) {
+    return Status::Corruption(latest + ": does not name a tag directory (" +
+                              std::to_string(content.size()) + " bytes: " + wrong + ")");
+  }
+  return std::string(t);
+}
 
 Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
                                             const std::optional<std::string>& tag) {
@@ -281,9 +285,19 @@ Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& pa
       (other.empty() ? std::string() : "; " + other + " is the file of that name here"));
 }
 
+bool IsCheckpointDirectory(Env& env, const std::string& path) {
+  auto latest = env.Stat(JoinPath(path, "latest"));
+  return (latest.ok() && !latest->is_dir) || HasRankFiles(env, path);
+}
+
 Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                            const std::optional<std::string>& tag) {
   UCFS_ASSIGN_OR_RETURN(CheckpointFiles files, ListCheckpointFiles(env, path, tag));
+  UCFS_RETURN_IF_ERROR(CheckNoRankFileMissing(files));
+  return files;
+}
+
+Status CheckNoRankFileMissing(const CheckpointFiles& files) {
   for (uint32_t r = 0; r < files.world_size; ++r) {
     if (files.optim_files[r].empty()) {
       return Status::NotFound(JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
@@ -299,7 +313,7 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
         "checkpoint, " +
         SharedModelFileName() + ")");
   }
-  return files;
+  return Status::OK();
 }
 
 }  // namespace ucfs

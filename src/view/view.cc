@@ -99,6 +99,7 @@ Result<InodeId> View::AddNodeLocked(InodeId parent, std::string_view name, Node 
   }
   Node* p = Find(parent);
   if (p == nullptr || !p->is_dir) return Status::InvalidArgument("parent is not a directory");
+  if (p->graft) return Status::InvalidArgument("a graft's contents are its view's");
   auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
                              [](const auto& c, std::string_view n) { return c.first < n; });
   if (it != p->children.end() && it->first == name) {
@@ -159,50 +160,79 @@ Result<InodeId> View::AddSourceFile(InodeId parent, std::string_view name,
   return AddNodeLocked(parent, name, std::move(n));
 }
 
-Status View::ListSourceLocked(InodeId dir) {
-  Node* d = Find(dir);
-  auto entries = env_.ListDir(d->source_dir);
-  d = Find(dir);
-  d->listed = true;  // even on error: a vanished directory shows as empty
-  if (!entries.ok()) return entries.status();
+void View::DecorateSourceDirectories(SourceDirDecorator decorator) {
+  decorator_ = std::move(decorator);
+}
+
+View::SourceListing View::ListSource(const std::string& dir) {
+  SourceListing out;
+  auto entries = env_.ListDir(dir);
+  if (!entries.ok()) {
+    out.status = entries.status();
+    return out;
+  }
   for (const auto& e : *entries) {
-    d = Find(dir);
-    auto it = std::lower_bound(d->children.begin(), d->children.end(), e.name,
-                               [](const auto& c, const std::string& n) { return c.first < n; });
-    if (it != d->children.end() && it->first == e.name) continue;  // shadowed by a built entry
-    const std::string path = JoinPath(d->source_dir, e.name);
     // Vanished, a dangling or looping symlink, or one leading out of the
     // checkpoint root (a confined Env refuses it): not shown.
-    auto st = env_.Stat(path);
-    if (!st.ok()) continue;
+    auto st = env_.Stat(JoinPath(dir, e.name));
+    if (st.ok()) out.entries.emplace_back(e.name, *st);
+  }
+  if (decorator_) out.extras = decorator_(dir, *entries);
+  return out;
+}
+
+Status View::AddListingLocked(InodeId dir, SourceListing listing) {
+  Node* d = Find(dir);
+  d->listed = true;  // even on error: a vanished directory shows as empty
+  UCFS_RETURN_IF_ERROR(listing.status);
+  const std::string source_dir = d->source_dir;
+  for (auto& g : listing.extras.grafts) {
+    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access));
+  }
+  for (auto& f : listing.extras.files) {
     Node n;
-    n.mtime_ns = st->identity.mtime_ns;
-    n.access = st->access;
-    if (st->is_dir) {
+    n.content = std::move(f.content);
+    n.mtime_ns = f.mtime_ns;
+    n.access = f.access;
+    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, f.name, std::move(n)).status());
+  }
+  for (const auto& [name, st] : listing.entries) {
+    d = Find(dir);
+    auto it = std::lower_bound(d->children.begin(), d->children.end(), name,
+                               [](const auto& c, const std::string& n) { return c.first < n; });
+    if (it != d->children.end() && it->first == name) continue;  // shadowed by a built entry
+    const std::string path = JoinPath(source_dir, name);
+    Node n;
+    n.mtime_ns = st.identity.mtime_ns;
+    n.access = st.access;
+    if (st.is_dir) {
       n.is_dir = true;
       n.source_dir = path;
       n.listed = false;
     } else {
-      sources_.push_back({path, st->identity, st->access});
+      sources_.push_back({path, st.identity, st.access});
       n.content = std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1),
-                                                  st->identity.size);
+                                                  st.identity.size);
     }
-    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, e.name, std::move(n)).status());
+    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, name, std::move(n)).status());
   }
   return Status::OK();
 }
 
 Status View::EnsureListed(InodeId dir) {
+  std::string source_dir;
   {
     ReaderLock lock(mu_);
     Node* d = Find(dir);
     if (d == nullptr) return Status::NotFound("no such inode");
     if (d->listed) return Status::OK();
+    source_dir = d->source_dir;
   }
+  SourceListing listing = ListSource(source_dir);
   WriterLock lock(mu_);
   Node* d = Find(dir);
-  if (d->listed) return Status::OK();
-  return ListSourceLocked(dir);
+  if (d->listed) return Status::OK();  // listed meanwhile
+  return AddListingLocked(dir, std::move(listing));
 }
 
 View::NodeAttrs View::AttrsLocked(InodeId inode, const Node& n) const {
@@ -237,6 +267,14 @@ Attr View::AttrOf(const NodeAttrs& n) {
 }
 
 Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
+  UCFS_ASSIGN_OR_RETURN(Place place, Locate(parent));
+  if (place.graft) {
+    UCFS_RETURN_IF_ERROR(Build(*place.graft));
+    const GraftTarget& target = place.graft->target;
+    UCFS_ASSIGN_OR_RETURN(InodeId child,
+                          target.view->Lookup(place.local != 0 ? place.local : target.dir, name));
+    return Encode(*place.graft, child);
+  }
   UCFS_RETURN_IF_ERROR(EnsureListed(parent));
   ReaderLock lock(mu_);
   Node* p = Find(parent);
@@ -250,6 +288,13 @@ Result<InodeId> View::Lookup(InodeId parent, std::string_view name) {
 }
 
 Result<Attr> View::GetAttr(InodeId inode) {
+  if (inode >> kGraftShift) {
+    UCFS_ASSIGN_OR_RETURN(Place place, Locate(inode));
+    UCFS_RETURN_IF_ERROR(Build(*place.graft));
+    UCFS_ASSIGN_OR_RETURN(Attr a, place.graft->target.view->GetAttr(place.local));
+    a.inode = inode;
+    return a;
+  }
   NodeAttrs attrs;
   {
     ReaderLock lock(mu_);
@@ -261,6 +306,15 @@ Result<Attr> View::GetAttr(InodeId inode) {
 }
 
 Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
+  UCFS_ASSIGN_OR_RETURN(Place place, Locate(dir));
+  if (place.graft) {
+    UCFS_RETURN_IF_ERROR(Build(*place.graft));
+    const GraftTarget& target = place.graft->target;
+    UCFS_ASSIGN_OR_RETURN(auto entries,
+                          target.view->ReadDir(place.local != 0 ? place.local : target.dir));
+    for (auto& [name, attr] : entries) attr.inode = Encode(*place.graft, attr.inode);
+    return entries;
+  }
   UCFS_RETURN_IF_ERROR(EnsureListed(dir));
   std::vector<std::pair<std::string, NodeAttrs>> children;
   {
@@ -279,6 +333,10 @@ Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
 }
 
 Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) {
+  if (file >> kGraftShift) {
+    UCFS_ASSIGN_OR_RETURN(Place place, Locate(file));
+    return PlanGrafted(place, offset, length, out);
+  }
   std::shared_ptr<const FileContent> content;
   {
     ReaderLock lock(mu_);
@@ -291,6 +349,11 @@ Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<Re
 }
 
 Result<std::vector<Xattr>> View::Xattrs(InodeId inode) {
+  if (inode >> kGraftShift) {
+    UCFS_ASSIGN_OR_RETURN(Place place, Locate(inode));
+    UCFS_RETURN_IF_ERROR(Build(*place.graft));
+    return place.graft->target.view->Xattrs(place.local);
+  }
   ReaderLock lock(mu_);
   Node* n = Find(inode);
   if (n == nullptr) return Status::NotFound("no such inode");

@@ -61,6 +61,11 @@ std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, ui
 Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& path,
                              std::string_view archive_prefix);
 
+// Whether `path` is a checkpoint root (it has a `latest` file) or a tag
+// directory (it holds optimizer rank files), as DiscoverCheckpoint takes
+// them; else it may be a run directory with roots below it (run_layout.h).
+bool IsCheckpointDirectory(Env& env, const std::string& path);
+
 Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
                                            const std::optional<std::string>& tag = std::nullopt);
 
@@ -70,6 +75,14 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
 // every missing file rather than the first.
 Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
                                             const std::optional<std::string>& tag = std::nullopt);
+
+// The tag a `latest` file names (surrounding whitespace dropped), or
+// Corruption when it names none.
+Result<std::string> ReadLatestTag(Env& env, const std::string& latest);
+
+// DiscoverCheckpoint's completeness checks: NotFound naming the first
+// missing rank file.
+Status CheckNoRankFileMissing(const CheckpointFiles& files);
 
 }  // namespace ucfs
 

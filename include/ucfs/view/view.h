@@ -6,21 +6,26 @@
 // pread or splice), or zeros. The FUSE adapter only turns pieces into
 // buffers, and the tests read the same pieces without a kernel.
 //
-// Directories are either built (the synthesised universal tree) or backed
-// by a source directory whose entries are listed on first access; built
-// entries shadow source entries of the same name.
+// Directories are either built (the synthesised universal tree), backed
+// by a source directory whose entries are listed on first access, or
+// grafted: another view's directory, built the first time it is looked
+// into (AddGraft, src/design/run-directories.md). Built entries shadow
+// source entries of the same name.
 //
 // Thread safety: all queries may be called concurrently. Lock order: the
-// View's mutex is a leaf, but for its Env: under it the view lists and
-// stats source directories (an Env takes no lock, or a leaf one). It never
-// calls FileContent::size() under it, which may build a LazyContent under
-// that cache's own lock.
+// View's mutex, then a grafted view's (to copy one of its sources out),
+// then the Env: under it the view lists and stats source directories (an
+// Env takes no lock, or a leaf one). It never calls FileContent::size()
+// under it, which may build a LazyContent under that cache's own lock, nor
+// a graft's builder.
 #ifndef UCFS_VIEW_VIEW_H_
 #define UCFS_VIEW_VIEW_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -134,6 +139,49 @@ class View {
   // A source file, passed through.
   Result<InodeId> AddSourceFile(InodeId parent, std::string_view name, const std::string& path);
 
+  // What a graft shows: directory `dir` of `view`.
+  struct GraftTarget {
+    std::shared_ptr<View> view;
+    InodeId dir = kRootInode;
+  };
+  using GraftBuilder = std::function<Result<GraftTarget>()>;
+  // A directory showing the contents of the directory `build` makes, built
+  // the first time it is looked up into or listed: once, outside this
+  // view's lock (a builder may read a checkpoint's rank files). Its own
+  // attributes are `mtime_ns` and `access` throughout, so that a stat
+  // builds nothing. A builder's error is kept and answered by every lookup
+  // into the graft; the rest of the view serves on. A grafted view holds no
+  // graft itself. May be called while the view is shared.
+  Result<InodeId> AddGraft(InodeId parent, std::string_view name, GraftBuilder build,
+                           int64_t mtime_ns, FileAccess access);
+
+  // What a source directory shows besides its own entries, told from its
+  // listing when it is first listed: a run's roots gain their views there
+  // (src/design/run-directories.md). These entries shadow source entries
+  // of the same name.
+  struct SourceDirExtras {
+    struct Graft {
+      std::string name;
+      GraftBuilder build;
+      int64_t mtime_ns = 0;
+      FileAccess access;
+    };
+    struct File {
+      std::string name;
+      std::shared_ptr<const FileContent> content;
+      int64_t mtime_ns = 0;
+      FileAccess access;
+    };
+    std::vector<Graft> grafts;
+    std::vector<File> files;
+  };
+  // Runs without the view's lock, perhaps concurrently for two directories
+  // (or twice for one: the first answer counts).
+  using SourceDirDecorator =
+      std::function<SourceDirExtras(const std::string& dir, const std::vector<DirEntry>& entries)>;
+  // Before the view is shared.
+  void DecorateSourceDirectories(SourceDirDecorator decorator);
+
   // --- queries (thread-safe) -------------------------------------------------
   Result<InodeId> Lookup(InodeId parent, std::string_view name);
   Result<Attr> GetAttr(InodeId inode);
@@ -148,6 +196,7 @@ class View {
   Env& env() const { return env_; }
 
  private:
+  struct Graft;
   struct Node {
     std::string name;
     InodeId parent = 0;
@@ -160,6 +209,21 @@ class View {
     std::vector<Xattr> xattrs;
     // A source entry's own owner and mode; none for a built entry.
     std::optional<FileAccess> access;
+    std::shared_ptr<Graft> graft;  // a graft's directory
+  };
+  struct Graft {
+    GraftBuilder build;
+    size_t index = 0;       // in grafts_: its inodes are Encode()d with it
+    InodeId host_node = 0;  // its directory in this view
+    std::once_flag built;   // `status`, `target` are set inside it, read after it
+    Status status;
+    GraftTarget target;
+  };
+  // Where an inode of this view lives: a graft's view (with its own inode
+  // there), or this view (graft null).
+  struct Place {
+    std::shared_ptr<Graft> graft;
+    InodeId local = 0;
   };
   // What AttrOf needs of a node, copied out under the lock.
   struct NodeAttrs {
@@ -171,10 +235,33 @@ class View {
   };
 
   Node* Find(InodeId inode) UCFS_REQUIRES_SHARED(mu_);
+  // --- grafts (view_graft.cc)
+  // Inodes of graft k's view are shown as (k + 1) << kGraftShift | local.
+  static constexpr int kGraftShift = 40;
+  Result<Place> Locate(InodeId inode) UCFS_EXCLUDES(mu_);
+  // Runs the graft's builder once; its answer after.
+  static Status Build(Graft& graft);
+  InodeId Encode(const Graft& graft, InodeId local) const;
+  // Graft `graft`'s source `local` as a source of this view, registered on
+  // first use.
+  Result<uint32_t> GraftSource(const Graft& graft, uint32_t local) UCFS_EXCLUDES(mu_);
+  Status PlanGrafted(const Place& place, uint64_t offset, uint64_t length,
+                     std::vector<ReadPiece>* out) UCFS_EXCLUDES(mu_);
+  bool HasGrafts() const UCFS_EXCLUDES(mu_);
   Result<InodeId> AddNodeLocked(InodeId parent, std::string_view name, Node node)
       UCFS_REQUIRES(mu_);
-  // Adds a source directory's entries that no built entry shadows.
-  Status ListSourceLocked(InodeId dir) UCFS_REQUIRES(mu_);
+  // A source directory's entries, each stat'ed, and its extras: taken
+  // without the lock, as listing is the slow part.
+  struct SourceListing {
+    Status status;
+    std::vector<std::pair<std::string, FileStat>> entries;
+    SourceDirExtras extras;
+  };
+  SourceListing ListSource(const std::string& dir) UCFS_EXCLUDES(mu_);
+  // Adds the extras, then the entries no built entry shadows.
+  Status AddListingLocked(InodeId dir, SourceListing listing) UCFS_REQUIRES(mu_);
+  Status AddGraftLocked(InodeId parent, std::string_view name, GraftBuilder build, int64_t mtime_ns,
+                        FileAccess access) UCFS_REQUIRES(mu_);
   Status EnsureListed(InodeId dir) UCFS_EXCLUDES(mu_);
   FileAccess BuiltAccessLocked() const UCFS_REQUIRES_SHARED(mu_);
   NodeAttrs AttrsLocked(InodeId inode, const Node& n) const UCFS_REQUIRES_SHARED(mu_);
@@ -184,12 +271,17 @@ class View {
   // Fixed at construction.
   Env& env_;
   const int64_t mtime_ns_;
+  SourceDirDecorator decorator_;  // set before the view is shared
   // Guards the tree, which grows as source directories are listed.
   mutable SharedMutex mu_;
   // Inode i is nodes_[i - 1]; a deque keeps references stable as it grows.
   std::deque<Node> nodes_ UCFS_GUARDED_BY(mu_);
   std::deque<SourceFile> sources_ UCFS_GUARDED_BY(mu_);
   std::vector<FileAccess> source_access_ UCFS_GUARDED_BY(mu_);  // of sources_ with a path
+  std::vector<std::shared_ptr<Graft>> grafts_ UCFS_GUARDED_BY(mu_);
+  // graft_sources_[k][i]: this view's index of graft k's source i, or
+  // kUnmapped.
+  std::vector<std::vector<uint32_t>> graft_sources_ UCFS_GUARDED_BY(mu_);
 };
 
 // A name that can be one path component: not empty, ".", "..", and without

@@ -1,0 +1,47 @@
+// The run view: a training run's directory as it is, every DeepSpeed root
+// in it serving its views in place (src/design/run-directories.md).
+//
+//   RUN/...                          the run's files and directories, as they are
+//   ROOT/latest_universal            "<latest's tag>_universal", in every root
+//                                    whose `latest` names one of its tags
+//   ROOT/<tag>_universal/            the universal view of each complete tag
+//   ROOT/<tag>_fp32/                 its consolidated weights
+//
+// ROOT is any directory of the run with a `latest` file and tag
+// directories below it (ListRoot): HF Trainer's checkpoint-N/, OpenRLHF's
+// _actor/, Lightning's epoch=E-step=S.ckpt/, accelerate's root, the run
+// directory itself. Roots are found as directories are listed, and a tag's
+// rank files are first read when its directory is looked into: a run of
+// hundreds of checkpoints mounts as fast as one. A name the view would make
+// that the root already holds (a real ds_to_universal output) is left to
+// the file on disk. An incomplete tag is not served, with a warning naming
+// the missing file.
+#ifndef UCFS_VIEW_RUN_VIEW_H_
+#define UCFS_VIEW_RUN_VIEW_H_
+
+#include <memory>
+#include <string>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/codec/torch_file.h"
+#include "ucfs/view/universal_view.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+struct RunViewOptions {
+  // Where rank files are summarised from (the index), for every tag at
+  // once, from FUSE's threads: it must be thread-safe. Null reads them
+  // directly.
+  TorchFileSource* source = nullptr;
+  UniversalViewOptions universal;
+};
+
+// `env` must outlive the view.
+Result<std::shared_ptr<View>> BuildRunView(Env& env, const std::string& run_dir,
+                                           const RunViewOptions& options = {});
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_RUN_VIEW_H_

@@ -1,0 +1,67 @@
+#include "ucfs/checkpoint/run_layout.h"
+
+#include <algorithm>
+
+namespace ucfs {
+
+std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
+                                    const std::vector<DirEntry>& entries) {
+  const auto has_latest = std::find_if(entries.begin(), entries.end(), [](const DirEntry& e) {
+    return e.name == "latest" && !e.is_dir;
+  });
+  if (has_latest == entries.end()) return std::nullopt;
+  RootListing root;
+  root.dir = dir;
+  for (const DirEntry& e : entries) {
+    if (!e.is_dir) continue;
+    // A directory of optimizer rank files is a tag, complete or not.
+    auto files = ListCheckpointFiles(env, dir, e.name);
+    if (!files.ok()) continue;
+    TagListing tag;
+    tag.name = e.name;
+    tag.dir = files->tag_dir;
+    if (auto st = env.Stat(tag.dir); st.ok()) {
+      tag.mtime_ns = st->identity.mtime_ns;
+      tag.access = st->access;
+    }
+    Status complete = CheckNoRankFileMissing(*files);
+    tag.complete = complete.ok();
+    tag.problem = complete.ok() ? "" : complete.message();
+    tag.files = std::move(files).value();
+    root.tags.push_back(std::move(tag));
+  }
+  if (root.tags.empty()) return std::nullopt;
+  std::sort(root.tags.begin(), root.tags.end(),
+            [](const TagListing& a, const TagListing& b) { return a.name < b.name; });
+  if (auto latest = ReadLatestTag(env, JoinPath(dir, "latest")); latest.ok()) {
+    for (const TagListing& t : root.tags) {
+      if (t.name == *latest) root.latest = t.name;
+    }
+  }
+  return root;
+}
+
+Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth) {
+  std::vector<std::string> level = {dir};
+  for (int depth = 0; depth <= max_depth && !level.empty(); ++depth) {
+    std::vector<std::string> next;
+    for (const std::string& d : level) {
+      auto entries = env.ListDir(d);
+      if (!entries.ok()) {
+        if (depth == 0) return entries.status();
+        continue;
+      }
+      if (auto root = ListRoot(env, d, *entries)) return std::move(*root);
+      for (const DirEntry& e : *entries) {
+        if (e.is_dir) next.push_back(JoinPath(d, e.name));
+      }
+    }
+    level = std::move(next);
+  }
+  return Status::NotFound(dir + ": no DeepSpeed checkpoint in it or up to " +
+                          std::to_string(max_depth) +
+                          " levels below (a checkpoint root is a directory with a `latest` file "
+                          "and tag directories of *_optim_states.pt files)");
+}
+
+}  // namespace ucfs

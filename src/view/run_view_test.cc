@@ -1,0 +1,249 @@
+#include "ucfs/view/run_view.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+
+#include "test_support.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/source_files.h"
+#include "ucfs/view/universal_view.h"
+
+namespace ucfs {
+namespace {
+
+using testing::FixtureDir;
+
+// Counts the rank files summarised: a run's listing must read none.
+class CountingSource final : public TorchFileSource {
+ public:
+  explicit CountingSource(Env& env) : direct_(env) {}
+  Result<TorchFileSummary> Summarize(const std::string& path) override {
+    summarized_.fetch_add(1);
+    return direct_.Summarize(path);
+  }
+  int summarized() const { return summarized_.load(); }
+
+ private:
+  DirectTorchFileSource direct_;
+  std::atomic<int> summarized_{0};
+};
+
+std::vector<std::string> Names(View& view, InodeId dir) {
+  std::vector<std::string> names;
+  auto listed = view.ReadDir(dir);
+  EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+  if (listed.ok()) {
+    for (const auto& [name, attr] : *listed) names.push_back(name);
+  }
+  return names;
+}
+
+InodeId Resolve(View& view, const std::string& path) {
+  InodeId node = kRootInode;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    auto next = view.Lookup(node, path.substr(start, slash - start));
+    EXPECT_TRUE(next.ok()) << path << ": " << next.status().ToString();
+    if (!next.ok()) return 0;
+    node = *next;
+    start = slash + 1;
+  }
+  return node;
+}
+
+std::string ReadNode(Env& env, View& view, InodeId node) {
+  auto attr = view.GetAttr(node);
+  EXPECT_TRUE(attr.ok());
+  std::vector<ReadPiece> pieces;
+  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
+  std::string out;
+  EXPECT_TRUE(reader.Read(pieces, &out).ok());
+  EXPECT_EQ(out.size(), attr->size);
+  return out;
+}
+
+// Every file below `dir` of `view`, by relative path, with its bytes.
+void Tree(Env& env, View& view, InodeId dir, const std::string& prefix,
+          std::map<std::string, std::string>* out) {
+  auto listed = view.ReadDir(dir);
+  ASSERT_TRUE(listed.ok()) << prefix << ": " << listed.status().ToString();
+  for (const auto& [name, attr] : *listed) {
+    if (attr.is_dir) {
+      Tree(env, view, attr.inode, prefix + name + "/", out);
+    } else {
+      (*out)[prefix + name] = ReadNode(env, view, attr.inode);
+    }
+  }
+}
+
+class RunViewTest : public ::testing::Test {
+ protected:
+  // An HF Trainer output_dir: checkpoint-4/ (ZeRO-3) and checkpoint-8/
+  // (ZeRO-2) with the trainer's files, an accelerate root with two models'
+  // tags, and directories that are no root.
+  void SetUp() override {
+    Copy("z3_bf16_ws2", "global_step4", "/run/checkpoint-4/global_step4");
+    env_.WriteFile("/run/checkpoint-4/latest", "global_step4");
+    env_.WriteFile("/run/checkpoint-4/rng_state_0.pth", "rng0");
+    env_.WriteFile("/run/checkpoint-4/rng_state_1.pth", "rng1");
+    env_.WriteFile("/run/checkpoint-4/config.json", "{}");
+    Copy("z2_tricky_fp32_ws2", "global_step4", "/run/checkpoint-8/global_step4");
+    env_.WriteFile("/run/checkpoint-8/latest", "global_step4");
+    Copy("z3_fp32_ws2", "global_step4", "/run/accelerate/pytorch_model");
+    Copy("z3_bf16_ws2", "global_step4", "/run/accelerate/pytorch_model_1");
+    env_.WriteFile("/run/accelerate/latest", "pytorch_model_1");
+    env_.WriteFile("/run/runs/events.out", "tensorboard");
+    env_.WriteFile("/run/README.md", "# run");
+  }
+
+  void Copy(const std::string& fixture, const std::string& tag, const std::string& to) {
+    ASSERT_TRUE(env_.CopyTreeFrom(FixtureDir(fixture) + "/checkpoint/" + tag, to).ok());
+  }
+
+  MemEnv env_;
+};
+
+// Listing the run and its roots shows every tag's views and reads no rank
+// file; a root's other files are passed through.
+TEST_F(RunViewTest, ListingReadsNoRankFile) {
+  CountingSource source(env_);
+  RunViewOptions options;
+  options.source = &source;
+  auto view = BuildRunView(env_, "/run", options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  View& v = **view;
+  EXPECT_EQ(Names(v, kRootInode),
+            (std::vector<std::string>{"README.md", "accelerate", "checkpoint-4", "checkpoint-8",
+                                      "runs"}));
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4")),
+            (std::vector<std::string>{"config.json", "global_step4", "global_step4_fp32",
+                                      "global_step4_universal", "latest", "latest_universal",
+                                      "rng_state_0.pth", "rng_state_1.pth"}));
+  EXPECT_EQ(
+      Names(v, Resolve(v, "accelerate")),
+      (std::vector<std::string>{"latest", "latest_universal", "pytorch_model", "pytorch_model_1",
+                                "pytorch_model_1_fp32", "pytorch_model_1_universal",
+                                "pytorch_model_fp32", "pytorch_model_universal"}));
+  EXPECT_EQ(Names(v, Resolve(v, "runs")), (std::vector<std::string>{"events.out"}));
+  // stat of every view directory, too.
+  for (const char* dir : {"checkpoint-4/global_step4_universal", "checkpoint-4/global_step4_fp32",
+                          "accelerate/pytorch_model_universal"}) {
+    auto attr = v.GetAttr(Resolve(v, dir));
+    ASSERT_TRUE(attr.ok()) << dir;
+    EXPECT_TRUE(attr->is_dir) << dir;
+  }
+  EXPECT_EQ(source.summarized(), 0);
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "accelerate/latest_universal")),
+            "pytorch_model_1_universal");
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/rng_state_1.pth")), "rng1");
+  EXPECT_EQ(source.summarized(), 0);
+
+  // Looking into one tag's view opens that tag's rank files alone.
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4/global_step4_universal")),
+            (std::vector<std::string>{"zero", "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                                      "zero_pp_rank_1_mp_rank_00_model_states.pt"}));
+  // Both optimizer files and rank 0's model states (rank 1's holds no
+  // frozen param: it is only passed through).
+  EXPECT_EQ(source.summarized(), 3);
+}
+
+// Where a fixture keeps DeepSpeed's (or the rebuilt) universal output.
+std::string ReferenceUniversalDir(const std::string& fixture) {
+  const std::string ds = FixtureDir(fixture) + "/checkpoint/global_step4_universal";
+  return std::filesystem::exists(ds) ? ds
+                                     : FixtureDir(fixture) + "/expected/global_step4_universal";
+}
+
+// Each root's tag views are byte for byte what DeepSpeed's ds_to_universal
+// wrote for that checkpoint (with real CRCs), and the universal view and
+// consolidated weights of that tag mounted alone.
+TEST_F(RunViewTest, EveryTagServesWhatItsOwnMountWould) {
+  RunViewOptions options;
+  options.universal.compute_crc = true;
+  auto view = BuildRunView(env_, "/run", options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  struct Case {
+    std::string root, tag, fixture;
+  };
+  for (const Case& c : {Case{"checkpoint-4", "global_step4", "z3_bf16_ws2"},
+                        Case{"checkpoint-8", "global_step4", "z2_tricky_fp32_ws2"},
+                        Case{"accelerate", "pytorch_model", "z3_fp32_ws2"},
+                        Case{"accelerate", "pytorch_model_1", "z3_bf16_ws2"}}) {
+    SCOPED_TRACE(c.root + "/" + c.tag);
+    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr});
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto shared = std::make_shared<const Checkpoint>(std::move(ckpt).value());
+    auto alone = BuildUniversalView(env_, shared, options.universal);
+    ASSERT_TRUE(alone.ok());
+    for (const std::string& dir : {UniversalTag(c.tag), c.tag + "_fp32"}) {
+      std::map<std::string, std::string> ours, theirs;
+      Tree(env_, **view, Resolve(**view, c.root + "/" + dir), "", &ours);
+      Tree(env_, **alone, Resolve(**alone, dir), "", &theirs);
+      EXPECT_FALSE(ours.empty()) << dir;
+      EXPECT_EQ(ours.size(), theirs.size()) << dir;
+      for (const auto& [path, bytes] : theirs) {
+        EXPECT_TRUE(ours.count(path) && ours[path] == bytes) << dir << "/" << path;
+      }
+      if (dir != UniversalTag(c.tag)) continue;
+      const std::string ref = ReferenceUniversalDir(c.fixture);
+      size_t compared = 0;
+      for (const auto& [path, bytes] : ours) {
+        if (!std::filesystem::exists(ref + "/" + path)) continue;
+        EXPECT_EQ(bytes, testing::ReadFile(ref + "/" + path)) << path;
+        ++compared;
+      }
+      EXPECT_EQ(compared, ours.size());
+    }
+  }
+}
+
+// A tag with a missing rank file is not served (its root's other tags
+// are); a real ds_to_universal output on disk is shown as it is.
+TEST_F(RunViewTest, IncompleteTagsAreNotServedAndRealOutputWins) {
+  env_.RemoveFile("/run/accelerate/pytorch_model/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  env_.RemoveFile("/run/accelerate/pytorch_model/zero_pp_rank_1_mp_rank_00_optim_states.pt");
+  env_.WriteFile("/run/checkpoint-4/global_step4_universal/converted.txt", "by ds_to_universal");
+  env_.WriteFile("/run/checkpoint-4/latest_universal", "global_step4_universal");
+  auto view = BuildRunView(env_, "/run", {});
+  ASSERT_TRUE(view.ok());
+  View& v = **view;
+  EXPECT_EQ(
+      Names(v, Resolve(v, "accelerate")),
+      (std::vector<std::string>{"latest", "latest_universal", "pytorch_model", "pytorch_model_1",
+                                "pytorch_model_1_fp32", "pytorch_model_1_universal"}));
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4/global_step4_universal")),
+            (std::vector<std::string>{"converted.txt"}));
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/latest_universal")),
+            "global_step4_universal");
+  // The ZeRO-3 fp32 weights are still made for the tag.
+  EXPECT_FALSE(Names(v, Resolve(v, "checkpoint-4/global_step4_fp32")).empty());
+}
+
+// A tag whose files do not open (a truncated rank file) answers every
+// lookup into its views with the error naming the file; the rest of the
+// run serves on.
+TEST_F(RunViewTest, ABrokenTagIsAnErrorNamingTheFileTheRestServesOn) {
+  const std::string bad =
+      "/run/checkpoint-4/global_step4/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  env_.WriteFile(bad, env_.Contents(bad)->substr(0, 100));
+  auto view = BuildRunView(env_, "/run", {});
+  ASSERT_TRUE(view.ok());
+  View& v = **view;
+  const InodeId u = Resolve(v, "checkpoint-4/global_step4_universal");
+  auto listed = v.ReadDir(u);
+  ASSERT_FALSE(listed.ok());
+  EXPECT_NE(listed.status().message().find("bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+            std::string::npos)
+      << listed.status().ToString();
+  EXPECT_FALSE(Names(v, Resolve(v, "checkpoint-8/global_step4_universal")).empty());
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/config.json")), "{}");
+}
+
+}  // namespace
+}  // namespace ucfs
