@@ -29,6 +29,13 @@ int RunExport(const ExportArgs& a) {
                  ucfs::TerminalSafe(opened.status().message()).c_str());
     return 1;
   }
+  if (opened->checkpoint == nullptr) {
+    std::fprintf(stderr,
+                 "ucfs export: %s is a run directory: export one of its checkpoint roots for "
+                 "now\n",
+                 ucfs::TerminalSafe(request.checkpoint).c_str());
+    return 2;
+  }
   const std::vector<std::string> roots =
       a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
   // The source is never written: neither OUT nor anything written below it
@@ -37,7 +44,7 @@ int RunExport(const ExportArgs& a) {
   std::vector<std::pair<std::string, Placement>> targets = {{out, Placement::kOutside}};
   for (const std::string& root : roots) targets.emplace_back(out + "/" + root, Placement::kApart);
   for (const auto& [path, placement] : targets) {
-    Status s = CheckPlacement(*opened->checkpoint, "the output", path, placement);
+    Status s = CheckPlacement(opened->source_dirs, "the output", path, placement);
     if (!s.ok()) {
       std::fprintf(stderr, "ucfs export: %s\n", ucfs::TerminalSafe(s.message()).c_str());
       return 2;

@@ -120,9 +120,10 @@ int RunMount(MountArgs a, int verbosity) {
   if (!opened_view.ok()) return Fail("mount", opened_view.status());
   const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
   const std::shared_ptr<ucfs::View> shown = opened_view->view;
+  const std::vector<std::string>& source_dirs = opened_view->source_dirs;
   // A mount over the checkpoint would wait on itself for its own shards.
   for (ucfs::Status s : {ucfs::cli::CheckMountpoint(mountpoint),
-                         ucfs::cli::CheckPlacement(*shared, "the mountpoint", mountpoint,
+                         ucfs::cli::CheckPlacement(source_dirs, "the mountpoint", mountpoint,
                                                    ucfs::cli::Placement::kApart)}) {
     if (!s.ok()) {
       std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(s.message()).c_str());
@@ -131,10 +132,17 @@ int RunMount(MountArgs a, int verbosity) {
   }
   std::unique_ptr<ucfs::OverlayFs> overlay;
   std::string upper;
+  if (a.upper && shared == nullptr) {
+    std::fprintf(stderr,
+                 "ucfs mount: %s is a run directory: --upper takes one of its checkpoint roots "
+                 "for now\n",
+                 ucfs::TerminalSafe(checkpoint).c_str());
+    return kExitUsage;
+  }
   if (a.upper) {
     upper = fs::absolute(*a.upper, ec).lexically_normal().string();
     ucfs::Status placed =
-        ucfs::cli::CheckPlacement(*shared, "--upper", upper, ucfs::cli::Placement::kApart);
+        ucfs::cli::CheckPlacement(source_dirs, "--upper", upper, ucfs::cli::Placement::kApart);
     if (!placed.ok()) {
       std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(placed.message()).c_str());
       return kExitUsage;
@@ -147,9 +155,7 @@ int RunMount(MountArgs a, int verbosity) {
     if (!opened.ok()) return Fail("mount", opened.status());
     overlay = std::make_unique<ucfs::OverlayFs>(std::move(opened).value(), shown);
   }
-  const std::string kind =
-      (a.world_size ? "view at world size " + std::to_string(*a.world_size) : "universal view") +
-      (a.upper ? ", writable into " + upper : "");
+  const std::string kind = opened_view->description + (a.upper ? ", writable into " + upper : "");
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
@@ -163,18 +169,19 @@ int RunMount(MountArgs a, int verbosity) {
   serve.drop_source_pages = a.drop_source_pages;
   // Like a network file system's host:path, the source shows in mount(8).
   serve.fsname = checkpoint;
-  serve.statfs_path = shared->files().root.empty() ? shared->files().tag_dir : shared->files().root;
+  serve.statfs_path = source_dirs.front();
   // A writable mount changes under the kernel's caches only through
   // itself, but DIR may also be touched directly: keep them short.
   if (overlay) serve.cache_timeout_s = 1.0;
-  const std::string index_note = opened_view->index_note;
   serve.on_mounted = [&] {
     if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
-    spdlog::info(
-        "{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, "
-        "{})",
-        checkpoint, mountpoint, kind, shared->files().tag, shared->params().size(),
-        shared->world_size(), ms, index_note);
+    if (shared == nullptr) {
+      spdlog::info("{} mounted on {}: {} ({:.1f} ms)", checkpoint, mountpoint, kind, ms);
+      return;
+    }
+    spdlog::info("{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, {})",
+                 checkpoint, mountpoint, kind, shared->files().tag, shared->params().size(),
+                 shared->world_size(), ms, opened_view->index_note);
   };
   return ucfs::fuse::Serve(shown, serve, std::move(overlay));
 }

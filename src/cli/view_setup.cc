@@ -7,10 +7,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 #include "ucfs/checkpoint/index.h"
+#include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/reshard_view.h"
+#include "ucfs/view/run_view.h"
 #include "ucfs/view/universal_view.h"
 
 namespace ucfs::cli {
@@ -26,11 +29,68 @@ Result<CheckpointEnv> OpenCheckpointEnv(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// The index, opened on first use: a run view's tags open in the mount's
+// daemon, after it forked, and LMDB's environment must be used by the
+// process that opened it. Thread-safe: FUSE's threads open tags at once.
+class LazyIndex final : public TorchFileSource {
+ public:
+  LazyIndex(Env& env, std::string dir) : env_(env), direct_(env), dir_(std::move(dir)) {}
+
+  Result<TorchFileSummary> Summarize(const std::string& path) override {
+    std::call_once(opened_, [this] {
+      auto opened = SummaryIndex::Open(env_, dir_);
+      if (opened.ok()) {
+        index_ = std::move(opened).value();
+      } else {
+        spdlog::warn("{} (going on without the index)", TerminalSafe(opened.status().message()));
+      }
+    });
+    return index_ ? index_->Summarize(path) : direct_.Summarize(path);
+  }
+
+ private:
+  Env& env_;
+  DirectTorchFileSource direct_;
+  const std::string dir_;
+  std::once_flag opened_;
+  std::unique_ptr<SummaryIndex> index_;  // set in opened_
+};
+
+// A run directory (no root or tag itself): its roots, served as they are
+// found (src/design/run-directories.md). Read-only and universal for now.
+Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::string& path) {
+  // Say now, not at the first ls, when there is nothing to serve.
+  UCFS_ASSIGN_OR_RETURN(RootListing first, FindFirstRoot(*out.env, path));
+  if (r.world_size || r.tag) {
+    return Status::NotSupported(path +
+                                " is a run directory, not a checkpoint root or tag directory: "
+                                "--world-size and --tag take one of its roots for now (such as " +
+                                first.dir + ")");
+  }
+  RunViewOptions options;
+  options.source = out.index.get();
+  options.universal.compute_crc = r.crc;
+  UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, options));
+  out.source_dirs = {path};
+  out.description = "run directory (every root's views, opened as they are looked into)";
+  return out;
+}
+
+}  // namespace
+
 Result<OpenedView> OpenView(const ViewRequest& r) {
   OpenedView out;
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(r.checkpoint));
   out.env = source.env;
   Env& env = *out.env;
+  if (!IsCheckpointDirectory(env, source.path) && env.IsDirectory(source.path)) {
+    if (!r.no_cache) {
+      out.index = std::make_shared<LazyIndex>(env, r.cache_dir.value_or(DefaultIndexDir()));
+    }
+    return OpenRunView(r, std::move(out), source.path);
+  }
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
     auto opened = SummaryIndex::Open(env, r.cache_dir.value_or(DefaultIndexDir()));
@@ -48,7 +108,8 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   out.index_note = index ? fmt::format("{} rank files from the index, {} read", index->cache_hits(),
                                        index->cache_misses())
                          : "no index";
-  const std::string& tag = out.checkpoint->files().tag;
+  const CheckpointFiles& files = out.checkpoint->files();
+  const std::string& tag = files.tag;
   if (r.world_size) {
     UCFS_ASSIGN_OR_RETURN(out.view,
                           BuildReshardView(env, out.checkpoint, {*r.world_size, r.sub_group_size}));
@@ -60,6 +121,11 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     out.layout_roots = {"latest_universal", UniversalTag(tag)};
   }
   out.consolidated_root = ConsolidatedDirName(tag);
+  for (const std::string& dir : {files.root, files.tag_dir}) {
+    if (!dir.empty()) out.source_dirs.push_back(dir);
+  }
+  out.description =
+      r.world_size ? "view at world size " + std::to_string(*r.world_size) : "universal view";
   return out;
 }
 
@@ -79,10 +145,10 @@ bool Within(const std::string& inner, const std::string& outer) {
 
 }  // namespace
 
-Status CheckPlacement(const Checkpoint& checkpoint, const std::string& what,
+Status CheckPlacement(const std::vector<std::string>& source_dirs, const std::string& what,
                       const std::string& path, Placement placement) {
   const std::string p = Resolved(path);
-  for (const std::string& dir : {checkpoint.files().root, checkpoint.files().tag_dir}) {
+  for (const std::string& dir : source_dirs) {
     if (dir.empty()) continue;
     const std::string d = Resolved(dir);
     if (Within(p, d)) {

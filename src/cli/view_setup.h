@@ -11,6 +11,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/codec/torch_file.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs::cli {
@@ -34,12 +35,24 @@ struct ViewRequest {
 };
 
 struct OpenedView {
-  // Declared first, destroyed last: the checkpoint and the view read
-  // through it.
+  // Declared first, destroyed last: the checkpoint, the index and the view
+  // read through it.
   std::shared_ptr<Env> env;
+  // Where rank files are summarised from, kept for a run view's tags,
+  // which open as they are first looked into (in the daemon); null without
+  // the index.
+  std::shared_ptr<TorchFileSource> index;
+  // Null for a run directory (the run view: src/design/run-directories.md).
   std::shared_ptr<const Checkpoint> checkpoint;
   std::shared_ptr<View> view;
-  // "3 rank files from the index, 0 read", or "no index".
+  // The source directories the view shows: the checkpoint's root and tag
+  // directory, or the run directory (what CheckPlacement keeps apart).
+  std::vector<std::string> source_dirs;
+  // What is mounted, for the log: "universal view", "view at world size 3",
+  // "run directory (...)".
+  std::string description;
+  // "3 rank files from the index, 0 read", "no index"; empty for a run
+  // directory, whose tags open later.
   std::string index_note;
   // The view's own top-level entries (not the source root's): what an
   // export writes. The consolidated weights' directory is separate.
@@ -57,7 +70,7 @@ enum class Placement {
 };
 // InvalidArgument naming `what` ("--upper", "the mountpoint") when `path`
 // breaks the rule.
-Status CheckPlacement(const Checkpoint& checkpoint, const std::string& what,
+Status CheckPlacement(const std::vector<std::string>& source_dirs, const std::string& what,
                       const std::string& path, Placement placement);
 
 // A mountpoint must be an existing, empty directory: mounting over files

@@ -43,7 +43,7 @@ class TagViews {
     UCFS_ASSIGN_OR_RETURN(std::unique_ptr<View> view,
                           BuildUniversalView(env_, shared, options_.universal));
     view_ = std::move(view);
-    spdlog::debug("{}: tag {} opened ({} params, world size {})", root_, tag_,
+    spdlog::info("{}: tag {} opened ({} params, world size {})", root_, tag_,
                   shared->params().size(), shared->world_size());
     return Status::OK();
   }
