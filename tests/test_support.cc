@@ -175,6 +175,31 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   ASSERT_TRUE(f.good()) << path;
 }
 
+InodeId ResolvePath(View& view, const std::string& path) {
+  InodeId node = kRootInode;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    auto next = view.Lookup(node, path.substr(start, slash - start));
+    EXPECT_TRUE(next.ok()) << path << ": " << next.status().ToString();
+    if (!next.ok()) return 0;
+    node = *next;
+    start = slash + 1;
+  }
+  return node;
+}
+
+std::vector<std::string> EntryNames(View& view, InodeId dir) {
+  std::vector<std::string> names;
+  auto listed = view.ReadDir(dir);
+  EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+  if (listed.ok()) {
+    for (const auto& [name, attr] : *listed) names.push_back(name);
+  }
+  return names;
+}
+
 std::shared_ptr<View> SmallView() {
   auto view = std::make_shared<View>(*Env::Posix(), 0);
   auto add = [&](InodeId dir, const char* name, const char* text) {

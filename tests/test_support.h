@@ -64,6 +64,12 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
 // contents are "t", "A-view", "B-view", "X-view".
 std::shared_ptr<View> SmallView();
 
+// The inode at '/'-separated `path` below `view`'s root, failing the test
+// (and answering 0) where a step is not found.
+InodeId ResolvePath(View& view, const std::string& path);
+// The names in directory `dir` of `view`, as ReadDir sorts them.
+std::vector<std::string> EntryNames(View& view, InodeId dir);
+
 // A fresh (removed) directory path under the test temp dir.
 std::string FreshTempDir(const std::string& name);
 

@@ -15,6 +15,8 @@ namespace ucfs {
 namespace {
 
 using testing::FixtureDir;
+constexpr auto Names = testing::EntryNames;
+constexpr auto Resolve = testing::ResolvePath;
 
 // Counts the rank files summarised: a run's listing must read none.
 class CountingSource final : public TorchFileSource {
@@ -30,31 +32,6 @@ class CountingSource final : public TorchFileSource {
   DirectTorchFileSource direct_;
   std::atomic<int> summarized_{0};
 };
-
-std::vector<std::string> Names(View& view, InodeId dir) {
-  std::vector<std::string> names;
-  auto listed = view.ReadDir(dir);
-  EXPECT_TRUE(listed.ok()) << listed.status().ToString();
-  if (listed.ok()) {
-    for (const auto& [name, attr] : *listed) names.push_back(name);
-  }
-  return names;
-}
-
-InodeId Resolve(View& view, const std::string& path) {
-  InodeId node = kRootInode;
-  size_t start = 0;
-  while (start < path.size()) {
-    size_t slash = path.find('/', start);
-    if (slash == std::string::npos) slash = path.size();
-    auto next = view.Lookup(node, path.substr(start, slash - start));
-    EXPECT_TRUE(next.ok()) << path << ": " << next.status().ToString();
-    if (!next.ok()) return 0;
-    node = *next;
-    start = slash + 1;
-  }
-  return node;
-}
 
 std::string ReadNode(Env& env, View& view, InodeId node) {
   auto attr = view.GetAttr(node);

@@ -15,6 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FixtureDir;
+constexpr auto Resolve = testing::ResolvePath;
 using testing::ReadFile;
 
 struct Mounted {
@@ -33,21 +34,6 @@ Mounted Build(Env& env, const std::string& path, bool crc) {
   EXPECT_TRUE(v.ok()) << v.status().ToString();
   m.view = std::move(v).value();
   return m;
-}
-
-InodeId Resolve(View& view, const std::string& path) {
-  InodeId node = kRootInode;
-  size_t start = 0;
-  while (start < path.size()) {
-    size_t slash = path.find('/', start);
-    if (slash == std::string::npos) slash = path.size();
-    auto next = view.Lookup(node, path.substr(start, slash - start));
-    EXPECT_TRUE(next.ok()) << path << ": " << next.status().ToString();
-    if (!next.ok()) return 0;
-    node = *next;
-    start = slash + 1;
-  }
-  return node;
 }
 
 std::string ReadRange(Env& env, View& view, InodeId node, uint64_t offset, uint64_t length) {

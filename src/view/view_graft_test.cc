@@ -12,6 +12,8 @@
 namespace ucfs {
 namespace {
 
+constexpr auto Names = testing::EntryNames;
+
 // A view of its own, as a graft's builder makes one: `dir/` holding a
 // passed-through source file and a built one, `dir/sub/` below it.
 struct Grafted {
@@ -28,16 +30,6 @@ Grafted MakeGrafted(MemEnv& env) {
   const InodeId sub = *g.view->AddDirectory(g.dir, "sub");
   EXPECT_TRUE(g.view->AddSourceFile(sub, "deep.pt", "/run/tag/deep.pt").ok());
   return g;
-}
-
-std::vector<std::string> Names(View& view, InodeId dir) {
-  std::vector<std::string> names;
-  auto listed = view.ReadDir(dir);
-  EXPECT_TRUE(listed.ok()) << listed.status().ToString();
-  if (listed.ok()) {
-    for (const auto& [name, attr] : *listed) names.push_back(name);
-  }
-  return names;
 }
 
 std::string ReadAll(View& view, InodeId file) {
