@@ -44,7 +44,7 @@ class TagViews {
                           BuildUniversalView(env_, shared, options_.universal));
     view_ = std::move(view);
     spdlog::info("{}: tag {} opened ({} params, world size {})", root_, tag_,
-                  shared->params().size(), shared->world_size());
+                 shared->params().size(), shared->world_size());
     return Status::OK();
   }
 
