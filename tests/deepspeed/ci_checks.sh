@@ -94,6 +94,12 @@ else
   done
 fi
 
+# Every run: DeepSpeed resuming from the roots of a mounted training run.
+start=$SECONDS
+echo "== DeepSpeed checks: roots of a mounted run directory (HF Trainer, Lightning, verl layouts)"
+if ! "$here/run_dir_check.sh" "$UCFS_BIN"; then failed=1; fi
+echo "ci_checks: run directory roots took $((SECONDS - start)) s"
+
 if [ -n "$(ls -A "$reports")" ]; then
   echo "ci_checks: sanitizer reports from ucfs in $reports:" >&2
   cat "$reports"/* >&2

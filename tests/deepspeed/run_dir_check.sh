@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Real DeepSpeed resumes from the roots of a mounted training run (the run
+# view, src/design/run-directories.md): the fixtures laid out as HF Trainer
+# (checkpoint-4/ ZeRO-3, checkpoint-8/ ZeRO-2), Lightning
+# (epoch=0-step=4.ckpt/, tag `checkpoint`) and verl (global_step_4/actor/step_4/,
+# tag `4`) write them, `ucfs mount RUN MNT`, then load_check.py
+# (MODE=universal, N=3) from each root inside the mount.
+#
+# usage: tests/deepspeed/run_dir_check.sh UCFS_BIN   (ORACLE_DIR as ci_checks.sh sets it)
+# Exits 1 if any load failed.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+fixtures=$(cd "$here/../data/fixtures" && pwd)
+ucfs=$(readlink -f "$1")
+oracle=${ORACLE_DIR:-$(cd "$here/../../.." && pwd)/shared/oracle}
+work=$(mktemp -d "${TMPDIR:-/tmp}/ucfs_run_dir_check.XXXXXX")
+run=$work/run
+mnt=$work/mnt
+mkdir -p "$mnt"
+cleanup() {
+  if mountpoint -q "$mnt"; then "$ucfs" umount "$mnt" || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# root (relative to the run) : fixture : tag
+layout=("checkpoint-4:z3_bf16_ws2:global_step4" "checkpoint-8:z2_tricky_fp32_ws2:global_step8"
+        "checkpoints/epoch=0-step=4.ckpt:z3_fp32_ws2:checkpoint" "global_step_4/actor/step_4:z3_bf16_ws3:4")
+for entry in "${layout[@]}"; do
+  IFS=: read -r root fixture tag <<< "$entry"
+  mkdir -p "$run/$root"
+  cp -r "$fixtures/$fixture/checkpoint/global_step4" "$run/$root/$tag"
+  printf '%s' "$tag" > "$run/$root/latest"
+done
+echo '{}' > "$run/checkpoint-4/config.json"
+for r in 0 1; do echo "rng $r" > "$run/checkpoint-4/rng_state_$r.pth"; done
+
+"$ucfs" mount --no-cache "$run" "$mnt" || { echo "run_dir_check: mount failed" >&2; exit 1; }
+failed=0 passed=0
+for entry in "${layout[@]}"; do
+  IFS=: read -r root fixture tag <<< "$entry"
+  echo "== DeepSpeed resumes (universal, N=3) from the run's $root (tag $tag, $fixture)"
+  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/$fixture" --ckpt "$mnt/$root" \
+           --mode universal --world-size 3 --quiet 2>&1 | tail -1)
+  echo "$last"
+  if [[ $last == PASS* ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
