@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 
 #include "libtorch_reader.h"
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/codec/dtype_cast.h"
 
 namespace ucfs {
 namespace {
@@ -48,6 +50,40 @@ TEST(LibTorchCrossCheck, UniversalFilesAgreeWithTheCheckpointModel) {
     }
   }
   EXPECT_EQ(files, 6u * 4 * 3 + 12 * 3);
+}
+
+// The casts the Hugging Face weights are made with round exactly as
+// torch's .to() does: every float32 exponent, the ties, subnormals,
+// overflow, infinities, and random bit patterns.
+TEST(LibTorchCrossCheck, Float32CastsRoundAsTorchDoes) {
+  std::vector<uint32_t> bits;
+  for (uint32_t exponent = 0; exponent < 256; ++exponent) {
+    for (uint32_t mantissa : {0u, 1u, 0x1000u, 0x1FFFu, 0x2000u, 0x3000u, 0x7FFFu, 0x8000u,
+                              0x18000u, 0x400000u, 0x7FFFFFu, 0x7FE000u, 0x7FF000u}) {
+      for (uint32_t sign : {0u, 0x80000000u}) bits.push_back(sign | (exponent << 23) | mantissa);
+    }
+  }
+  std::mt19937 rng(20261202);
+  for (int i = 0; i < 200000; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  for (const char* dtype : {"bfloat16", "float16"}) {
+    const std::vector<uint16_t> want = testing::CastWithLibTorch(bits, dtype);
+    size_t compared = 0;
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const bool nan = (bits[i] & 0x7FFFFFFFu) > 0x7F800000u;
+      const uint16_t got = std::string(dtype) == "bfloat16" ? Float32BitsToBFloat16(bits[i])
+                                                            : Float32BitsToFloat16(bits[i]);
+      if (nan) {
+        // Any NaN is a NaN; payloads are not a value.
+        const bool got_nan =
+            std::string(dtype) == "bfloat16" ? (got & 0x7FFF) > 0x7F80 : (got & 0x7FFF) > 0x7C00;
+        EXPECT_TRUE(got_nan) << dtype << " " << std::hex << bits[i];
+        continue;
+      }
+      ASSERT_EQ(got, want[i]) << dtype << " of 0x" << std::hex << bits[i];
+      ++compared;
+    }
+    EXPECT_GT(compared, 190000u);
+  }
 }
 
 }  // namespace

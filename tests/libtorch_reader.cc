@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -24,6 +25,16 @@ bool LoadWithLibTorch(const std::string& path, LibTorchTensor* out, std::string*
     *error = e.what();
     return false;
   }
+}
+
+std::vector<uint16_t> CastWithLibTorch(const std::vector<uint32_t>& bits,
+                                       const std::string& dtype) {
+  std::vector<uint32_t> copy = bits;
+  at::Tensor in = at::from_blob(copy.data(), {static_cast<int64_t>(copy.size())}, at::kFloat);
+  at::Tensor out = in.to(dtype == "bfloat16" ? at::kBFloat16 : at::kHalf).contiguous();
+  std::vector<uint16_t> result(copy.size());
+  std::memcpy(result.data(), out.data_ptr(), result.size() * 2);
+  return result;
 }
 
 }  // namespace ucfs::testing

@@ -21,6 +21,10 @@ struct LibTorchTensor {
 // Returns false and sets *error if LibTorch cannot.
 bool LoadWithLibTorch(const std::string& path, LibTorchTensor* out, std::string* error);
 
+// float32 elements (`bits`) cast by at::Tensor::to to "bfloat16" or
+// "float16": the 16-bit patterns torch makes.
+std::vector<uint16_t> CastWithLibTorch(const std::vector<uint32_t>& bits, const std::string& dtype);
+
 }  // namespace ucfs::testing
 
 #endif  // UCFS_TESTS_LIBTORCH_READER_H_
