@@ -3,7 +3,10 @@
 #include <lmdb.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
@@ -45,6 +48,60 @@ std::string DefaultIndexDir() {
   return JoinPath(JoinPath(home != nullptr ? home : "/tmp", ".cache"), "ucfs");
 }
 
+Result<int64_t> StatfsType(const std::string& path) {
+  std::string p = path;
+  while (true) {
+    struct statfs st {};
+    if (::statfs(p.c_str(), &st) == 0) return static_cast<int64_t>(st.f_type);
+    if (errno != ENOENT || p.empty() || p == "/") return Status::FromErrno("statfs " + p, errno);
+    const size_t slash = p.rfind('/');
+    p = slash == 0 || slash == std::string::npos ? "/" : p.substr(0, slash);
+  }
+}
+
+bool IsNetworkFsType(int64_t f_type) {
+  constexpr int64_t kNetwork[] = {
+      0x6969,      // NFS
+      0xFF534D42,  // CIFS
+      0xFE534D42,  // SMB2
+      0x517B,      // SMB
+      0x0BD00BD0,  // Lustre
+      0x47504653,  // GPFS
+      0x19830326,  // BeeGFS
+      0x00C36400,  // Ceph
+      0x5346414F,  // AFS
+      0x6B414653,  // kAFS
+      0xAAD7AAEA,  // Panasas
+      0x01021997,  // 9p
+      0x65735546,  // FUSE (sshfs, JuiceFS, gcsfuse, ...)
+  };
+  for (int64_t t : kNetwork) {
+    if (f_type == t) return true;
+  }
+  return false;
+}
+
+IndexPlacement PlaceIndex(const std::optional<std::string>& requested, const FsTypeProbe& probe) {
+  IndexPlacement out;
+  out.dir = requested.value_or(DefaultIndexDir());
+  auto on_network = [&probe](const std::string& dir) {
+    auto type = probe(dir);
+    return type.ok() && IsNetworkFsType(*type);
+  };
+  if (!on_network(out.dir)) return out;
+  const std::string asked = out.dir;
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (runtime != nullptr && *runtime == '/' && !on_network(runtime)) {
+    out.dir = JoinPath(runtime, "ucfs");
+  } else {
+    out.dir = "/var/tmp/ucfs-" + std::to_string(::getuid());
+  }
+  out.note = asked +
+             " is on a network file system, where LMDB must not be used: the index is kept in " +
+             out.dir;
+  return out;
+}
+
 SummaryIndex::SummaryIndex(Env& env, std::unique_ptr<Lmdb> lmdb)
     : env_(env), lmdb_(std::move(lmdb)) {}
 
@@ -57,6 +114,16 @@ Result<std::unique_ptr<SummaryIndex>> SummaryIndex::Open(Env& env, const std::st
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
   }
   if (ec) return Status::IOError("index: cannot create " + dir + ": " + ec.message());
+  // In a shared directory (/var/tmp) another user may have made the name
+  // first, to read the index or to plant one: only a directory of our own,
+  // which no one else may write, is used.
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return Status::FromErrno("index: " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 0022) != 0) {
+    return Status::Unsafe("index: " + dir +
+                          " is not a directory of this user's that only it may write; "
+                          "not used");
+  }
   auto lmdb = std::make_unique<Lmdb>();
   int rc = mdb_env_create(&lmdb->env);
   if (rc != 0) return LmdbError("mdb_env_create", rc);

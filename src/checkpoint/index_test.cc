@@ -1,8 +1,11 @@
 #include "ucfs/checkpoint/index.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 
 #include "test_support.h"
@@ -96,6 +99,61 @@ TEST(SummaryIndex, SecondOpenReadsNoShard) {
 TEST(SummaryIndex, UnusableDirectoryIsAnError) {
   auto index = SummaryIndex::Open(*Env::Posix(), "/proc/ucfs-cannot-be-here");
   EXPECT_FALSE(index.ok());
+}
+
+// $HOME on a cluster is NFS, GPFS or Lustre: the index goes to local
+// storage, per user, and says so.
+TEST(PlaceIndex, KeepsTheIndexOffNetworkFileSystems) {
+  const int64_t kNfs = 0x6969, kExt4 = 0xEF53, kTmpfs = 0x01021994;
+  EXPECT_TRUE(IsNetworkFsType(kNfs));
+  EXPECT_TRUE(IsNetworkFsType(0x0BD00BD0));  // Lustre
+  EXPECT_TRUE(IsNetworkFsType(0x47504653));  // GPFS
+  EXPECT_FALSE(IsNetworkFsType(kExt4));
+  EXPECT_FALSE(IsNetworkFsType(kTmpfs));
+
+  auto local = PlaceIndex(std::string("/home/u/.cache/ucfs"),
+                          [&](const std::string&) -> Result<int64_t> { return kExt4; });
+  EXPECT_EQ(local.dir, "/home/u/.cache/ucfs");
+  EXPECT_TRUE(local.note.empty());
+
+  auto fs_of = [&](const std::string& p) -> Result<int64_t> {
+    return p.starts_with("/home/") ? kNfs : kTmpfs;
+  };
+  ::setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+  auto runtime = PlaceIndex(std::string("/home/u/.cache/ucfs"), fs_of);
+  EXPECT_EQ(runtime.dir, "/run/user/1234/ucfs");
+  EXPECT_NE(runtime.note.find("/home/u/.cache/ucfs is on a network file system"), std::string::npos)
+      << runtime.note;
+  EXPECT_NE(runtime.note.find("/run/user/1234/ucfs"), std::string::npos) << runtime.note;
+
+  ::unsetenv("XDG_RUNTIME_DIR");
+  auto var_tmp = PlaceIndex(std::string("/home/u/.cache/ucfs"), fs_of);
+  EXPECT_EQ(var_tmp.dir, "/var/tmp/ucfs-" + std::to_string(::getuid()));
+  // A probe that fails (no such path, no permission) keeps what was asked.
+  auto unknown = PlaceIndex(std::string("/x"), [](const std::string& p) -> Result<int64_t> {
+    return Status::IOError(p);
+  });
+  EXPECT_EQ(unknown.dir, "/x");
+}
+
+TEST(PlaceIndex, StatfsOfAPathNotYetMadeIsItsParentsFileSystem) {
+  auto made = StatfsType("/tmp");
+  auto missing = StatfsType("/tmp/ucfs-not-made/a/b");
+  ASSERT_TRUE(made.ok() && missing.ok());
+  EXPECT_EQ(*made, *missing);
+}
+
+// Another user's directory (or one anyone may write) in a shared place is
+// never used for the index.
+TEST(SummaryIndex, RefusesADirectoryOthersMayWrite) {
+  const std::string dir = testing::FreshTempDir("index_shared");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto index = SummaryIndex::Open(*Env::Posix(), dir);
+  ASSERT_FALSE(index.ok());
+  EXPECT_NE(index.status().message().find("only it may write"), std::string::npos)
+      << index.status().ToString();
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -123,6 +123,11 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   j["step"] = step;
   j["sub_group_size"] =
       c.configured_sub_group_size() ? json(*c.configured_sub_group_size()) : json(nullptr);
+  const BatchConfig& batch = c.batch();
+  auto opt = [](const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); };
+  j["batch"] = {{"train_batch_size", opt(batch.train_batch_size)},
+                {"train_micro_batch_size_per_gpu", opt(batch.micro_batch_per_gpu)},
+                {"gradient_accumulation_steps", opt(batch.gradient_accumulation)}};
   j["param_groups"] = c.param_group_count();
   json states = json::array();
   for (const auto& s : c.states())
@@ -198,6 +203,9 @@ std::string InspectText(const Checkpoint& c) {
            (c.global_steps() ? "  (global_steps " + std::to_string(*c.global_steps()) + ")" : "")},
       {"groups", GroupsText(c)},
   };
+  if (std::string batch = DescribeBatch(c.batch(), c.world_size()); !batch.empty()) {
+    head.push_back({"batch", batch});
+  }
   std::string states;
   for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + Printable(s.name);
   head.push_back({"states", states});

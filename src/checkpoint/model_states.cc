@@ -158,7 +158,18 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
                       std::to_string(c_.world_size()) + " ranks");
     }
   }
-  NodeId zero_cfg = doc.Get(doc.Get(root, "ds_config"), "zero_optimization");
+  const NodeId ds_config = doc.Get(root, "ds_config");
+  // A positive whole number, else unknown (HF's "auto" left unfilled).
+  auto count = [&doc, ds_config](const char* key) -> std::optional<int64_t> {
+    auto v = doc.AsNumber(doc.Get(ds_config, key));
+    if (!v || !(*v >= 1 && *v < 0x1p62) || *v != static_cast<double>(static_cast<int64_t>(*v))) {
+      return std::nullopt;
+    }
+    return static_cast<int64_t>(*v);
+  };
+  c_.batch_ = {count("train_batch_size"), count("train_micro_batch_size_per_gpu"),
+               count("gradient_accumulation_steps")};
+  NodeId zero_cfg = doc.Get(ds_config, "zero_optimization");
   if (auto sgs = doc.AsNumber(doc.Get(zero_cfg, "sub_group_size")); sgs && *sgs >= 0) {
     // A float in the JSON (1e20: never split) may not fit: as good as infinite.
     c_.sub_group_size_ = *sgs < 0x1p64 ? static_cast<uint64_t>(*sgs) : UINT64_MAX;

@@ -1,6 +1,7 @@
 #include "ucfs/checkpoint/run_layout.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace ucfs {
 
@@ -41,7 +42,19 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
   return root;
 }
 
-Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth) {
+namespace {
+
+Status NoRootIn(const std::string& dir, int max_depth) {
+  return Status::NotFound(dir + ": no DeepSpeed checkpoint in it or up to " +
+                          std::to_string(max_depth) +
+                          " levels below (a checkpoint root is a directory with a `latest` file "
+                          "and tag directories of *_optim_states.pt files)");
+}
+
+// Breadth first from `dir`, roots in the order met; stops after `limit`.
+Result<std::vector<RootListing>> WalkRoots(Env& env, const std::string& dir, int max_depth,
+                                           size_t limit) {
+  std::vector<RootListing> found;
   std::vector<std::string> level = {dir};
   for (int depth = 0; depth <= max_depth && !level.empty(); ++depth) {
     std::vector<std::string> next;
@@ -51,17 +64,33 @@ Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_dept
         if (depth == 0) return entries.status();
         continue;
       }
-      if (auto root = ListRoot(env, d, *entries)) return std::move(*root);
-      for (const DirEntry& e : *entries) {
-        if (e.is_dir) next.push_back(JoinPath(d, e.name));
+      if (auto root = ListRoot(env, d, *entries)) {
+        found.push_back(std::move(*root));
+        if (found.size() >= limit) return found;
+        continue;
       }
+      std::vector<std::string> subdirs;
+      for (const DirEntry& e : *entries) {
+        if (e.is_dir) subdirs.push_back(JoinPath(d, e.name));
+      }
+      std::sort(subdirs.begin(), subdirs.end());
+      next.insert(next.end(), subdirs.begin(), subdirs.end());
     }
     level = std::move(next);
   }
-  return Status::NotFound(dir + ": no DeepSpeed checkpoint in it or up to " +
-                          std::to_string(max_depth) +
-                          " levels below (a checkpoint root is a directory with a `latest` file "
-                          "and tag directories of *_optim_states.pt files)");
+  if (found.empty()) return NoRootIn(dir, max_depth);
+  return found;
+}
+
+}  // namespace
+
+Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth) {
+  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> roots, WalkRoots(env, dir, max_depth, 1));
+  return std::move(roots.front());
+}
+
+Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir, int max_depth) {
+  return WalkRoots(env, dir, max_depth, SIZE_MAX);
 }
 
 }  // namespace ucfs

@@ -133,5 +133,30 @@ TEST(FindFirstRoot, FindsANestedRootOrSaysWhatARootIs) {
   EXPECT_FALSE(IsCheckpointDirectory(env, "/run/ckpt"));
 }
 
+// inspect and verify of a run go over every root, in walk order, never
+// below a root.
+TEST(FindRoots, EveryRootBreadthFirstNoneBelowARoot) {
+  MemEnv env;
+  env.WriteFile("/run/checkpoint-8/latest", "global_step8");
+  WriteZero3Tag(env, "/run/checkpoint-8/global_step8", 2);
+  env.WriteFile("/run/checkpoint-4/latest", "global_step4");
+  WriteZero3Tag(env, "/run/checkpoint-4/global_step4", 2);
+  env.WriteFile("/run/ckpt/_critic/latest", "global_step2");
+  WriteZero3Tag(env, "/run/ckpt/_critic/global_step2", 2);
+  env.WriteFile("/run/ckpt/_actor/latest", "global_step2");
+  WriteZero3Tag(env, "/run/ckpt/_actor/global_step2", 2);
+  // A root inside a root's own directory is not looked for.
+  env.WriteFile("/run/checkpoint-4/nested/latest", "t");
+  WriteZero3Tag(env, "/run/checkpoint-4/nested/t", 2);
+  auto roots = FindRoots(env, "/run");
+  ASSERT_TRUE(roots.ok()) << roots.status().ToString();
+  std::vector<std::string> dirs;
+  for (const RootListing& r : *roots) dirs.push_back(r.dir);
+  EXPECT_EQ(dirs, (std::vector<std::string>{"/run/checkpoint-4", "/run/checkpoint-8",
+                                            "/run/ckpt/_actor", "/run/ckpt/_critic"}));
+  auto none = FindRoots(env, "/run/ckpt/_actor/global_step2");
+  EXPECT_FALSE(none.ok());
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -29,6 +29,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
+#include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/codec/pickle.h"
@@ -152,6 +153,8 @@ class Checkpoint {
   // were flattened in an order that depends on the world size
   // (param_shapes lists them in that order).
   bool round_robin_gradients() const { return round_robin_gradients_; }
+  // ds_config's train_batch_size, micro batch and accumulation as saved.
+  const BatchConfig& batch() const { return batch_; }
 
   const std::vector<ParamInfo>& params() const { return params_; }
   const std::vector<SubGroupInfo>& sub_groups() const { return sub_groups_; }
@@ -218,6 +221,7 @@ class Checkpoint {
   std::optional<uint64_t> sub_group_size_;
   uint32_t param_group_count_ = 0;
   bool round_robin_gradients_ = false;
+  BatchConfig batch_;
   std::vector<ParamInfo> params_;
   std::vector<SubGroupInfo> sub_groups_;
   std::vector<StateInfo> states_;

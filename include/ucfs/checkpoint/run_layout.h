@@ -55,6 +55,11 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
 // when there is none.
 Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth = 3);
 
+// Every root in `dir` or below it, at most `max_depth` levels down, in the
+// order a breadth-first walk meets them (siblings by name); nothing below
+// a root is searched. NotFound as FindFirstRoot's when there is none.
+Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir, int max_depth = 3);
+
 }  // namespace ucfs
 
 #endif  // UCFS_CHECKPOINT_RUN_LAYOUT_H_
