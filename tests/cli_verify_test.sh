@@ -53,4 +53,25 @@ check "verify without CKPT exits 2" test $? -eq 2
 "$ucfs" verify -j 0 "$tmp/ck" >"$tmp/out" 2>&1
 check "verify -j 0 exits 2" test $? -eq 2
 
+# A run directory: every tag of every root is verified; one bad tag fails it.
+mkdir -p "$tmp/run/checkpoint-4" "$tmp/run/checkpoint-8"
+cp -r "$fixtures/z3_bf16_ws2/checkpoint/global_step4" "$tmp/run/checkpoint-4/"
+printf global_step4 > "$tmp/run/checkpoint-4/latest"
+cp -r "$fixtures/z2_tricky_fp32_ws2/checkpoint/global_step4" "$tmp/run/checkpoint-8/global_step8"
+printf global_step8 > "$tmp/run/checkpoint-8/latest"
+"$ucfs" verify "$tmp/run" >"$tmp/out" 2>"$tmp/err"
+check "verify of a run exits 0" test $? -eq 0
+check "it verifies both checkpoints" test "$(grep -c '^OK: ' "$tmp/out")" -eq 2
+rm "$tmp/run/checkpoint-8/global_step8/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+"$ucfs" verify --json "$tmp/run" >"$tmp/json" 2>"$tmp/err"
+check "a run with a missing rank file fails verify" test $? -eq 1
+check "--json names the checkpoint and the missing file" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+by = {c['root'].rsplit('/', 1)[1]: c for c in j['checkpoints']}
+bad = by['checkpoint-8']['report']
+ok = (j['ok'] is False and by['checkpoint-4']['report']['ok'] is True and bad['ok'] is False
+      and any('zero_pp_rank_1_mp_rank_00_optim_states.pt' in p['file'] for p in bad['problems']))
+sys.exit(0 if ok else print(json.dumps(j)[:2000]) or 1)"
+
 exit $fail

@@ -25,6 +25,7 @@
 #include "fuse/fuse_server.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/inspect_report.h"
+#include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/overlay/overlay_fs.h"
@@ -68,11 +69,51 @@ int Fail(const char* command, const ucfs::Status& s) {
   return kExitCheckpointError;
 }
 
+// inspect of a run directory: every tag of every root, one report each.
+int RunInspectRun(ucfs::Env& env, const std::string& path, bool json) {
+  auto roots = ucfs::FindRoots(env, path);
+  if (!roots.ok()) return Fail("inspect", roots.status());
+  auto reports = nlohmann::ordered_json::array();
+  int status = 0;
+  for (const ucfs::RootListing& root : *roots) {
+    for (const ucfs::TagListing& tag : root.tags) {
+      ucfs::CheckpointOptions options;
+      options.tag = tag.name;
+      auto ckpt = ucfs::Checkpoint::Open(env, root.dir, options);
+      if (!ckpt.ok()) {
+        status = kExitCheckpointError;
+        std::fprintf(stderr, "ucfs inspect: %s\n",
+                     ucfs::TerminalSafe(ckpt.status().message()).c_str());
+        reports.push_back(
+            {{"root", root.dir}, {"tag", tag.name}, {"error", ckpt.status().message()}});
+        continue;
+      }
+      if (json) {
+        reports.push_back(
+            {{"root", root.dir}, {"tag", tag.name}, {"report", ucfs::InspectJson(*ckpt)}});
+      } else {
+        std::cout << "== " << ucfs::TerminalSafe(root.dir) << "  (tag "
+                  << ucfs::TerminalSafe(tag.name) << ")\n"
+                  << ucfs::InspectText(*ckpt) << "\n";
+      }
+    }
+  }
+  if (json) {
+    nlohmann::ordered_json out = {{"run", path}, {"checkpoints", std::move(reports)}};
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return status;
+}
+
 int RunInspect(const std::string& path, const std::optional<std::string>& tag, bool json) {
   ucfs::CheckpointOptions options;
   options.tag = tag;
   auto source = ucfs::cli::OpenCheckpointEnv(path);
   if (!source.ok()) return Fail("inspect", source.status());
+  if (!tag && !ucfs::IsCheckpointDirectory(*source->env, source->path) &&
+      source->env->IsDirectory(source->path)) {
+    return RunInspectRun(*source->env, source->path, json);
+  }
   auto ckpt = ucfs::Checkpoint::Open(*source->env, source->path, options);
   if (!ckpt.ok()) return Fail("inspect", ckpt.status());
   if (json) {
@@ -116,6 +157,18 @@ int RunMount(MountArgs a, int verbosity) {
   request.crc = a.crc;
   request.world_size = a.world_size;
   request.sub_group_size = a.sub_group_size;
+  request.copy_rank_files = !a.no_rank_file_copies;
+  if (a.weights_dtype) {
+    auto dtype = ucfs::cli::ParseWeightsDtype(*a.weights_dtype);
+    if (!dtype.ok()) {
+      std::fprintf(stderr, "ucfs mount: %s\n",
+                   ucfs::TerminalSafe(dtype.status().message()).c_str());
+      return kExitUsage;
+    }
+    request.weights_dtype = *dtype;
+  }
+  // Trainers count, sum and parse what a writable mount shows.
+  request.extra_views = !a.upper || a.views;
   auto opened_view = ucfs::cli::OpenView(request);
   if (!opened_view.ok()) return Fail("mount", opened_view.status());
   const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
@@ -132,13 +185,6 @@ int RunMount(MountArgs a, int verbosity) {
   }
   std::unique_ptr<ucfs::OverlayFs> overlay;
   std::string upper;
-  if (a.upper && shared == nullptr) {
-    std::fprintf(stderr,
-                 "ucfs mount: %s is a run directory: --upper takes one of its checkpoint roots "
-                 "for now\n",
-                 ucfs::TerminalSafe(checkpoint).c_str());
-    return kExitUsage;
-  }
   if (a.upper) {
     upper = fs::absolute(*a.upper, ec).lexically_normal().string();
     ucfs::Status placed =
@@ -149,7 +195,7 @@ int RunMount(MountArgs a, int verbosity) {
     }
     // The consolidated weights are shown read-only, --upper or not.
     ucfs::Overlay::Options overlay_options;
-    overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
+    if (shared) overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
     auto opened =
         ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix(), std::move(overlay_options));
     if (!opened.ok()) return Fail("mount", opened.status());
@@ -216,7 +262,10 @@ CLI::App* AddInspectCommand(CLI::App& app, InspectArgs* a, int* verbosity) {
   CLI::App* inspect = app.add_subcommand("inspect",
                                          "Describe a ZeRO-3 checkpoint: world size, dtype, "
                                          "step, groups, and every parameter");
-  inspect->add_option("CKPT", a->path, "Checkpoint root (with `latest`) or tag directory")
+  inspect
+      ->add_option("CKPT", a->path,
+                   "Checkpoint root (with `latest`), tag directory, or a run directory (every "
+                   "tag of every root below it)")
       ->required();
   inspect->add_option("--tag", a->tag, "Tag directory to read instead of the one `latest` names");
   inspect->add_flag("--json", a->json, "Print JSON for scripts");
@@ -230,7 +279,10 @@ CLI::App* AddVerifyCommand(CLI::App& app, ucfs::cli::VerifyArgs* a, int* verbosi
       "Check a checkpoint before trusting it: every rank file present and readable, world "
       "sizes and steps agreeing, tensors inside their records, no NaN/Inf in weights or "
       "optimizer states");
-  verify->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+  verify
+      ->add_option("CKPT", a->checkpoint,
+                   "Checkpoint root (with `latest`), tag directory, or a run directory (every "
+                   "tag of every root below it)")
       ->required();
   verify->add_option("--tag", a->tag, "Tag directory to check instead of the one `latest` names");
   verify->add_flag("--json", a->json, "Print JSON for scripts");
@@ -279,6 +331,17 @@ CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
                     "Make the mount writable: whatever is written (new checkpoints, a rewritten "
                     "`latest`) lands in this directory (created if missing); the source is never "
                     "written");
+  mount->add_flag("--views", a->views,
+                  "With --upper, a run directory's roots still show <tag>_universal/, "
+                  "latest_universal and <tag>_fp32/ (hidden by default: trainers count, sum and "
+                  "parse what they find there)");
+  mount->add_flag("--no-rank-file-copies", a->no_rank_file_copies,
+                  "With --world-size, give new ranks no copy of the frameworks' per-rank files "
+                  "(rng_state_{r}.pth, random_states_{r}.pkl, ...): a copy repeats another "
+                  "rank's random streams");
+  mount->add_option("--weights-dtype", a->weights_dtype,
+                    "The dtype of the Hugging Face weights shown beside a root's config.json: "
+                    "bf16, fp16 or fp32 (default: the training dtype)");
   mount->add_flag("--no-prefetch", a->no_prefetch,
                   "Tuning: don't read ahead in the source files (to measure what it buys)");
   mount->add_flag("--no-splice", a->no_splice,

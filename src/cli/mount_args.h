@@ -26,6 +26,14 @@ struct MountArgs {
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
   std::optional<std::string> upper;
+  // A writable mount of a run directory shows the extra views
+  // (<tag>_universal, latest_universal, <tag>_fp32) only when asked.
+  bool views = false;
+  // New ranks get no copy of the frameworks' per-rank files.
+  bool no_rank_file_copies = false;
+  // The dtype of the Hugging Face weights beside config.json: "bf16",
+  // "fp16" or "fp32"; default the training dtype.
+  std::optional<std::string> weights_dtype;
   // Tuning switches (fuse::ServeOptions): the defaults are the fast ones;
   // --no-* measure what each buys, --drop-source-pages trades speed for page
   // cache.

@@ -34,14 +34,17 @@ struct UcfsOption {
   std::string_view value;  // empty: a flag that takes no value
   std::string_view help;
 };
-constexpr std::array<UcfsOption, 10> kUcfsOptions = {{
+constexpr std::array<UcfsOption, 13> kUcfsOptions = {{
     {"world_size", "N", "--world-size N: the checkpoint as saved with N ranks"},
     {"upper", "DIR", "--upper DIR: writable, writes land in DIR"},
     {"tag", "TAG", "--tag TAG: another tag than `latest` names"},
     {"sub_group_size", "N", "--sub-group-size N: the run's sub_group_size"},
     {"cache_dir", "DIR", "--cache-dir DIR: where the index lives"},
+    {"weights_dtype", "DTYPE", "--weights-dtype DTYPE: the HF weights' dtype"},
     {"no_cache", "", "--no-cache: neither read nor write the index"},
     {"crc", "", "--crc: real CRC-32s in the zip records"},
+    {"views", "", "--views: a writable run mount still shows the extra views"},
+    {"no_rank_file_copies", "", "--no-rank-file-copies: new ranks get no per-rank files"},
     {"log_file", "FILE", "--log-file FILE: log there instead of syslog"},
     {"verbose", "", "-v: more log output"},
     {"debug", "", "-v: more log output"},
@@ -128,6 +131,8 @@ Status ApplyOption(const std::string& opt, HelperRequest& r, bool& read_only) {
     }
     if (key == "no_cache") r.mount.no_cache = true;
     if (key == "crc") r.mount.crc = true;
+    if (key == "views") r.mount.views = true;
+    if (key == "no_rank_file_copies") r.mount.no_rank_file_copies = true;
     if (key == "verbose" || key == "debug") ++r.verbosity;
     return Status::OK();
   }
@@ -153,6 +158,8 @@ Status ApplyOption(const std::string& opt, HelperRequest& r, bool& read_only) {
     r.mount.tag = value;
   } else if (key == "cache_dir") {
     r.mount.cache_dir = value;
+  } else if (key == "weights_dtype") {
+    r.mount.weights_dtype = value;
   } else if (key == "log_file") {
     r.mount.log_file = value;
   }
@@ -261,8 +268,11 @@ std::string EquivalentCommand(const HelperRequest& r) {
   if (m.tag) add("--tag", *m.tag);
   if (m.sub_group_size) add("--sub-group-size", std::to_string(*m.sub_group_size));
   if (m.cache_dir) add("--cache-dir", *m.cache_dir);
+  if (m.weights_dtype) add("--weights-dtype", *m.weights_dtype);
   if (m.no_cache) add("--no-cache");
   if (m.crc) add("--crc");
+  if (m.views) add("--views");
+  if (m.no_rank_file_copies) add("--no-rank-file-copies");
   if (!m.log_file.empty()) add("--log-file", m.log_file);
   for (int i = 0; i < r.verbosity; ++i) add("-v");
   if (!m.options.empty()) {

@@ -7,6 +7,7 @@
 
 #include "cli/progress.h"
 #include "cli/view_setup.h"
+#include "ucfs/checkpoint/run_layout.h"
 
 namespace ucfs::cli {
 namespace {
@@ -120,6 +121,48 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   return j;
 }
 
+// verify of a run directory: every tag of every root, each scanned as
+// `ucfs verify ROOT --tag TAG` would; fails if any fails.
+static int RunVerifyRun(const VerifyArgs& a, Env& env, const std::string& path) {
+  using json = nlohmann::ordered_json;
+  auto roots = FindRoots(env, path);
+  if (!roots.ok()) {
+    std::fprintf(stderr, "ucfs verify: %s\n", ucfs::TerminalSafe(roots.status().message()).c_str());
+    return 1;
+  }
+  auto reports = json::array();
+  bool all_ok = true;
+  for (const RootListing& root : *roots) {
+    for (const TagListing& tag : root.tags) {
+      VerifyOptions options;
+      options.tag = tag.name;
+      options.threads = a.threads;
+      auto report = Verify(env, root.dir, options);
+      if (!report.ok()) {
+        all_ok = false;
+        std::fprintf(stderr, "ucfs verify: %s\n",
+                     ucfs::TerminalSafe(report.status().message()).c_str());
+        reports.push_back(
+            {{"root", root.dir}, {"tag", tag.name}, {"error", report.status().message()}});
+        continue;
+      }
+      all_ok = all_ok && report->ok();
+      if (a.json) {
+        reports.push_back({{"root", root.dir}, {"tag", tag.name}, {"report", VerifyJson(*report)}});
+      } else {
+        std::cout << "== " << ucfs::TerminalSafe(root.dir) << "  (tag "
+                  << ucfs::TerminalSafe(tag.name) << ")\n"
+                  << VerifyText(*report) << "\n";
+      }
+    }
+  }
+  if (a.json) {
+    json out = {{"run", path}, {"ok", all_ok}, {"checkpoints", std::move(reports)}};
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return all_ok ? 0 : 1;
+}
+
 int RunVerify(const VerifyArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Progress> progress;
@@ -131,6 +174,10 @@ int RunVerify(const VerifyArgs& a) {
   };
   options.on_bytes = [&](uint64_t n) { progress->Add(n); };
   auto source = OpenCheckpointEnv(a.checkpoint);
+  if (source.ok() && !a.tag && !IsCheckpointDirectory(*source->env, source->path) &&
+      source->env->IsDirectory(source->path)) {
+    return RunVerifyRun(a, *source->env, source->path);
+  }
   auto report = source.ok() ? Verify(*source->env, source->path, options)
                             : Result<VerifyReport>(source.status());
   if (!report.ok()) {

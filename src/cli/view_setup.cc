@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <mutex>
 
+#include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/index.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/hf_weights.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/run_view.h"
 #include "ucfs/view/universal_view.h"
@@ -58,42 +60,98 @@ class LazyIndex final : public TorchFileSource {
   std::unique_ptr<SummaryIndex> index_;  // set in opened_
 };
 
+// Where the index lives, said at -v when it is not where it was asked to
+// be (off a network file system).
+std::string IndexDir(const ViewRequest& r) {
+  IndexPlacement placed = PlaceIndex(r.cache_dir);
+  if (!placed.note.empty()) spdlog::info("{}", TerminalSafe(placed.note));
+  spdlog::debug("index: {}", TerminalSafe(placed.dir));
+  return placed.dir;
+}
+
+ReshardOptions ReshardOf(const ViewRequest& r) {
+  ReshardOptions reshard;
+  reshard.world_size = r.world_size.value_or(0);
+  reshard.sub_group_size = r.sub_group_size;
+  reshard.copy_rank_files = r.copy_rank_files;
+  return reshard;
+}
+
+RunViewOptions RunOptions(const ViewRequest& r, TorchFileSource* index) {
+  RunViewOptions options;
+  options.hf_weights->dtype = r.weights_dtype;
+  options.source = index;
+  options.universal.compute_crc = r.crc;
+  options.extra_views = r.extra_views;
+  if (r.world_size) options.reshard = ReshardOf(r);
+  return options;
+}
+
 // A run directory (no root or tag itself): its roots, served as they are
-// found (src/design/run-directories.md). Read-only and universal for now.
+// found (src/design/run-directories.md).
 Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::string& path) {
   // Say now, not at the first ls, when there is nothing to serve.
   UCFS_ASSIGN_OR_RETURN(RootListing first, FindFirstRoot(*out.env, path));
-  if (r.world_size || r.tag) {
+  if (r.tag) {
     return Status::NotSupported(path +
                                 " is a run directory, not a checkpoint root or tag directory: "
-                                "--world-size and --tag take one of its roots for now (such as " +
-                                first.dir + ")");
+                                "--tag takes one of its roots (such as " +
+                                first.dir + "); every tag of a run is served");
   }
-  RunViewOptions options;
-  options.source = out.index.get();
-  options.universal.compute_crc = r.crc;
-  UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, options));
+  UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, RunOptions(r, out.index.get())));
   out.source_dirs = {path};
-  out.description = "run directory (every root's views, opened as they are looked into)";
+  out.description =
+      std::string("run directory (every root's ") +
+      (r.world_size ? "tags at world size " + std::to_string(*r.world_size) : "views") +
+      (r.extra_views ? (r.world_size ? " and views" : "") : ", no extra views") +
+      ", opened as they are looked into)";
   return out;
 }
 
+// A root mounted alone: model.safetensors beside its config.json, of the
+// tag mounted.
+Status AddRootHfWeights(const ViewRequest& r, Env& env, OpenedView& out) {
+  const std::string& root = out.checkpoint->files().root;
+  UCFS_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, env.ListDir(root));
+  if (!WantsHfWeights(entries)) return Status::OK();
+  HfWeightsOptions options;
+  options.dtype = r.weights_dtype;
+  auto files = HfWeightsFiles(env, out.checkpoint, options);
+  if (!files.ok()) {
+    spdlog::warn("{}: no Hugging Face weights beside config.json: {}", TerminalSafe(root),
+                 TerminalSafe(files.status().message()));
+    return Status::OK();
+  }
+  for (NamedContent& f : *files) {
+    UCFS_RETURN_IF_ERROR(out.view->AddFile(kRootInode, f.name, std::move(f.content)).status());
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+Result<DType> ParseWeightsDtype(const std::string& text) {
+  if (text == "bf16" || text == "bfloat16") return DType::kBFloat16;
+  if (text == "fp16" || text == "float16" || text == "half") return DType::kFloat16;
+  if (text == "fp32" || text == "float32" || text == "float") return DType::kFloat32;
+  return Status::InvalidArgument("--weights-dtype " + text + ": bf16, fp16 or fp32");
+}
 
 Result<OpenedView> OpenView(const ViewRequest& r) {
   OpenedView out;
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(r.checkpoint));
   out.env = source.env;
   Env& env = *out.env;
+  const std::string index_dir = r.no_cache ? "" : IndexDir(r);
   if (!IsCheckpointDirectory(env, source.path) && env.IsDirectory(source.path)) {
     if (!r.no_cache) {
-      out.index = std::make_shared<LazyIndex>(env, r.cache_dir.value_or(DefaultIndexDir()));
+      out.index = std::make_shared<LazyIndex>(env, index_dir);
     }
     return OpenRunView(r, std::move(out), source.path);
   }
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
-    auto opened = SummaryIndex::Open(env, r.cache_dir.value_or(DefaultIndexDir()));
+    auto opened = SummaryIndex::Open(env, index_dir);
     if (opened.ok()) {
       index = std::move(opened).value();
     } else {
@@ -111,8 +169,12 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   const CheckpointFiles& files = out.checkpoint->files();
   const std::string& tag = files.tag;
   if (r.world_size) {
-    UCFS_ASSIGN_OR_RETURN(out.view,
-                          BuildReshardView(env, out.checkpoint, {*r.world_size, r.sub_group_size}));
+    if (std::string advice =
+            BatchAdvice(out.checkpoint->batch(), out.checkpoint->world_size(), *r.world_size);
+        !advice.empty()) {
+      spdlog::warn("{}: {}", TerminalSafe(tag), advice);
+    }
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildReshardView(env, out.checkpoint, ReshardOf(r)));
     out.layout_roots = {"latest", tag};
   } else {
     UniversalViewOptions view_options;
@@ -121,6 +183,17 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     out.layout_roots = {"latest_universal", UniversalTag(tag)};
   }
   out.consolidated_root = ConsolidatedDirName(tag);
+  // The root's other tags, opened as they are looked into (in the daemon:
+  // the index opens again there), and the Hugging Face weights beside its
+  // config.json.
+  if (!files.root.empty()) {
+    UCFS_RETURN_IF_ERROR(AddRootHfWeights(r, env, out));
+    if (!r.no_cache) {
+      out.index = std::make_shared<LazyIndex>(env, index_dir);
+    }
+    UCFS_RETURN_IF_ERROR(
+        AddOtherTagViews(*out.view, env, files.root, tag, RunOptions(r, out.index.get())));
+  }
   for (const std::string& dir : {files.root, files.tag_dir}) {
     if (!dir.empty()) out.source_dirs.push_back(dir);
   }

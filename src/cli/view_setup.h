@@ -32,7 +32,20 @@ struct ViewRequest {
   bool crc = false;
   std::optional<uint32_t> world_size;  // the reshard view; else the universal view
   std::optional<uint64_t> sub_group_size;
+  // Copies of the frameworks' per-rank files for new ranks
+  // (view/rank_file_extras.h).
+  bool copy_rank_files = true;
+  // A run directory's roots show <tag>_universal/, latest_universal and
+  // <tag>_fp32/ (a writable mount asks for them explicitly).
+  bool extra_views = true;
+  // The Hugging Face weights' dtype (view/hf_weights.h); default the
+  // training dtype.
+  std::optional<DType> weights_dtype;
 };
+
+// "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32" as a dtype;
+// InvalidArgument naming what is accepted.
+Result<DType> ParseWeightsDtype(const std::string& text);
 
 struct OpenedView {
   // Declared first, destroyed last: the checkpoint, the index and the view

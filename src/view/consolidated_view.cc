@@ -11,6 +11,8 @@
 
 #include "ucfs/base/checked_math.h"
 #include "ucfs/codec/pickle.h"
+#include "ucfs/view/source_files.h"
+#include "view/cast_state.h"
 
 namespace ucfs {
 namespace {
@@ -139,14 +141,15 @@ std::optional<std::string_view> SafetensorsDType(DType dtype) {
 
 std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
 
-Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c) {
+Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c,
+                                                              const StateDictOptions& options) {
   std::vector<ConsolidatedTensor> out;
   for (const BufferInfo& b : c.buffers()) {
     ConsolidatedTensor t;
     t.name = b.name;
-    t.dtype = DType::kFloat32;
+    t.dtype = options.buffers_as_saved ? b.dtype : DType::kFloat32;
     t.shape = b.shape;
-    if (b.dtype == DType::kFloat32) {
+    if (b.dtype == DType::kFloat32 || options.buffers_as_saved) {
       StorageRun run;
       run.kind = StorageRun::Kind::kSource;
       run.source = b.extent.file;
@@ -182,15 +185,37 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     out.push_back(std::move(t));
   }
   const StateInfo& fp32 = c.states()[0];
+  const bool cast = options.params_dtype && *options.params_dtype != fp32.dtype;
+  if (cast && (fp32.dtype != DType::kFloat32 || (*options.params_dtype != DType::kBFloat16 &&
+                                                 *options.params_dtype != DType::kFloat16))) {
+    return Status::NotSupported(std::string("weights in ") +
+                                std::string(Info(*options.params_dtype).torch_name) + " from " +
+                                std::string(Info(fp32.dtype).torch_name) +
+                                " master weights (float32 to bfloat16 or float16 only)");
+  }
+  // One set of open rank files for every cast param.
+  std::shared_ptr<SourceFiles> files;
+  if (cast) {
+    files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
+  }
   for (uint32_t p = 0; p < c.params().size(); ++p) {
     const ParamInfo& info = c.params()[p];
     ConsolidatedTensor t;
     t.name = info.name;
-    t.dtype = fp32.dtype;
+    t.dtype = cast ? *options.params_dtype : fp32.dtype;
     t.shape = info.shape;
     t.requires_grad = fp32.requires_grad;
-    t.storage.runs.push_back(
-        WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
+    if (cast) {
+      auto computed = std::make_shared<const CastState>(c, files, p, t.dtype);
+      StorageRun run;
+      run.kind = StorageRun::Kind::kComputed;
+      run.length = computed->size();
+      run.computed = std::move(computed);
+      t.storage.runs.push_back(std::move(run));
+    } else {
+      t.storage.runs.push_back(
+          WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
+    }
     out.push_back(std::move(t));
   }
   // A name twice (a buffer listed twice, a buffer or frozen param with a
@@ -205,7 +230,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     return Status::OK();
   };
   for (size_t i = 0; i < out.size(); ++i) UCFS_RETURN_IF_ERROR(add_name(i));
-  for (const TiedParam& tied : c.tied_params()) {
+  for (const TiedParam& tied : options.drop_aliases ? std::vector<TiedParam>{} : c.tied_params()) {
     auto it = index.find(tied.canonical);
     if (it == index.end()) continue;  // as zero_to_fp32: only params it has
     ConsolidatedTensor t = out[static_cast<size_t>(it->second)];
@@ -432,10 +457,21 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
   UCFS_ASSIGN_OR_RETURN(InodeId dir,
                         view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
   UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, checkpoint, tensors, options));
-  // The safetensors files are split the same way; safetensors cannot alias,
-  // so each tied alias is a copy in its tensor's shard, and counts.
+  UCFS_ASSIGN_OR_RETURN(std::vector<NamedContent> files,
+                        SafetensorsFiles(checkpoint, tensors, options.max_shard_bytes));
+  for (NamedContent& f : files) {
+    UCFS_RETURN_IF_ERROR(view.AddFile(dir, f.name, std::move(f.content)).status());
+  }
+  return Status::OK();
+}
+
+Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const Checkpoint> checkpoint,
+                                                   const std::vector<ConsolidatedTensor>& tensors,
+                                                   uint64_t max_shard_bytes) {
+  // Split as the .bin files are; safetensors cannot alias, so each tied
+  // alias is a copy in its tensor's shard, and counts.
   uint64_t unique = 0;
-  const auto split = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &unique);
+  const auto split = SplitLikeHuggingFace(tensors, max_shard_bytes, &unique);
   std::vector<std::vector<ConsolidatedTensor>> shards;
   uint64_t total = 0;
   for (const auto& indices : split) {
@@ -447,23 +483,24 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
       shards.back().push_back(std::move(t));
     }
   }
+  std::vector<NamedContent> out;
   if (shards.size() <= 1) {
     UCFS_ASSIGN_OR_RETURN(
         auto st,
         SafetensorsContent::Make(
             checkpoint, shards.empty() ? std::vector<ConsolidatedTensor>{} : std::move(shards[0])));
-    return view.AddFile(dir, "model.safetensors", std::move(st)).status();
+    out.push_back({"model.safetensors", std::move(st)});
+    return out;
   }
   std::map<std::string, std::string> weight_map;  // sorted, as json.dumps(sort_keys=True)
   for (size_t k = 0; k < shards.size(); ++k) {
     for (const ConsolidatedTensor& t : shards[k]) weight_map[t.name] = ShardName(k, shards.size());
     UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[k])));
-    UCFS_RETURN_IF_ERROR(view.AddFile(dir, ShardName(k, shards.size()), std::move(st)).status());
+    out.push_back({ShardName(k, shards.size()), std::move(st)});
   }
-  return view
-      .AddFile(dir, "model.safetensors.index.json",
-               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
-      .status();
+  out.push_back({"model.safetensors.index.json",
+                 std::make_shared<InlineContent>(IndexJson(total, weight_map))});
+  return out;
 }
 
 void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint) {

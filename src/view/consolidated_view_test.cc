@@ -9,9 +9,11 @@
 #include <set>
 
 #include "test_support.h"
+#include "ucfs/codec/dtype_cast.h"
 #include "ucfs/codec/pickle.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
+#include "ucfs/view/hf_weights.h"
 
 namespace ucfs {
 namespace {
@@ -266,6 +268,80 @@ TEST(DeferredBytes, MadeOnFirstReadOnly) {
   storage.runs[0].bytes = std::make_shared<const DeferredBytes>(
       []() -> Result<std::string> { return std::string("abc"); });
   EXPECT_EQ(PlanStorage(*c, storage, 0, 4, &pieces).code(), Status::Code::kCorruption);
+}
+
+// The Hugging Face weights beside config.json: what save_pretrained writes
+// with gathering on. Trainable params are zero_to_fp32's fp32 weights (read
+// by torch.load) cast to the training dtype (CastFloat32, checked against
+// LibTorch's .to()), buffers and frozen params in their saved dtype, tied
+// aliases left out; split like save_pretrained past the shard size; any
+// range of a cast tensor reads as the same range of the whole.
+TEST_P(ConsolidatedTest, HfWeightsAreTheMasterWeightsInTheTrainingDtype) {
+  auto c = Open(GetParam());
+  const auto& z2f = ReferenceManifest().at(GetParam()).at("zero_to_fp32");
+  const DType training = c->lp_dtype().value_or(DType::kFloat32);
+  std::set<std::string> buffers_or_frozen;
+  for (const auto& b : c->buffers()) buffers_or_frozen.insert(b.name);
+  for (const auto& f : c->frozen_params()) buffers_or_frozen.insert(f.name);
+  std::set<std::string> aliases;
+  for (const auto& t : c->tied_params()) aliases.insert(t.alias);
+  for (uint64_t limit : {uint64_t{5'000'000'000}, uint64_t{100}}) {
+    SCOPED_TRACE("max shard bytes " + std::to_string(limit));
+    HfWeightsOptions options;
+    options.max_shard_bytes = limit;
+    auto files = HfWeightsFiles(*Env::Posix(), c, options);
+    ASSERT_TRUE(files.ok()) << files.status().ToString();
+    std::map<std::string, SafeTensor> all;
+    std::set<std::string> names;
+    for (const NamedContent& f : *files) {
+      names.insert(f.name);
+      if (!f.name.ends_with(".safetensors")) continue;
+      std::vector<ReadPiece> pieces;
+      ASSERT_TRUE(f.content->Plan(0, f.content->size(), &pieces).ok());
+      const std::string whole = ReadPieces(*c, pieces);
+      ASSERT_EQ(whole.size(), f.content->size());
+      for (auto& [k, v] : ParseSafetensors(whole)) all[k] = std::move(v);
+      // Ranges starting and ending mid-element of a cast tensor.
+      for (uint64_t offset : {uint64_t{1}, whole.size() / 3, whole.size() - 3}) {
+        for (uint64_t length : {uint64_t{1}, uint64_t{3}, uint64_t{1001}}) {
+          pieces.clear();
+          ASSERT_TRUE(f.content->Plan(offset, length, &pieces).ok());
+          EXPECT_EQ(ReadPieces(*c, pieces), whole.substr(offset, length))
+              << offset << "+" << length;
+        }
+      }
+    }
+    EXPECT_EQ(names.count("model.safetensors"), limit > 1'000'000 ? 1u : 0u);
+    EXPECT_EQ(names.count("model.safetensors.index.json"), limit > 1'000'000 ? 0u : 1u);
+    EXPECT_EQ(all.size(), z2f.size() - aliases.size());
+    for (const auto& [name, t] : all) {
+      EXPECT_FALSE(aliases.count(name)) << name << " is a tied alias";
+      const auto ref = LoadReference(z2f.at(name));
+      EXPECT_EQ(t.shape, ref.shape) << name;
+      if (buffers_or_frozen.count(name)) continue;  // their saved dtype: hf_weights_test.py
+      std::string want;
+      ASSERT_TRUE(CastFloat32(ref.bytes, training, &want).ok());
+      EXPECT_EQ(t.dtype, SafeDType(std::string(Info(training).torch_name))) << name;
+      EXPECT_EQ(t.bytes, want) << name;
+    }
+  }
+}
+
+TEST(HfWeights, WantedBesideAConfigWithNoWeights) {
+  auto listing = [](std::vector<std::string> names) {
+    std::vector<DirEntry> out;
+    for (auto& n : names) out.push_back({n, n.ends_with("/")});
+    return out;
+  };
+  EXPECT_TRUE(
+      WantsHfWeights(listing({"config.json", "latest", "global_step4/", "rng_state_0.pth"})));
+  EXPECT_FALSE(WantsHfWeights(listing({"latest", "global_step4/"})));
+  for (const char* weights :
+       {"model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors", "pytorch_model-00001-of-00002.bin",
+        "adapter_model.safetensors", "adapter_model.bin"}) {
+    EXPECT_FALSE(WantsHfWeights(listing({"config.json", weights}))) << weights;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ConsolidatedTest, ::testing::ValuesIn(testing::FixtureNames()));

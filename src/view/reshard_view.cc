@@ -6,6 +6,7 @@
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/lazy_content.h"
+#include "ucfs/view/rank_file_extras.h"
 #include "ucfs/view/torch_pickle_builder.h"
 
 namespace ucfs {
@@ -534,7 +535,28 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   if (!files.root.empty()) view->BackRootBy(files.root);
   UCFS_RETURN_IF_ERROR(
       view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
-  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir, view->AddDirectory(kRootInode, files.tag));
+  // The tag directory passes its other files through (OpenRLHF's
+  // metric.json); its rank files are the ones built here.
+  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
+                        files.tag_dir.empty()
+                            ? view->AddDirectory(kRootInode, files.tag)
+                            : view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir));
+  RankFileOptions rank_files;
+  rank_files.saved_world_size = ckpt->world_size();
+  rank_files.world_size = options.world_size;
+  rank_files.copy_new_ranks = options.copy_rank_files;
+  view->DecorateSourceDirectories(
+      [tag_dir = files.tag_dir, rank_files](const std::string& dir,
+                                            const std::vector<DirEntry>& entries) {
+        View::SourceDirExtras extras = RankFileExtras(dir, entries, rank_files);
+        // Saved ranks beyond N are hidden; those below are shadowed.
+        if (dir == tag_dir) {
+          for (const DirEntry& e : entries) {
+            if (!e.is_dir && ParseRankFileName(e.name)) extras.hidden.push_back(e.name);
+          }
+        }
+        return extras;
+      });
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
   auto cache = std::make_shared<ContentCache>(options.cached_files);
   const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;

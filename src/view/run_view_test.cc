@@ -8,6 +8,8 @@
 
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/hf_weights.h"
+#include "ucfs/view/reshard_view.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/universal_view.h"
 
@@ -69,7 +71,7 @@ class RunViewTest : public ::testing::Test {
     env_.WriteFile("/run/checkpoint-4/latest", "global_step4");
     env_.WriteFile("/run/checkpoint-4/rng_state_0.pth", "rng0");
     env_.WriteFile("/run/checkpoint-4/rng_state_1.pth", "rng1");
-    env_.WriteFile("/run/checkpoint-4/config.json", "{}");
+    env_.WriteFile("/run/checkpoint-4/trainer_state.json", "{}");
     Copy("z2_tricky_fp32_ws2", "global_step4", "/run/checkpoint-8/global_step4");
     env_.WriteFile("/run/checkpoint-8/latest", "global_step4");
     Copy("z3_fp32_ws2", "global_step4", "/run/accelerate/pytorch_model");
@@ -99,9 +101,9 @@ TEST_F(RunViewTest, ListingReadsNoRankFile) {
             (std::vector<std::string>{"README.md", "accelerate", "checkpoint-4", "checkpoint-8",
                                       "runs"}));
   EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4")),
-            (std::vector<std::string>{"config.json", "global_step4", "global_step4_fp32",
-                                      "global_step4_universal", "latest", "latest_universal",
-                                      "rng_state_0.pth", "rng_state_1.pth"}));
+            (std::vector<std::string>{"global_step4", "global_step4_fp32", "global_step4_universal",
+                                      "latest", "latest_universal", "rng_state_0.pth",
+                                      "rng_state_1.pth", "trainer_state.json"}));
   EXPECT_EQ(
       Names(v, Resolve(v, "accelerate")),
       (std::vector<std::string>{"latest", "latest_universal", "pytorch_model", "pytorch_model_1",
@@ -219,7 +221,117 @@ TEST_F(RunViewTest, ABrokenTagIsAnErrorNamingTheFileTheRestServesOn) {
             std::string::npos)
       << listed.status().ToString();
   EXPECT_FALSE(Names(v, Resolve(v, "checkpoint-8/global_step4_universal")).empty());
-  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/config.json")), "{}");
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/trainer_state.json")), "{}");
+}
+
+// At --world-size N every complete tag of every root is its reshard view
+// at N, byte for byte what mounting that tag alone at N shows; the
+// frameworks' per-rank files are shown at N, files inside a tag directory
+// pass through, and listing the run still reads no rank file.
+TEST_F(RunViewTest, ReshardModeServesEveryTagAtN) {
+  env_.WriteFile("/run/accelerate/pytorch_model/metric.json", "{\"loss\": 1}");
+  CountingSource source(env_);
+  RunViewOptions options;
+  options.source = &source;
+  options.reshard = ReshardOptions{};
+  options.reshard->world_size = 3;
+  options.extra_views = false;
+  auto view = BuildRunView(env_, "/run", options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  View& v = **view;
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4")),
+            (std::vector<std::string>{"global_step4", "latest", "rng_state_0.pth",
+                                      "rng_state_1.pth", "rng_state_2.pth", "trainer_state.json"}));
+  EXPECT_EQ(Names(v, Resolve(v, "accelerate")),
+            (std::vector<std::string>{"latest", "pytorch_model", "pytorch_model_1"}));
+  EXPECT_EQ(source.summarized(), 0);
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/rng_state_2.pth")), "rng0");
+
+  struct Case {
+    std::string root, tag;
+  };
+  for (const Case& c :
+       {Case{"checkpoint-4", "global_step4"}, Case{"checkpoint-8", "global_step4"},
+        Case{"accelerate", "pytorch_model"}, Case{"accelerate", "pytorch_model_1"}}) {
+    SCOPED_TRACE(c.root + "/" + c.tag);
+    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr});
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto alone = BuildReshardView(env_, std::make_shared<const Checkpoint>(std::move(ckpt).value()),
+                                  *options.reshard);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    std::map<std::string, std::string> ours, theirs;
+    Tree(env_, v, Resolve(v, c.root + "/" + c.tag), "", &ours);
+    Tree(env_, **alone, Resolve(**alone, c.tag), "", &theirs);
+    EXPECT_EQ(ours, theirs);
+    // Three ranks' files (one shared model file at ZeRO-2), none of the
+    // saved ranks' own.
+    size_t optim = 0;
+    for (const auto& [path, bytes] : ours) optim += path.ends_with("optim_states.pt");
+    EXPECT_EQ(optim, 3u);
+    EXPECT_EQ(ours.count("bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt") +
+                  ours.count("zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+              1u);
+  }
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "accelerate/pytorch_model/metric.json")), "{\"loss\": 1}");
+}
+
+// A read-only mount at N shows the extra views too; at N = 1 HF's
+// rng_state.pth appears and ranks beyond 0 are hidden.
+TEST_F(RunViewTest, ReshardModeWithExtraViewsAtOneRank) {
+  RunViewOptions options;
+  options.reshard = ReshardOptions{};
+  options.reshard->world_size = 1;
+  auto view = BuildRunView(env_, "/run", options);
+  ASSERT_TRUE(view.ok());
+  View& v = **view;
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4")),
+            (std::vector<std::string>{"global_step4", "global_step4_fp32", "global_step4_universal",
+                                      "latest", "latest_universal", "rng_state.pth",
+                                      "rng_state_0.pth", "trainer_state.json"}));
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/rng_state.pth")), "rng0");
+  EXPECT_EQ(Names(v, Resolve(v, "checkpoint-4/global_step4")),
+            (std::vector<std::string>{"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                      "zero_pp_rank_0_mp_rank_00_model_states.pt"}));
+  EXPECT_FALSE(Names(v, Resolve(v, "checkpoint-4/global_step4_universal")).empty());
+}
+
+// A root with a config.json and no weights gains model.safetensors of
+// latest's tag: listing it opens that tag alone (its names depend on its
+// size), and only there.
+TEST_F(RunViewTest, HfWeightsBesideConfigJsonOpenLatestsTagOnly) {
+  env_.WriteFile("/run/checkpoint-4/config.json", "{}");
+  env_.WriteFile("/run/checkpoint-8/config.json", "{}");
+  env_.WriteFile("/run/checkpoint-8/model.safetensors", "own");
+  CountingSource source(env_);
+  RunViewOptions options;
+  options.source = &source;
+  auto view = BuildRunView(env_, "/run", options);
+  ASSERT_TRUE(view.ok());
+  View& v = **view;
+  Names(v, kRootInode);
+  EXPECT_EQ(source.summarized(), 0);
+  auto names = Names(v, Resolve(v, "checkpoint-4"));
+  EXPECT_EQ(std::count(names.begin(), names.end(), "model.safetensors"), 1);
+  EXPECT_EQ(source.summarized(), 3);  // global_step4's files
+  auto attr = v.GetAttr(Resolve(v, "checkpoint-4/model.safetensors"));
+  ASSERT_TRUE(attr.ok());
+  EXPECT_GT(attr->size, 132u * 2);  // 132 bf16 elements and a header
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-8/model.safetensors")), "own");
+  // Its bytes are those of the weights built from the checkpoint itself
+  // (their pieces renumbered into the run view's sources).
+  auto ckpt = Checkpoint::Open(env_, "/run/checkpoint-4");
+  ASSERT_TRUE(ckpt.ok());
+  auto shared = std::make_shared<const Checkpoint>(std::move(ckpt).value());
+  auto direct = HfWeightsFiles(env_, shared);
+  ASSERT_TRUE(direct.ok() && direct->size() == 1);
+  std::vector<ReadPiece> pieces;
+  ASSERT_TRUE((*direct)[0].content->Plan(0, (*direct)[0].content->size(), &pieces).ok());
+  SourceFiles reader(env_, [&](uint32_t i) { return shared->sources()[i]; });
+  std::string want;
+  ASSERT_TRUE(reader.Read(pieces, &want).ok());
+  EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/model.safetensors")), want);
+  Names(v, Resolve(v, "accelerate"));
+  EXPECT_EQ(source.summarized(), 3);
 }
 
 }  // namespace

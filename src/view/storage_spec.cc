@@ -71,6 +71,19 @@ Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uin
           out->push_back(p);
           break;
         }
+        case StorageRun::Kind::kComputed: {
+          auto bytes = std::make_shared<std::string>();
+          UCFS_RETURN_IF_ERROR(run.computed->Read(a - run_start, b - a, bytes.get()));
+          if (bytes->size() != b - a) {
+            return Status::Corruption("computed " + std::to_string(bytes->size()) +
+                                      " bytes where " + std::to_string(b - a) + " were asked");
+          }
+          p.kind = ReadPiece::Kind::kBytes;
+          p.bytes = *bytes;
+          p.owner = std::move(bytes);
+          out->push_back(p);
+          break;
+        }
         case StorageRun::Kind::kState:
         case StorageRun::Kind::kFrozen: {
           extents.clear();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace ucfs {
 namespace {
@@ -194,9 +196,32 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
     n.content = std::move(f.content);
     n.mtime_ns = f.mtime_ns;
     n.access = f.access;
+    if (f.sources) {
+      auto [it, added] = source_tables_.emplace(f.sources, static_cast<uint32_t>(sources_.size()));
+      if (added) sources_.insert(sources_.end(), f.sources->begin(), f.sources->end());
+      n.source_base = it->second;
+    }
     UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, f.name, std::move(n)).status());
   }
+  // Families run to thousands of ranks: look names up, not along.
+  std::unordered_map<std::string_view, const FileStat*> by_name;
+  for (const auto& [name, st] : listing.entries) by_name.emplace(name, &st);
+  for (const auto& c : listing.extras.copies) {
+    auto found = by_name.find(c.of);
+    if (found == by_name.end() || found->second->is_dir) continue;  // vanished meanwhile
+    const FileStat* st = found->second;
+    Node n;
+    n.mtime_ns = st->identity.mtime_ns;
+    n.access = st->access;
+    sources_.push_back({JoinPath(source_dir, c.of), st->identity, st->access});
+    n.content = std::make_shared<SourceContent>(static_cast<uint32_t>(sources_.size() - 1),
+                                                st->identity.size);
+    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, c.name, std::move(n)).status());
+  }
+  const std::unordered_set<std::string_view> hidden(listing.extras.hidden.begin(),
+                                                    listing.extras.hidden.end());
   for (const auto& [name, st] : listing.entries) {
+    if (hidden.contains(name)) continue;
     d = Find(dir);
     auto it = std::lower_bound(d->children.begin(), d->children.end(), name,
                                [](const auto& c, const std::string& n) { return c.first < n; });
@@ -338,14 +363,23 @@ Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<Re
     return PlanGrafted(place, offset, length, out);
   }
   std::shared_ptr<const FileContent> content;
+  std::optional<uint32_t> base;
   {
     ReaderLock lock(mu_);
     Node* n = Find(file);
     if (n == nullptr) return Status::NotFound("no such inode");
     if (n->is_dir) return Status::InvalidArgument("is a directory");
     content = n->content;
+    base = n->source_base;
   }
-  return content->Plan(offset, length, out);
+  const size_t first = out->size();
+  UCFS_RETURN_IF_ERROR(content->Plan(offset, length, out));
+  if (base) {
+    for (size_t i = first; i < out->size(); ++i) {
+      if ((*out)[i].kind == ReadPiece::Kind::kSource) (*out)[i].source += *base;
+    }
+  }
+  return Status::OK();
 }
 
 Result<std::vector<Xattr>> View::Xattrs(InodeId inode) {

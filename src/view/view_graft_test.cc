@@ -234,8 +234,8 @@ TEST_F(GraftTest, SourceDirectoriesAreDecoratedFromTheirListing) {
                                return View::GraftTarget{g.view, g.dir};
                              },
                              9, FileAccess{0700, 1, 2}});
-    extras.files.push_back(
-        {"shadowed", std::make_shared<InlineContent>("built bytes"), 8, FileAccess{0444, 1, 2}});
+    extras.files.push_back({"shadowed", std::make_shared<InlineContent>("built bytes"), 8,
+                            FileAccess{0444, 1, 2}, nullptr});
     return extras;
   });
   EXPECT_EQ(Names(host, kRootInode),

@@ -4,7 +4,10 @@
 # (checkpoint-4/ ZeRO-3, checkpoint-8/ ZeRO-2), Lightning
 # (epoch=0-step=4.ckpt/, tag `checkpoint`) and verl (global_step_4/actor/step_4/,
 # tag `4`) write them, `ucfs mount RUN MNT`, then load_check.py
-# (MODE=universal, N=3) from each root inside the mount.
+# (MODE=universal, N=3) from each root inside the mount; then
+# `ucfs mount --world-size N --upper U RUN MNT` and a plain native
+# load_checkpoint at N from each root (N below, at and above the saved W),
+# with HF's rng_state_{r}.pth shown at N and the run's bytes unchanged.
 #
 # usage: tests/deepspeed/run_dir_check.sh UCFS_BIN   (ORACLE_DIR as ci_checks.sh sets it)
 # Exits 1 if any load failed.
@@ -49,5 +52,49 @@ for entry in "${layout[@]}"; do
     failed=$((failed + 1))
   fi
 done
+"$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
+
+before=$(cd "$run" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+# root : new world size (the saved one is 2, 2, 2, 3)
+native=("checkpoint-4:3" "checkpoint-8:1" "checkpoints/epoch=0-step=4.ckpt:2" "global_step_4/actor/step_4:2")
+for entry in "${native[@]}"; do
+  IFS=: read -r root n <<< "$entry"
+  fixture=
+  for l in "${layout[@]}"; do
+    IFS=: read -r r f t <<< "$l"
+    [ "$r" = "$root" ] && fixture=$f
+  done
+  upper=$work/upper_${n}_${fixture}
+  "$ucfs" mount --no-cache --world-size "$n" --upper "$upper" "$run" "$mnt" ||
+    { echo "run_dir_check: mount --world-size $n failed" >&2; exit 1; }
+  if [ "$root" = checkpoint-4 ]; then
+    shown=$(cd "$mnt/checkpoint-4" && ls -d rng_state_* | tr '\n' ' ')
+    echo "checkpoint-4 at N=$n shows: $shown"
+    if [ "$shown" != "rng_state_0.pth rng_state_1.pth rng_state_2.pth " ] ||
+       ! cmp -s "$mnt/checkpoint-4/rng_state_2.pth" "$run/checkpoint-4/rng_state_0.pth"; then
+      echo "FAIL: rng_state_{r}.pth not shown at N=$n"
+      failed=$((failed + 1))
+    fi
+    if ls "$mnt/checkpoint-4" | grep -q _universal; then
+      echo "FAIL: a writable mount shows the extra views"
+      failed=$((failed + 1))
+    fi
+  fi
+  echo "== DeepSpeed resumes (native, N=$n) from the run's $root ($fixture)"
+  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/$fixture" --ckpt "$mnt/$root" \
+           --mode native --world-size "$n" --quiet 2>&1 | tail -1)
+  echo "$last"
+  if [[ $last == PASS* ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+  "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
+done
+after=$(cd "$run" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+if [ "$before" != "$after" ]; then
+  echo "FAIL: the run's files changed under the writable mounts"
+  failed=$((failed + 1))
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,11 +51,38 @@ struct ConsolidatedTensor {
 // them (zero_to_fp32 keeps buffers so); `name` is for the error.
 Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name);
 
+// What the state dict is made as; the defaults are zero_to_fp32's.
+struct StateDictOptions {
+  // Buffers in their saved dtype (save_pretrained's), not made float32.
+  bool buffers_as_saved = false;
+  // Trainable params cast from their fp32 master weights to this dtype
+  // (bfloat16, float16) as they are read; nullopt keeps fp32.
+  std::optional<DType> params_dtype;
+  // Tied aliases left out, as save_pretrained drops tied duplicates.
+  bool drop_aliases = false;
+};
+
 // zero_to_fp32's state dict for `checkpoint`, in its order. `env` (which
 // must outlive the result) reads the buffers that need converting to
-// float32, on their first read: building the state dict reads no tensor.
+// float32, on their first read, and the master weights to cast: building
+// the state dict reads no tensor.
 Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env,
-                                                              const Checkpoint& checkpoint);
+                                                              const Checkpoint& checkpoint,
+                                                              const StateDictOptions& options = {});
+
+// A file of a directory ucfs makes.
+struct NamedContent {
+  std::string name;
+  std::shared_ptr<const FileContent> content;
+};
+
+// `tensors` as safetensors files: one model.safetensors, or past
+// `max_shard_bytes` model-0000k-of-0000n.safetensors and
+// model.safetensors.index.json, split as Hugging Face splits them; a tied
+// alias is a copy in its tensor's shard (safetensors cannot alias).
+Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const Checkpoint> checkpoint,
+                                                   const std::vector<ConsolidatedTensor>& tensors,
+                                                   uint64_t max_shard_bytes);
 
 // A safetensors file of `tensors` (each storage's bytes; aliases copied).
 class SafetensorsContent final : public FileContent {

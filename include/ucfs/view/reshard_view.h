@@ -5,7 +5,10 @@
 //   ROOT/latest                  the tag
 //   ROOT/<tag>/{bf16_}zero_pp_rank_{s}_mp_rank_00_optim_states.pt, s < N
 //   ROOT/<tag>/zero_pp_rank_{s}_mp_rank_00_model_states.pt,        s < N
-//   everything else of ROOT      passed through
+//   everything else of ROOT      passed through, the tag directory's
+//                                other files too
+//   per-rank files of the frameworks (rng_state_{r}.pth, ...) at N
+//                                (view/rank_file_extras.h)
 //
 // ZeRO-1/2 (Partitioning::kFlatGroup) keep one mp_rank_00_model_states.pt
 // (rank 0's, dp_world_size N) and re-cut each param group's flat buffer
@@ -40,6 +43,10 @@ struct ReshardOptions {
   // Rank files are built on first use; at most this many are kept built
   // (only their sizes are kept for good), so memory does not grow with N.
   size_t cached_files = 64;
+  // The frameworks' per-rank files (rng_state_{r}.pth, ...) of new ranks
+  // are copies of rank (r mod W)'s; else new ranks have none
+  // (view/rank_file_extras.h).
+  bool copy_rank_files = true;
 };
 
 // DeepSpeed's partitioning of the same parameters at the new world size.

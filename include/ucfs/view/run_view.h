@@ -6,6 +6,17 @@
 //                                    whose `latest` names one of its tags
 //   ROOT/<tag>_universal/            the universal view of each complete tag
 //   ROOT/<tag>_fp32/                 its consolidated weights
+//   ROOT/model.safetensors           beside a config.json with no weights:
+//                                    latest's in the training dtype
+//                                    (hf_weights.h)
+//
+// With `reshard`, each complete tag directory is instead the reshard view's
+// at N (its other files passed through), and the frameworks' per-rank files
+// of each root and the directories below it are shown at N
+// (rank_file_extras.h). `extra_views` off shows no `_universal`, `_fp32` or
+// `latest_universal` at all: trainers that count and sum a root's entries
+// (OpenRLHF) or parse `global_step*` names (open-instruct) see the run as
+// saved.
 //
 // ROOT is any directory of the run with a `latest` file and tag
 // directories below it (ListRoot): HF Trainer's checkpoint-N/, OpenRLHF's
@@ -20,11 +31,14 @@
 #define UCFS_VIEW_RUN_VIEW_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/codec/torch_file.h"
+#include "ucfs/view/hf_weights.h"
+#include "ucfs/view/reshard_view.h"
 #include "ucfs/view/universal_view.h"
 #include "ucfs/view/view.h"
 
@@ -36,11 +50,24 @@ struct RunViewOptions {
   // directly.
   TorchFileSource* source = nullptr;
   UniversalViewOptions universal;
+  // Every complete tag at this world size.
+  std::optional<ReshardOptions> reshard;
+  bool extra_views = true;
+  // model.safetensors beside a root's config.json, of latest's tag
+  // (hf_weights.h); nullopt shows none.
+  std::optional<HfWeightsOptions> hf_weights = HfWeightsOptions{};
 };
 
 // `env` must outlive the view.
 Result<std::shared_ptr<View>> BuildRunView(Env& env, const std::string& run_dir,
                                            const RunViewOptions& options = {});
+
+// A root mounted alone serves its other tags too: adds to `view`'s root
+// (which shows `root_dir`) the views of every complete tag of `root_dir`
+// but `skip_tag`, the one `view` was built for. The tags open as they are
+// looked into, as in the run view.
+Status AddOtherTagViews(View& view, Env& env, const std::string& root_dir,
+                        const std::string& skip_tag, const RunViewOptions& options);
 
 }  // namespace ucfs
 

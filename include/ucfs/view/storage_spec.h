@@ -21,15 +21,17 @@
 namespace ucfs {
 
 class DeferredBytes;
+class ComputedBytes;
 
 // A contiguous part of a storage's bytes.
 struct StorageRun {
   enum class Kind : uint8_t {
-    kState,   // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
-    kSource,  // bytes [source_offset, +length) of a source file
-    kZeros,   // padding
-    kFrozen,  // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
-    kBytes,   // `bytes`: values ucfs computes (a buffer converted to another dtype)
+    kState,     // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
+    kSource,    // bytes [source_offset, +length) of a source file
+    kZeros,     // padding
+    kFrozen,    // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
+    kBytes,     // `bytes`: values ucfs computes (a buffer converted to another dtype)
+    kComputed,  // `computed`: values ucfs computes range by range, on every read
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
@@ -39,6 +41,17 @@ struct StorageRun {
   uint32_t source = 0;
   uint64_t source_offset = 0;
   std::shared_ptr<const DeferredBytes> bytes;
+  std::shared_ptr<const ComputedBytes> computed;
+};
+
+// Bytes computed from source bytes for each read, never kept: a param's
+// fp32 master weights cast to bfloat16 (hf_weights.h), as large as the
+// model. Thread-safe.
+class ComputedBytes {
+ public:
+  virtual ~ComputedBytes() = default;
+  // Appends bytes [offset, offset + length) of the run to `out`.
+  virtual Status Read(uint64_t offset, uint64_t length, std::string* out) const = 0;
 };
 
 // Bytes ucfs computes from source bytes, made on first read and kept: a

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -171,9 +172,22 @@ class View {
       std::shared_ptr<const FileContent> content;
       int64_t mtime_ns = 0;
       FileAccess access;
+      // The sources the content's pieces name, when they are not this
+      // view's (a checkpoint's, for weights built from it): registered
+      // once per table, and the pieces renumbered into this view's.
+      std::shared_ptr<const std::vector<SourceFile>> sources;
+    };
+    // A file of the listing shown under another name too, passed through
+    // with its own attributes (a new rank's copy of a per-rank file).
+    struct Copy {
+      std::string name;
+      std::string of;  // a file of the same listing
     };
     std::vector<Graft> grafts;
     std::vector<File> files;
+    std::vector<Copy> copies;
+    // Entries of the listing not shown (a rank beyond the new world size).
+    std::vector<std::string> hidden;
   };
   // Runs without the view's lock, perhaps concurrently for two directories
   // (or twice for one: the first answer counts).
@@ -210,6 +224,9 @@ class View {
     // A source entry's own owner and mode; none for a built entry.
     std::optional<FileAccess> access;
     std::shared_ptr<Graft> graft;  // a graft's directory
+    // A file whose content names the sources of a table added at
+    // source_base (SourceDirExtras::File::sources).
+    std::optional<uint32_t> source_base;
   };
   struct Graft {
     GraftBuilder build;
@@ -282,6 +299,10 @@ class View {
   // graft_sources_[k][i]: this view's index of graft k's source i, or
   // kUnmapped.
   std::vector<std::vector<uint32_t>> graft_sources_ UCFS_GUARDED_BY(mu_);
+  // Source tables of extras files, by table, with where each begins in
+  // sources_ (the shared_ptr keeps the key alive).
+  std::map<std::shared_ptr<const std::vector<SourceFile>>, uint32_t> source_tables_
+      UCFS_GUARDED_BY(mu_);
 };
 
 // A name that can be one path component: not empty, ".", "..", and without

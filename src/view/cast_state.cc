@@ -1,0 +1,45 @@
+#include "view/cast_state.h"
+
+#include "ucfs/codec/dtype_cast.h"
+
+namespace ucfs {
+
+CastState::CastState(const Checkpoint& checkpoint, std::shared_ptr<SourceFiles> files,
+                     uint32_t param, DType to)
+    : checkpoint_(checkpoint),
+      files_(std::move(files)),
+      param_(param),
+      to_(to),
+      element_size_(Info(to).element_size) {}
+
+uint64_t CastState::size() const { return checkpoint_.params()[param_].numel * element_size_; }
+
+Status CastState::Read(uint64_t offset, uint64_t length, std::string* out) const {
+  if (length == 0) return Status::OK();
+  if (offset > size() || length > size() - offset) {
+    return Status::InvalidArgument("a read past the end of a cast tensor");
+  }
+  // Whole elements covering the range, read as fp32 master weights.
+  const uint64_t first = offset / element_size_;
+  const uint64_t last = (offset + length + element_size_ - 1) / element_size_;
+  std::vector<Extent> extents;
+  UCFS_RETURN_IF_ERROR(checkpoint_.MapState(param_, 0, first * 4, last * 4, &extents));
+  std::vector<ReadPiece> pieces;
+  pieces.reserve(extents.size());
+  for (const Extent& e : extents) {
+    ReadPiece p;
+    p.kind = ReadPiece::Kind::kSource;
+    p.source = e.file;
+    p.offset = e.offset;
+    p.length = e.length;
+    pieces.push_back(p);
+  }
+  std::string fp32;
+  UCFS_RETURN_IF_ERROR(files_->Read(pieces, &fp32));
+  std::string cast;
+  UCFS_RETURN_IF_ERROR(CastFloat32(fp32, to_, &cast));
+  out->append(cast, offset - first * element_size_, length);
+  return Status::OK();
+}
+
+}  // namespace ucfs
