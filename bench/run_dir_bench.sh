@@ -11,6 +11,9 @@
 # the source run itself.
 #
 #   bench/run_dir_bench.sh UCFS_BIN TAG_DIR [N]
+#   WORLD_SIZE=3 bench/run_dir_bench.sh ...   # the writable mount at N:
+#       --world-size 3 --upper DIR; the read is then of rank 0's optimizer
+#       file of the first checkpoint's tag
 #
 # TAG_DIR: a tag directory to copy into every checkpoint (a fixture's
 # checkpoint/global_step4). Needs /dev/fuse.
@@ -54,15 +57,21 @@ for round in $(seq 1 "$rounds"); do
     src=$work/run$run
     base_t[$run]+="$(ls_roots "$src") "
     t0=$(now)
-    "$ucfs" mount -f "$src" "$mnt" --no-cache 2>"$work/mount.err" &
+    extra=()
+    if [ -n "${WORLD_SIZE:-}" ]; then extra=(--world-size "$WORLD_SIZE" --upper "$work/upper$run"); fi
+    "$ucfs" mount -f "$src" "$mnt" --no-cache "${extra[@]}" 2>"$work/mount.err" &
     pid=$!  # bench_lib.sh's unmount and cleanup wait for it
     export pid
     until [ -e "$mnt/checkpoint-1" ]; do sleep 0.002; done
     t1=$(now)
     mount_t[$run]+="$(elapsed "$t0" "$t1") "
     ls_t[$run]+="$(ls_roots "$mnt") "
-    biggest=$(find "$mnt/checkpoint-1/global_step1_universal/zero" -name fp32.pt -printf '%s %p\n' |
-              sort -n | tail -1 | cut -d' ' -f2)
+    if [ -n "${WORLD_SIZE:-}" ]; then
+      biggest=$(ls "$mnt"/checkpoint-1/global_step1/*zero_pp_rank_0_mp_rank_00_optim_states.pt)
+    else
+      biggest=$(find "$mnt/checkpoint-1/global_step1_universal/zero" -name fp32.pt -printf '%s %p\n' |
+                sort -n | tail -1 | cut -d' ' -f2)
+    fi
     t0=$(now)
     cat "$biggest" > /dev/null
     t1=$(now)
@@ -86,4 +95,5 @@ echo "|---|---|---|---|"
 row "mount, until the run shows" mount_t
 row "ls -l of the run and every root (views stat'ed)" ls_t
 row "the same ls -l of the source run (baseline)" base_t
-row "then a read of the largest fp32.pt" first_t
+if [ -n "${WORLD_SIZE:-}" ]; then read_what="rank 0's optimizer file at N=$WORLD_SIZE"; else read_what="the largest fp32.pt"; fi
+row "then a read of $read_what" first_t
