@@ -6,9 +6,43 @@
 
 #include "cli/progress.h"
 #include "cli/view_setup.h"
+#include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/tools/export.h"
+#include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/universal_view.h"
 
 namespace ucfs::cli {
+
+namespace {
+
+// What exporting a run directory writes: at N the whole run as the mount
+// shows it (a run to resume from at N, its trainers' files included);
+// else what ds_to_universal (or, with --fp32, zero_to_fp32) would have
+// written into each root: its <tag>_universal/ and latest_universal (or
+// <tag>_fp32/), at the same paths.
+Result<std::vector<std::string>> RunExportRoots(const OpenedView& opened,
+                                                const ViewRequest& request, bool fp32) {
+  std::vector<std::string> roots;
+  if (request.world_size) {
+    UCFS_ASSIGN_OR_RETURN(auto entries, opened.view->ReadDir(kRootInode));
+    for (const auto& [name, attr] : entries) roots.push_back(name);
+    return roots;
+  }
+  const std::string& run = opened.source_dirs.front();
+  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> found, FindRoots(*opened.env, run, 8));
+  for (const RootListing& root : found) {
+    std::string rel = root.dir.size() > run.size() ? root.dir.substr(run.size() + 1) : "";
+    if (!rel.empty()) rel += "/";
+    for (const TagListing& tag : root.tags) {
+      if (!tag.complete) continue;
+      roots.push_back(rel + (fp32 ? ConsolidatedDirName(tag.name) : UniversalTag(tag.name)));
+    }
+    if (!fp32 && root.latest) roots.push_back(rel + "latest_universal");
+  }
+  return roots;
+}
+
+}  // namespace
 
 int RunExport(const ExportArgs& a) {
   namespace fs = std::filesystem;
@@ -16,6 +50,8 @@ int RunExport(const ExportArgs& a) {
   std::error_code ec;
   ViewRequest request = a.view;
   request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
+  // A run exported at N is a run to resume from: no views in it.
+  request.extra_views = !request.world_size;
   const std::string out = fs::absolute(a.out, ec).lexically_normal().string();
   if (a.fp32 && request.world_size) {
     std::fprintf(stderr,
@@ -29,15 +65,17 @@ int RunExport(const ExportArgs& a) {
                  ucfs::TerminalSafe(opened.status().message()).c_str());
     return 1;
   }
-  if (opened->checkpoint == nullptr) {
-    std::fprintf(stderr,
-                 "ucfs export: %s is a run directory: export one of its checkpoint roots for "
-                 "now\n",
-                 ucfs::TerminalSafe(request.checkpoint).c_str());
-    return 2;
-  }
-  const std::vector<std::string> roots =
+  std::vector<std::string> roots =
       a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
+  if (opened->checkpoint == nullptr) {
+    auto run_roots = RunExportRoots(*opened, request, a.fp32);
+    if (!run_roots.ok()) {
+      std::fprintf(stderr, "ucfs export: %s\n",
+                   ucfs::TerminalSafe(run_roots.status().message()).c_str());
+      return 1;
+    }
+    roots = std::move(run_roots).value();
+  }
   // The source is never written: neither OUT nor anything written below it
   // may be, or hold, the checkpoint's root or tag directory (a tag
   // directory given as CKPT has its root beside it).

@@ -360,7 +360,8 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosi
       "write, or with --world-size the checkpoint at N ranks, or with --fp32 the consolidated "
       "weights; byte-identical to the mount, resumable");
   export_cmd
-      ->add_option("CKPT", a->view.checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->add_option("CKPT", a->view.checkpoint,
+                   "Checkpoint root (with `latest`), tag directory, or a run directory")
       ->required();
   export_cmd->add_option("OUT", a->out, "Output directory (created; outside CKPT)")->required();
   export_cmd->add_option("--tag", a->view.tag, "Tag to export instead of the one `latest` names");

@@ -231,9 +231,15 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
     return Status::OK();
   };
   for (const std::string& root : roots) {
-    auto node = view.Lookup(kRootInode, root);
-    if (!node.ok()) return Status::NotFound(root + ": not in the view");
-    UCFS_RETURN_IF_ERROR(walk(walk, *node, root));
+    InodeId node = kRootInode;
+    for (size_t at = 0; at <= root.size();) {
+      const size_t slash = std::min(root.find('/', at), root.size());
+      auto child = view.Lookup(node, std::string_view(root).substr(at, slash - at));
+      if (!child.ok()) return Status::NotFound(root + ": not in the view");
+      node = *child;
+      at = slash + 1;
+    }
+    UCFS_RETURN_IF_ERROR(walk(walk, node, root));
   }
   return out;
 }

@@ -59,6 +59,27 @@ def deepspeed_finds(root, tag, n):
         assert any(f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" in x for x in optim), (d, r, optim)
 
 
+def client_state_carried(root, tag, n, state_for_rank, keys):
+    """Every model-states file at N holds the framework's client state, rank 0's (ucfs(1), PER-RANK FILES)."""
+    d = os.path.join(root, tag)
+    want = state_for_rank(0)
+    for name in sorted(os.listdir(d)):
+        if not name.endswith("model_states.pt"):
+            continue
+        sd = torch.load(os.path.join(d, name), map_location="cpu")
+        for k in keys:
+            assert k in sd, (name, k)
+            got, exp = sd[k], want[k]
+            if isinstance(exp, torch.Tensor):
+                assert torch.equal(got, exp), (name, k)
+            elif k == "rng_states":
+                assert torch.equal(got["torch_cpu_rng_state"], exp["torch_cpu_rng_state"]), (name, k)
+            elif k not in ("args", "rng_state"):
+                assert got == exp, (name, k, got, exp)
+        if "args" in keys:
+            assert sd["args"].consumed_train_samples == 48 and sd["iteration"] == 4, name
+
+
 def rank_file(run, name_at, n, w):
     """Ranks 0..N-1 of a per-rank family load; new ranks are rank r mod W's bytes; none beyond."""
     for r in range(n):
@@ -121,12 +142,18 @@ def replay_lightning(run, n, fabric):
     assert os.path.isdir(os.path.join(path, "checkpoint")), path  # _validate_checkpoint_directory
     tag = "checkpoint" if fabric else open(os.path.join(path, "latest")).read().strip()
     deepspeed_finds(path, tag, n)
+    if not fabric:
+        client_state_carried(path, tag, n, framework_layouts.lightning_client_state,
+                             ["epoch", "global_step", "loops", "callbacks", "lr_schedulers", "hyper_parameters"])
 
 
 def replay_megatron(run, n):
     root = os.path.join(run, "checkpoints")
     assert open(os.path.join(root, "latest_checkpointed_iteration.txt")).read() == "4"
     deepspeed_finds(root, open(os.path.join(root, "latest")).read().strip(), n)
+    # Megatron exits without `iteration`; it indexes rng_state[0] without --data-parallel-random-init.
+    client_state_carried(root, "global_step4", n, framework_layouts.megatron_client_state,
+                         ["args", "checkpoint_version", "iteration", "tokens", "rng_state"])
 
 
 def replay_openrlhf(run, n):
@@ -149,6 +176,9 @@ def replay_open_instruct(run, n):
     assert steps == [4], steps
     deepspeed_finds(root, open(os.path.join(root, "latest")).read().strip(), n)
     assert os.path.exists(os.path.join(root, "ref_policy", "pytorch_model.bin"))
+    # Each rank saved its own rng_states and rank; at N every rank's file holds rank 0's.
+    client_state_carried(root, "global_step4", n, framework_layouts.open_instruct_client_state,
+                         ["training_step", "rng_states", "rank"])
 
 
 def replay_verl(run, n):

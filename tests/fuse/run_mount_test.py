@@ -177,6 +177,42 @@ def test_run(base):
         assert "no DeepSpeed checkpoint in it" in p.stderr and "`latest`" in p.stderr, p.stderr
     check("a directory with no checkpoint below it is refused, saying what a root is", refuses_what_holds_no_root)
 
+    def export_of_a_run():
+        out = os.path.join(base, "exported")
+        p = subprocess.run([UCFS, "export", "--no-cache", "--crc", run, out], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        for root, (fixture, tag) in layout.items():
+            ours = files_below(os.path.join(out, root, tag + "_universal"))
+            theirs = files_below(reference_universal(fixture))
+            assert sorted(ours) == sorted(theirs), (root, sorted(ours)[:3], sorted(theirs)[:3])
+            for rel, path in ours.items():
+                with open(path, "rb") as a, open(theirs[rel], "rb") as b:
+                    assert a.read() == b.read(), (root, rel)
+        with open(os.path.join(out, "accelerate", "latest_universal")) as f:
+            assert f.read() == "pytorch_model_universal"
+        assert not os.path.exists(os.path.join(out, "runs")), "export wrote the run's own files"
+    check("export of a run writes every root's universal output at its path, ds_to_universal's bytes",
+          export_of_a_run)
+
+    def export_of_a_run_at_n():
+        out = os.path.join(base, "exported3")
+        p = subprocess.run([UCFS, "export", "--no-cache", "--world-size", "3", run, out], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        ck = sorted(os.listdir(os.path.join(out, "checkpoint-4")))
+        assert ck == ["config.json", "global_step4", "latest", "model.safetensors", "rng_state_0.pth",
+                      "rng_state_1.pth", "rng_state_2.pth", "trainer_state.json"], ck
+        tag = sorted(os.listdir(os.path.join(out, "checkpoint-4", "global_step4")))
+        assert len([t for t in tag if t.endswith("optim_states.pt")]) == 3, tag
+        sd = torch.load(os.path.join(out, "checkpoint-4", "global_step4", "zero_pp_rank_2_mp_rank_00_model_states.pt"))
+        assert sd["dp_world_size"] == 3
+        assert sorted(os.listdir(os.path.join(out, "accelerate"))) == ["latest", "pytorch_model", "pytorch_model_1"]
+        with open(os.path.join(out, "runs", "events.out")) as f:
+            assert f.read() == "tensorboard"
+    check("export --world-size 3 of a run writes the whole run at N, ready to resume without ucfs",
+          export_of_a_run_at_n)
+
     def tag_takes_a_root():
         target = tempfile.mkdtemp(prefix="ucfs_mnt_")
         try:

@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import random
+import re
 import shutil
 import sys
 
@@ -45,6 +46,41 @@ def _write(path, data, mode="w"):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, mode) as f:
         f.write(data)
+
+
+# What each framework passes engine.save_checkpoint as client_state, which
+# DeepSpeed keeps in every rank's model-states file (frameworks.md 1.3, 1.4,
+# 1.6). Per rank: open-instruct saves each rank's own RNG state and rank.
+def lightning_client_state(rank):
+    return {"epoch": 0, "global_step": 4, "pytorch-lightning_version": "2.4.0",
+            "loops": {"fit_loop": {"epoch_progress": {"total": {"completed": 0}}}},
+            "callbacks": {"ModelCheckpoint": {"best_model_score": None}}, "lr_schedulers": [{"last_epoch": 4}],
+            "hparams_name": "kwargs", "hyper_parameters": {"lr": 0.1}}
+
+
+def megatron_client_state(rank):
+    import argparse
+    return {"args": argparse.Namespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+                                       consumed_train_samples=48),
+            "checkpoint_version": 3.0, "iteration": 4, "tokens": 4096,
+            "rng_state": [{"random_rng_state": random.getstate(), "torch_rng_state": torch.get_rng_state()}]}
+
+
+def open_instruct_client_state(rank):
+    torch.manual_seed(rank)
+    return {"training_step": 4, "rng_states": {"torch_cpu_rng_state": torch.get_rng_state()}, "rank": rank}
+
+
+def _add_client_state(tag_dir, state_for_rank):
+    """Rewrites the tag's model-states files as DeepSpeed saves them with client_state."""
+    for name in sorted(os.listdir(tag_dir)):
+        if not name.endswith("model_states.pt"):
+            continue
+        m = re.match(r"zero_pp_rank_(\d+)_", name)
+        path = os.path.join(tag_dir, name)
+        sd = torch.load(path, map_location="cpu")
+        sd.update(state_for_rank(int(m.group(1)) if m else 0))
+        torch.save(sd, path)
 
 
 def _zero_to_fp32(root):
@@ -120,6 +156,7 @@ def lightning(fixtures, run, fixture, world=2, fabric=False):
     name = "checkpoints/epoch=0-step=4.ckpt" if not fabric else "fabric/step=4.ckpt"
     root = os.path.join(run, name)
     _tag(fixtures, fixture, os.path.join(root, "checkpoint"))
+    _add_client_state(os.path.join(root, "checkpoint"), lightning_client_state)
     _write(os.path.join(root, "latest"), "checkpoint")
     _zero_to_fp32(root)
     if not fabric:
@@ -133,6 +170,7 @@ def megatron_deepspeed(fixtures, run, fixture, world=2):
     """megatron/checkpointing.py: args.save is the root, default tags, a tracker file."""
     root = os.path.join(run, "checkpoints")
     _tag(fixtures, fixture, os.path.join(root, "global_step4"))
+    _add_client_state(os.path.join(root, "global_step4"), megatron_client_state)
     _write(os.path.join(root, "latest"), "global_step4")
     _write(os.path.join(root, "latest_checkpointed_iteration.txt"), "4")
     _zero_to_fp32(root)
@@ -156,6 +194,7 @@ def open_instruct(fixtures, run, fixture, world=2):
     """grpo_fast: checkpoint_state_dir with default tags and ref_policy/ beside them."""
     root = os.path.join(run, "checkpoint_state")
     _tag(fixtures, fixture, os.path.join(root, "global_step4"))
+    _add_client_state(os.path.join(root, "global_step4"), open_instruct_client_state)
     _write(os.path.join(root, "latest"), "global_step4")
     _zero_to_fp32(root)
     os.makedirs(os.path.join(root, "ref_policy"))

@@ -29,8 +29,9 @@ struct ExportFile {
   uint32_t mode = 0444;  // the view's permission bits, which the copy keeps
 };
 
-// The files below the view's top-level entries `roots` (files or
-// directories), in a stable order.
+// The files below the view's entries `roots` (files or directories, given
+// as '/'-separated paths from the view's root: "latest_universal",
+// "checkpoint-4/global_step4_universal"), in a stable order.
 Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::string>& roots);
 
 struct ExportOptions {
