@@ -140,6 +140,25 @@ int RunShow(const std::string& path) {
 
 using ucfs::cli::MountArgs;
 
+// Checkpoints a trainer saved into DIR through an earlier mount are shown as
+// they were saved: at another --world-size they are not resharded (the run
+// view serves the source's roots), which a resume from them would trip on.
+void WarnOfUpperRootsAtOtherSizes(const std::string& upper, uint32_t world_size) {
+  auto roots = ucfs::FindRoots(*ucfs::Env::Posix(), upper, 8);
+  if (!roots.ok()) return;  // none, or no DIR yet
+  for (const ucfs::RootListing& root : *roots) {
+    for (const ucfs::TagListing& tag : root.tags) {
+      if (tag.complete && tag.files.world_size != world_size) {
+        spdlog::warn(
+            "{}: saved into --upper at {} ranks, shown as saved (not at {}): mount {} itself "
+            "with --world-size {} to resume from it",
+            ucfs::TerminalSafe(tag.dir), tag.files.world_size, world_size,
+            ucfs::TerminalSafe(root.dir), world_size);
+      }
+    }
+  }
+}
+
 int RunMount(MountArgs a, int verbosity) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
@@ -193,6 +212,7 @@ int RunMount(MountArgs a, int verbosity) {
       std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(placed.message()).c_str());
       return kExitUsage;
     }
+    if (shared == nullptr && a.world_size) WarnOfUpperRootsAtOtherSizes(upper, *a.world_size);
     // The consolidated weights are shown read-only, --upper or not.
     ucfs::Overlay::Options overlay_options;
     if (shared) overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));

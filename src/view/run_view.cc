@@ -148,6 +148,13 @@ class RunDecorator {
   View::SourceDirExtras operator()(const std::string& dir, const std::vector<DirEntry>& entries) {
     std::optional<RootListing> root = ListRoot(env_, dir, entries);
     if (!root) return BelowRoot(dir, entries);
+    if (!root->latest) {
+      // DeepSpeed's load_checkpoint(ROOT) with no tag would fail on it.
+      auto named = ReadLatestTag(env_, JoinPath(dir, "latest"));
+      spdlog::warn("{}/latest {}: a load without a tag fails; its tags are served", TerminalSafe(dir),
+                   named.ok() ? "names " + TerminalSafe(*named) + ", which is not a tag here"
+                              : "names no tag (" + TerminalSafe(named.status().message()) + ")");
+    }
     View::SourceDirExtras extras;
     if (options_.reshard) {
       const uint32_t saved = SavedWorldSize(*root);

@@ -155,8 +155,18 @@ def test_run(base):
 
     # A tag missing a rank file is not served; its root's other tags are.
     os.remove(os.path.join(run, "accelerate", "pytorch_model_1", "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    # A root whose `latest` names a tag that is not there (deleted by rotation).
+    shutil.copytree(tag_dir("z3_fp32_ws2"), os.path.join(run, "stale", "global_step4"))
+    with open(os.path.join(run, "stale", "latest"), "w") as f:
+        f.write("global_step9")
     m = mount_testing.Mount(UCFS, run, "checkpoint-4", "--no-cache")
     try:
+        def stale_latest_said():
+            names = sorted(os.listdir(os.path.join(m.dir, "stale")))
+            assert names == ["global_step4", "global_step4_fp32", "global_step4_universal", "latest"], names
+            assert "stale/latest names global_step9, which is not a tag here" in m.log_text(), m.log_text()
+        check("a latest naming an absent tag is said; the root's tags are still served", stale_latest_said)
+
         def incomplete_not_served():
             names = sorted(os.listdir(os.path.join(m.dir, "accelerate")))
             assert "pytorch_model_1_universal" not in names and "pytorch_model_universal" in names, names

@@ -93,8 +93,9 @@ def write_in_shared_dir(args):
     mnt, rank = args
     d = os.path.join(mnt, "checkpoint-12", "global_step12")
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt"), "wb") as f:
-        f.write(bytes([rank]) * 4096)
+    for kind in ("model", "optim"):
+        with open(os.path.join(d, f"zero_pp_rank_{rank}_mp_rank_00_{kind}_states.pt"), "wb") as f:
+            f.write(bytes([rank]) * 4096)
     # accelerate's dl_state_dict.bin: every rank writes one path.
     with open(os.path.join(mnt, "checkpoint-12", "dl_state_dict.bin"), "wb") as f:
         f.write(b"dl" * 100)
@@ -147,11 +148,12 @@ def test_writable(base):
             os.rename(staging, os.path.join(m.dir, "checkpoint-12"))
             with multiprocessing.Pool(4) as pool:
                 assert sorted(pool.map(write_in_shared_dir, [(m.dir, r) for r in range(4)])) == [0, 1, 2, 3]
-            with open(os.path.join(m.dir, "checkpoint-12", "global_step12", "latest"), "w"):
-                pass
+            with open(os.path.join(m.dir, "checkpoint-12", "latest"), "w") as f:
+                f.write("global_step12")
             d = os.path.join(upper, "checkpoint-12", "global_step12")
-            assert sorted(os.listdir(d)) == ["latest"] + [
-                f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(4)], os.listdir(d)
+            assert sorted(os.listdir(d)) == sorted(
+                f"zero_pp_rank_{r}_mp_rank_00_{k}_states.pt" for r in range(4) for k in ("model", "optim")), \
+                os.listdir(d)
             with open(os.path.join(upper, "checkpoint-12", "dl_state_dict.bin"), "rb") as f:
                 assert f.read() == b"dl" * 100
             assert not os.path.exists(os.path.join(m.dir, "tmp-checkpoint-12"))
@@ -185,6 +187,9 @@ def test_writable(base):
                 with open(os.path.join(other.dir, "checkpoint-12", "dl_state_dict.bin"), "rb") as f:
                     assert f.read() == b"dl" * 100
                 assert not os.path.exists(os.path.join(other.dir, "checkpoint-4"))
+                # checkpoint-12 was saved at 4 ranks into the upper dir: said, not resharded
+                assert "global_step12: saved into --upper at 4 ranks, shown as saved (not at 3)" in \
+                    other.log_text(), other.log_text()
                 # and back: written through the second, read through the first
                 with open(os.path.join(other.dir, "checkpoint-12", "trainer_state.json"), "w") as f:
                     f.write('{"global_step": 12}')
