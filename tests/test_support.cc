@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ucfs/codec/zip.h"
+#include "ucfs/view/source_files.h"
 
 namespace ucfs::testing {
 
@@ -188,6 +189,19 @@ InodeId ResolvePath(View& view, const std::string& path) {
     start = slash + 1;
   }
   return node;
+}
+
+std::string ReadViewFile(Env& env, View& view, InodeId node) {
+  auto attr = view.GetAttr(node);
+  EXPECT_TRUE(attr.ok()) << attr.status().ToString();
+  if (!attr.ok()) return "";
+  std::vector<ReadPiece> pieces;
+  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
+  std::string out;
+  EXPECT_TRUE(reader.Read(pieces, &out).ok());
+  EXPECT_EQ(out.size(), attr->size);
+  return out;
 }
 
 std::vector<std::string> EntryNames(View& view, InodeId dir) {

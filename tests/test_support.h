@@ -67,6 +67,9 @@ std::shared_ptr<View> SmallView();
 // The inode at '/'-separated `path` below `view`'s root, failing the test
 // (and answering 0) where a step is not found.
 InodeId ResolvePath(View& view, const std::string& path);
+// The whole of file `node` of `view`, its sources read through `env`
+// (failing the test where a step fails).
+std::string ReadViewFile(Env& env, View& view, InodeId node);
 // The names in directory `dir` of `view`, as ReadDir sorts them.
 std::vector<std::string> EntryNames(View& view, InodeId dir);
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
-#include "ucfs/view/source_files.h"
 
 namespace ucfs {
 namespace {
@@ -33,15 +32,7 @@ std::shared_ptr<View> ViewAt(MemEnv& env, uint32_t n, bool copies = true) {
 }
 
 std::string Read(MemEnv& env, View& view, const std::string& path) {
-  const InodeId node = Resolve(view, path);
-  auto attr = view.GetAttr(node);
-  EXPECT_TRUE(attr.ok());
-  std::vector<ReadPiece> pieces;
-  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
-  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
-  std::string out;
-  EXPECT_TRUE(reader.Read(pieces, &out).ok());
-  return out;
+  return testing::ReadViewFile(env, view, Resolve(view, path));
 }
 
 TEST(RankFileExtras, NewRanksGetCopiesOfRankRModW) {

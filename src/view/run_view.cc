@@ -151,7 +151,8 @@ class RunDecorator {
     if (!root->latest) {
       // DeepSpeed's load_checkpoint(ROOT) with no tag would fail on it.
       auto named = ReadLatestTag(env_, JoinPath(dir, "latest"));
-      spdlog::warn("{}/latest {}: a load without a tag fails; its tags are served", TerminalSafe(dir),
+      spdlog::warn("{}/latest {}: a load without a tag fails; its tags are served",
+                   TerminalSafe(dir),
                    named.ok() ? "names " + TerminalSafe(*named) + ", which is not a tag here"
                               : "names no tag (" + TerminalSafe(named.status().message()) + ")");
     }

@@ -35,17 +35,7 @@ class CountingSource final : public TorchFileSource {
   std::atomic<int> summarized_{0};
 };
 
-std::string ReadNode(Env& env, View& view, InodeId node) {
-  auto attr = view.GetAttr(node);
-  EXPECT_TRUE(attr.ok());
-  std::vector<ReadPiece> pieces;
-  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
-  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
-  std::string out;
-  EXPECT_TRUE(reader.Read(pieces, &out).ok());
-  EXPECT_EQ(out.size(), attr->size);
-  return out;
-}
+constexpr auto ReadNode = testing::ReadViewFile;
 
 // Every file below `dir` of `view`, by relative path, with its bytes.
 void Tree(Env& env, View& view, InodeId dir, const std::string& prefix,
