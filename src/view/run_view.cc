@@ -201,7 +201,14 @@ class RunDecorator {
                    TerminalSafe(files.status().message()));
       return;
     }
-    const FileAccess access{tag->access.mode & 0444, tag->access.uid, tag->access.gid};
+    // Made of the rank files: readable only by whom all of them are (the
+    // kernel's default_permissions checks this), and never writable.
+    std::vector<FileAccess> of_sources;
+    for (const SourceFile& s : (*opened)->sources()) {
+      if (!s.path.empty()) of_sources.push_back(s.access);
+    }
+    FileAccess access = StrictestAccess(of_sources, tag->access);
+    access.mode &= 0444;
     auto sources = std::make_shared<const std::vector<SourceFile>>((*opened)->sources());
     for (NamedContent& f : *files) {
       extras->files.push_back({f.name, std::move(f.content), tag->mtime_ns, access, sources});

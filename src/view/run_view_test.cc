@@ -292,6 +292,15 @@ TEST_F(RunViewTest, HfWeightsBesideConfigJsonOpenLatestsTagOnly) {
   env_.WriteFile("/run/checkpoint-4/config.json", "{}");
   env_.WriteFile("/run/checkpoint-8/config.json", "{}");
   env_.WriteFile("/run/checkpoint-8/model.safetensors", "own");
+  // The rank files are user 7's, one of them its alone: so are the weights
+  // made from them.
+  auto tag_files = env_.ListDir("/run/checkpoint-4/global_step4");
+  ASSERT_TRUE(tag_files.ok());
+  for (const DirEntry& e : *tag_files) {
+    env_.SetAccess("/run/checkpoint-4/global_step4/" + e.name, FileAccess{0644, 7, 8});
+  }
+  env_.SetAccess("/run/checkpoint-4/global_step4/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                 FileAccess{0600, 7, 8});
   CountingSource source(env_);
   RunViewOptions options;
   options.source = &source;
@@ -306,6 +315,8 @@ TEST_F(RunViewTest, HfWeightsBesideConfigJsonOpenLatestsTagOnly) {
   auto attr = v.GetAttr(Resolve(v, "checkpoint-4/model.safetensors"));
   ASSERT_TRUE(attr.ok());
   EXPECT_GT(attr->size, 132u * 2);  // 132 bf16 elements and a header
+  EXPECT_EQ(attr->mode, 0400u);
+  EXPECT_EQ(attr->uid, 7u);
   EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-8/model.safetensors")), "own");
   // Its bytes are those of the weights built from the checkpoint itself
   // (their pieces renumbered into the run view's sources).
