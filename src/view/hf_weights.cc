@@ -1,6 +1,5 @@
 #include "ucfs/view/hf_weights.h"
 
-#include <algorithm>
 #include <string_view>
 
 namespace ucfs {

@@ -38,6 +38,8 @@ class TagViews {
 
  private:
   struct Built {
+    explicit Built(bool at_n) : reshard(at_n) {}
+    const bool reshard;  // the reshard view at N, else the universal view
     std::once_flag once;
     Status status;
     std::shared_ptr<View> view;  // set in once
@@ -57,7 +59,7 @@ class TagViews {
   Status Build(Built& built) {
     UCFS_RETURN_IF_ERROR(Opened().status());
     std::unique_ptr<View> view;
-    if (&built == &resharded_) {
+    if (built.reshard) {
       UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env_, checkpoint_, *options_.reshard));
     } else {
       UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env_, checkpoint_, options_.universal));
@@ -89,8 +91,8 @@ class TagViews {
   std::once_flag opened_;
   Status opened_status_;
   std::shared_ptr<const Checkpoint> checkpoint_;  // set in opened_
-  Built universal_;
-  Built resharded_;
+  Built universal_{false};
+  Built resharded_{true};
 };
 
 // The views of `root`'s complete tags (but `skip`): grafts, and
