@@ -50,6 +50,9 @@ int RunExport(const ExportArgs& a) {
   std::error_code ec;
   ViewRequest request = a.view;
   request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
+  for (std::string& layer : request.layers) {
+    layer = fs::absolute(layer, ec).lexically_normal().string();
+  }
   // A run exported at N is a run to resume from: no views in it.
   request.extra_views = !request.world_size;
   const std::string out = fs::absolute(a.out, ec).lexically_normal().string();

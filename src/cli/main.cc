@@ -150,10 +150,10 @@ void WarnOfUpperRootsAtOtherSizes(const std::string& upper, uint32_t world_size)
     for (const ucfs::TagListing& tag : root.tags) {
       if (tag.complete && tag.files.world_size != world_size) {
         spdlog::warn(
-            "{}: saved into --upper at {} ranks, shown as saved (not at {}): mount {} itself "
-            "with --world-size {} to resume from it",
-            ucfs::TerminalSafe(tag.dir), tag.files.world_size, world_size,
-            ucfs::TerminalSafe(root.dir), world_size);
+            "{}: saved into --upper at {} ranks, shown as saved (not at {}): to resume from it "
+            "at {}, mount with --layer {} and a new --upper",
+            ucfs::TerminalSafe(tag.dir), tag.files.world_size, world_size, world_size,
+            ucfs::TerminalSafe(upper));
       }
     }
   }
@@ -177,6 +177,9 @@ int RunMount(MountArgs a, int verbosity) {
   request.world_size = a.world_size;
   request.sub_group_size = a.sub_group_size;
   request.copy_rank_files = !a.no_rank_file_copies;
+  for (const std::string& layer : a.layers) {
+    request.layers.push_back(fs::absolute(layer, ec).lexically_normal().string());
+  }
   if (a.weights_dtype) {
     auto dtype = ucfs::cli::ParseWeightsDtype(*a.weights_dtype);
     if (!dtype.ok()) {
@@ -206,6 +209,16 @@ int RunMount(MountArgs a, int verbosity) {
   std::string upper;
   if (a.upper) {
     upper = fs::absolute(*a.upper, ec).lexically_normal().string();
+    for (const std::string& layer : request.layers) {
+      if (ucfs::cli::CheckPlacement({layer}, "--upper", upper, ucfs::cli::Placement::kApart).ok()) {
+        continue;
+      }
+      std::fprintf(stderr,
+                   "ucfs mount: --upper %s and --layer %s overlap: a layer is only read; write "
+                   "into a new directory\n",
+                   ucfs::TerminalSafe(upper).c_str(), ucfs::TerminalSafe(layer).c_str());
+      return kExitUsage;
+    }
     ucfs::Status placed =
         ucfs::cli::CheckPlacement(source_dirs, "--upper", upper, ucfs::cli::Placement::kApart);
     if (!placed.ok()) {
@@ -351,6 +364,13 @@ CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
                     "Make the mount writable: whatever is written (new checkpoints, a rewritten "
                     "`latest`) lands in this directory (created if missing); the source is never "
                     "written");
+  mount
+      ->add_option("--layer", a->layers,
+                   "An earlier mount's --upper directory, laid over CKPT read-only (repeat, oldest "
+                   "first): the checkpoints a trainer saved into it are served like CKPT's own, "
+                   "resharded at --world-size and with their views")
+      ->type_size(1)
+      ->allow_extra_args(false);
   mount->add_flag("--views", a->views,
                   "With --upper, a run directory's roots still show <tag>_universal/, "
                   "latest_universal and <tag>_fp32/ (hidden by default: trainers count, sum and "
@@ -391,6 +411,11 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosi
       ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
   export_cmd->add_option("--sub-group-size", a->view.sub_group_size,
                          "The run's zero_optimization.sub_group_size, when its ds_config has none");
+  export_cmd
+      ->add_option("--layer", a->view.layers,
+                   "An earlier mount's --upper directory, laid over CKPT (repeat, oldest first)")
+      ->type_size(1)
+      ->allow_extra_args(false);
   export_cmd->add_flag("--fp32", a->fp32,
                        "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
                        "model.safetensors) instead");

@@ -26,6 +26,9 @@ struct MountArgs {
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
   std::optional<std::string> upper;
+  // Earlier mounts' upper directories, read-only under this one's, oldest
+  // first (cli/view_setup.h: ViewRequest::layers).
+  std::vector<std::string> layers;
   // A writable mount of a run directory shows the extra views
   // (<tag>_universal, latest_universal, <tag>_fp32) only when asked.
   bool views = false;

@@ -34,9 +34,10 @@ struct UcfsOption {
   std::string_view value;  // empty: a flag that takes no value
   std::string_view help;
 };
-constexpr std::array<UcfsOption, 13> kUcfsOptions = {{
+constexpr std::array<UcfsOption, 14> kUcfsOptions = {{
     {"world_size", "N", "--world-size N: the checkpoint as saved with N ranks"},
     {"upper", "DIR", "--upper DIR: writable, writes land in DIR"},
+    {"layer", "DIR", "--layer DIR: an earlier upper, read under it (repeat)"},
     {"tag", "TAG", "--tag TAG: another tag than `latest` names"},
     {"sub_group_size", "N", "--sub-group-size N: the run's sub_group_size"},
     {"cache_dir", "DIR", "--cache-dir DIR: where the index lives"},
@@ -154,6 +155,8 @@ Status ApplyOption(const std::string& opt, HelperRequest& r, bool& read_only) {
     r.mount.sub_group_size = *n;
   } else if (key == "upper") {
     r.mount.upper = value;
+  } else if (key == "layer") {
+    r.mount.layers.push_back(value);
   } else if (key == "tag") {
     r.mount.tag = value;
   } else if (key == "cache_dir") {
@@ -265,6 +268,7 @@ std::string EquivalentCommand(const HelperRequest& r) {
   };
   if (m.world_size) add("--world-size", std::to_string(*m.world_size));
   if (m.upper) add("--upper", *m.upper);
+  for (const std::string& layer : m.layers) add("--layer", layer);
   if (m.tag) add("--tag", *m.tag);
   if (m.sub_group_size) add("--sub-group-size", std::to_string(*m.sub_group_size));
   if (m.cache_dir) add("--cache-dir", *m.cache_dir);

@@ -12,6 +12,7 @@
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/index.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/overlay/layered_env.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/hf_weights.h"
 #include "ucfs/view/reshard_view.h"
@@ -32,6 +33,35 @@ Result<CheckpointEnv> OpenCheckpointEnv(const std::string& path) {
 }
 
 namespace {
+
+// The checkpoint directory with `layers` laid over it: the Env every view
+// of it reads through.
+Status LayOver(const std::vector<std::string>& layers, CheckpointEnv& source) {
+  UCFS_ASSIGN_OR_RETURN(std::string root, ResolveCheckpointRoot(source.path));
+  if (root != source.path) {
+    return Status::InvalidArgument(
+        "--layer: " + source.path +
+        " is a tag directory; a layer lies over what a mount's root showed, so mount its "
+        "root (" +
+        root + ") or the run directory holding it");
+  }
+  std::vector<EnvLayer> stack;
+  for (const std::string& layer : layers) {
+    char* resolved = ::realpath(layer.c_str(), nullptr);
+    if (resolved == nullptr) return Status::FromErrno("--layer " + layer, errno);
+    std::string dir(resolved);
+    std::free(resolved);
+    if (!Env::Posix()->IsDirectory(dir)) {
+      return Status::InvalidArgument("--layer " + layer + ": not a directory");
+    }
+    UCFS_RETURN_IF_ERROR(CheckPlacement({source.path}, "--layer", dir, Placement::kApart));
+    auto env = NewConfinedPosixEnv(dir);
+    if (!env.ok()) return env.status().Annotate("--layer " + layer);
+    stack.push_back({std::shared_ptr<Env>(std::move(env).value()), dir});
+  }
+  source.env = NewLayeredEnv(std::move(source.env), source.path, std::move(stack));
+  return Status::OK();
+}
 
 // The index, opened on first use: a run view's tags open in the mount's
 // daemon, after it forked, and LMDB's environment must be used by the
@@ -140,6 +170,7 @@ Result<DType> ParseWeightsDtype(const std::string& text) {
 Result<OpenedView> OpenView(const ViewRequest& r) {
   OpenedView out;
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(r.checkpoint));
+  if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(r.layers, source));
   out.env = source.env;
   Env& env = *out.env;
   const std::string index_dir = r.no_cache ? "" : IndexDir(r);
@@ -147,7 +178,9 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     if (!r.no_cache) {
       out.index = std::make_shared<LazyIndex>(env, index_dir);
     }
-    return OpenRunView(r, std::move(out), source.path);
+    UCFS_ASSIGN_OR_RETURN(out, OpenRunView(r, std::move(out), source.path));
+    out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
+    return out;
   }
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
@@ -197,6 +230,7 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   for (const std::string& dir : {files.root, files.tag_dir}) {
     if (!dir.empty()) out.source_dirs.push_back(dir);
   }
+  out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
   out.description =
       r.world_size ? "view at world size " + std::to_string(*r.world_size) : "universal view";
   return out;

@@ -41,6 +41,10 @@ struct ViewRequest {
   // The Hugging Face weights' dtype (view/hf_weights.h); default the
   // training dtype.
   std::optional<DType> weights_dtype;
+  // Earlier mounts' upper directories, laid over the checkpoint read-only
+  // in order, each over the ones before it (overlay/layered_env.h): what a
+  // trainer saved through them is served like the source.
+  std::vector<std::string> layers;
 };
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32" as a dtype;
@@ -60,7 +64,7 @@ struct OpenedView {
   std::shared_ptr<View> view;
   // The source directories the view shows: the checkpoint's root and tag
   // directory, or the run directory (what CheckPlacement keeps apart).
-  std::vector<std::string> source_dirs;
+  std::vector<std::string> source_dirs;  // with the layers
   // What is mounted, for the log: "universal view", "view at world size 3",
   // "run directory (...)".
   std::string description;
