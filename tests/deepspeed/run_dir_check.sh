@@ -7,7 +7,9 @@
 # (MODE=universal, N=3) from each root inside the mount; then
 # `ucfs mount --world-size N --upper U RUN MNT` and a plain native
 # load_checkpoint at N from each root (N below, at and above the saved W),
-# with HF's rng_state_{r}.pth shown at N and the run's bytes unchanged.
+# with HF's rng_state_{r}.pth shown at N and the run's bytes unchanged; then
+# a checkpoint saved at 3 ranks through one mount, resumed (native at 2,
+# universal at 4) through mounts that lay its --upper under them (--layer).
 #
 # usage: tests/deepspeed/run_dir_check.sh UCFS_BIN   (ORACLE_DIR as ci_checks.sh sets it)
 # Exits 1 if any load failed.
@@ -91,6 +93,42 @@ for entry in "${native[@]}"; do
   fi
   "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
 done
+# Elastic twice over: a job at 3 ranks saves checkpoint-12 through its mount
+# (a real 3-rank save) and rotates checkpoint-4 away; the next job, at 2,
+# lays the first's --upper under its own and resumes from checkpoint-12.
+first=$work/upper_first
+"$ucfs" mount --no-cache --world-size 3 --upper "$first" "$run" "$mnt" ||
+  { echo "run_dir_check: mount --world-size 3 failed" >&2; exit 1; }
+mkdir -p "$mnt/checkpoint-12"
+cp -r "$fixtures/z3_bf16_ws3/checkpoint/global_step4" "$mnt/checkpoint-12/global_step12"
+printf 'global_step12' > "$mnt/checkpoint-12/latest"
+rm -rf "$mnt/checkpoint-4"
+"$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
+layer_before=$(cd "$first" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+for mode in native universal; do
+  if [ "$mode" = native ]; then
+    n=2
+    "$ucfs" mount --no-cache --layer "$first" --world-size 2 --upper "$work/upper_second" "$run" "$mnt"
+  else
+    n=4
+    "$ucfs" mount --no-cache --layer "$first" "$run" "$mnt"
+  fi || { echo "run_dir_check: mount --layer failed" >&2; exit 1; }
+  echo "== DeepSpeed resumes ($mode, N=$n) from checkpoint-12, saved at 3 through an earlier mount (--layer)"
+  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/z3_bf16_ws3" \
+           --ckpt "$mnt/checkpoint-12" --mode "$mode" --world-size "$n" --quiet 2>&1 | tail -1)
+  echo "$last"
+  if [[ $last == PASS* ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+  "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
+done
+layer_after=$(cd "$first" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+if [ "$layer_before" != "$layer_after" ]; then
+  echo "FAIL: the layer's files changed under the mounts over it"
+  failed=$((failed + 1))
+fi
 after=$(cd "$run" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
 if [ "$before" != "$after" ]; then
   echo "FAIL: the run's files changed under the writable mounts"
