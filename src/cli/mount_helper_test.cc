@@ -42,6 +42,12 @@ TEST(MountHelper, MapsUcfsOptionsOntoMountArgs) {
   EXPECT_EQ(EquivalentCommand(r),
             "ucfs mount --world-size 4 --upper /x --tag global_step100 /ckpt/run7 /mnt/run7");
 
+  // Layers stack in the order given, each over the ones before it.
+  r = Parse({"a", "b", "-o", "world_size=2,layer=/u1,upper=/u3", "-o", "layer=/u2"});
+  EXPECT_EQ(r.mount.layers, (std::vector<std::string>{"/u1", "/u2"}));
+  EXPECT_EQ(EquivalentCommand(r),
+            "ucfs mount --world-size 2 --upper /u3 --layer /u1 --layer /u2 a b");
+
   r = Parse({"a", "b", "-o",
              "sub_group_size=1000000000,cache_dir=/c,no_cache,crc,log_file=/l,verbose,debug"});
   EXPECT_EQ(r.mount.sub_group_size, 1000000000u);
@@ -156,8 +162,8 @@ TEST(MountHelper, ReturnsMountsExitStatuses) {
 
 TEST(MountHelper, UsageListsEveryUcfsOption) {
   const std::string u = MountHelperUsage("mount.fuse.ucfs");
-  for (const char* o : {"world_size=N", "upper=DIR", "tag=TAG", "sub_group_size=N", "cache_dir=DIR",
-                        "no_cache", "crc", "log_file=FILE", "verbose", "debug"}) {
+  for (const char* o : {"world_size=N", "upper=DIR", "layer=DIR", "tag=TAG", "sub_group_size=N",
+                        "cache_dir=DIR", "no_cache", "crc", "log_file=FILE", "verbose", "debug"}) {
     EXPECT_NE(u.find(std::string("  ") + o + " "), std::string::npos) << o;
   }
 }

@@ -104,9 +104,10 @@ TEST_F(LayeredMemEnvTest, EscapedNamesShowAndBookkeepingDoesNot) {
   mem_->WriteFile("/u1/.wh..wh.w..wh.odd", "");
   mem_->WriteFile("/u1/dir/.wh..wh.e..wh.deep/f", "F");
   auto env = Layered(1);
-  EXPECT_EQ(Walk(*env, "/src"),
-            (Tree{{".wh.mine", "M"}, {"dir", std::nullopt}, {"dir/.wh.deep", std::nullopt},
-                  {"dir/.wh.deep/f", "F"}}));
+  EXPECT_EQ(Walk(*env, "/src"), (Tree{{".wh.mine", "M"},
+                                      {"dir", std::nullopt},
+                                      {"dir/.wh.deep", std::nullopt},
+                                      {"dir/.wh.deep/f", "F"}}));
 }
 
 TEST_F(LayeredMemEnvTest, LaterLayersLieOverEarlierOnes) {
@@ -124,13 +125,12 @@ TEST_F(LayeredMemEnvTest, LaterLayersLieOverEarlierOnes) {
                                       {"c", "a file in u2 over u1's directory"},
                                       {"latest", "u1"}}));
   // With the older layer alone, as the mount that wrote u2 saw it.
-  EXPECT_EQ(Walk(*Layered(1), "/src"),
-            (Tree{{"a", std::nullopt},
-                  {"a/f", "src"},
-                  {"b", "a file in u1"},
-                  {"c", std::nullopt},
-                  {"c/f", "u1's c"},
-                  {"latest", "u1"}}));
+  EXPECT_EQ(Walk(*Layered(1), "/src"), (Tree{{"a", std::nullopt},
+                                             {"a/f", "src"},
+                                             {"b", "a file in u1"},
+                                             {"c", std::nullopt},
+                                             {"c/f", "u1's c"},
+                                             {"latest", "u1"}}));
 }
 
 TEST_F(LayeredMemEnvTest, PathsOutsideTheSourceAreTheBaseEnvs) {
@@ -170,8 +170,8 @@ TEST(LayeredEnv, ShowsWhatTheMountThatWroteTheLayerShowed) {
     ::close(*fd);
   };
   // HF rotation: the oldest checkpoint goes; a new one is saved.
-  for (const char* f : {"checkpoint-4/global_step4/mp_rank_00_model_states.pt",
-                        "checkpoint-4/latest"}) {
+  for (const char* f :
+       {"checkpoint-4/global_step4/mp_rank_00_model_states.pt", "checkpoint-4/latest"}) {
     ASSERT_TRUE(overlay.Unlink(f).ok()) << f;
   }
   ASSERT_TRUE(overlay.RemoveDir("checkpoint-4/global_step4").ok());
