@@ -286,6 +286,38 @@ Result<std::unique_ptr<Env>> NewConfinedPosixEnv(const std::string& root) {
   return std::unique_ptr<Env>(new ConfinedPosixEnv(root, std::move(fd)));
 }
 
+namespace {
+
+class RoutedEnv final : public Env {
+ public:
+  RoutedEnv(std::shared_ptr<Env> base, std::string dir, std::shared_ptr<Env> below)
+      : base_(std::move(base)), dir_(std::move(dir)), below_(std::move(below)) {}
+  Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
+    return For(path).Open(path);
+  }
+  Result<FileStat> Stat(const std::string& path) override { return For(path).Stat(path); }
+  Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
+    return For(path).ListDir(path);
+  }
+
+ private:
+  Env& For(const std::string& path) const {
+    const bool below = path == dir_ || (path.starts_with(dir_) && path.size() > dir_.size() &&
+                                        (dir_ == "/" || path[dir_.size()] == '/'));
+    return below ? *below_ : *base_;
+  }
+  const std::shared_ptr<Env> base_;
+  const std::string dir_;
+  const std::shared_ptr<Env> below_;
+};
+
+}  // namespace
+
+std::unique_ptr<Env> NewRoutedEnv(std::shared_ptr<Env> base, std::string dir,
+                                  std::shared_ptr<Env> below) {
+  return std::make_unique<RoutedEnv>(std::move(base), std::move(dir), std::move(below));
+}
+
 Result<std::string> ResolveCheckpointRoot(const std::string& path) {
   char* resolved = ::realpath(path.c_str(), nullptr);
   if (resolved == nullptr) return Status::FromErrno(path, errno);

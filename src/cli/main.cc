@@ -191,6 +191,7 @@ int RunMount(MountArgs a, int verbosity) {
   }
   // Trainers count, sum and parse what a writable mount shows.
   request.extra_views = !a.upper || a.views;
+  if (a.upper) request.upper = fs::absolute(*a.upper, ec).lexically_normal().string();
   auto opened_view = ucfs::cli::OpenView(request);
   if (!opened_view.ok()) return Fail("mount", opened_view.status());
   const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
@@ -229,6 +230,15 @@ int RunMount(MountArgs a, int verbosity) {
     // The consolidated weights are shown read-only, --upper or not.
     ucfs::Overlay::Options overlay_options;
     if (shared) overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
+    if (std::shared_ptr<ucfs::UpperRootViews> views = opened_view->upper_views) {
+      // Checkpoints saved through the mount are roots like the source's.
+      upper = opened_view->upper_dir;
+      overlay_options.on_upper_dir = [views](const std::string& path, const std::string& dir,
+                                             std::string_view missed) {
+        return (missed.empty() || ucfs::UpperRootViews::MightShow(missed)) &&
+               views->Update(path, dir);
+      };
+    }
     auto opened =
         ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix(), std::move(overlay_options));
     if (!opened.ok()) return Fail("mount", opened.status());

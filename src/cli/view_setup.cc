@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/run_view.h"
 #include "ucfs/view/universal_view.h"
+#include "ucfs/view/upper_root_views.h"
 
 namespace ucfs::cli {
 
@@ -60,6 +62,28 @@ Status LayOver(const std::vector<std::string>& layers, CheckpointEnv& source) {
     stack.push_back({std::shared_ptr<Env>(std::move(env).value()), dir});
   }
   source.env = NewLayeredEnv(std::move(source.env), source.path, std::move(stack));
+  return Status::OK();
+}
+
+// A run's writable mount serves the checkpoints saved into its upper
+// directory with views too (upper_root_views.h): the view reads them
+// through an Env confined to that directory, made now (as the overlay
+// would make it) where it lies apart from the checkpoint. Elsewhere the
+// mount refuses it, saying so.
+Status RouteUpper(const std::string& upper, const std::vector<std::string>& source_dirs,
+                  OpenedView& out) {
+  if (!CheckPlacement(source_dirs, "--upper", upper, Placement::kApart).ok()) return Status::OK();
+  if (::mkdir(upper.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::FromErrno("--upper " + upper, errno);
+  }
+  char* resolved = ::realpath(upper.c_str(), nullptr);
+  if (resolved == nullptr) return Status::FromErrno("--upper " + upper, errno);
+  out.upper_dir = resolved;
+  std::free(resolved);
+  auto confined = NewConfinedPosixEnv(out.upper_dir);
+  if (!confined.ok()) return confined.status().Annotate("--upper " + upper);
+  out.env = NewRoutedEnv(std::move(out.env), out.upper_dir,
+                         std::shared_ptr<Env>(std::move(confined).value()));
   return Status::OK();
 }
 
@@ -175,11 +199,18 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   Env& env = *out.env;
   const std::string index_dir = r.no_cache ? "" : IndexDir(r);
   if (!IsCheckpointDirectory(env, source.path) && env.IsDirectory(source.path)) {
+    std::vector<std::string> below = {source.path};
+    below.insert(below.end(), r.layers.begin(), r.layers.end());
+    if (r.upper) UCFS_RETURN_IF_ERROR(RouteUpper(*r.upper, below, out));
     if (!r.no_cache) {
-      out.index = std::make_shared<LazyIndex>(env, index_dir);
+      out.index = std::make_shared<LazyIndex>(*out.env, index_dir);
     }
     UCFS_ASSIGN_OR_RETURN(out, OpenRunView(r, std::move(out), source.path));
     out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
+    if (!out.upper_dir.empty()) {
+      out.upper_views =
+          std::make_shared<UpperRootViews>(out.view, *out.env, RunOptions(r, out.index.get()));
+    }
     return out;
   }
   std::unique_ptr<SummaryIndex> index;

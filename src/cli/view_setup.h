@@ -12,6 +12,7 @@
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/codec/torch_file.h"
+#include "ucfs/view/upper_root_views.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs::cli {
@@ -45,6 +46,9 @@ struct ViewRequest {
   // in order, each over the ones before it (overlay/layered_env.h): what a
   // trainer saved through them is served like the source.
   std::vector<std::string> layers;
+  // The writable mount's upper directory (absolute): a run's checkpoints
+  // saved into it get views (OpenedView::upper_views).
+  std::optional<std::string> upper;
 };
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32" as a dtype;
@@ -75,6 +79,10 @@ struct OpenedView {
   // export writes. The consolidated weights' directory is separate.
   std::vector<std::string> layout_roots;
   std::string consolidated_root;
+  // A run's writable mount: the upper directory, made and resolved, and the
+  // views of the checkpoints saved into it, for the overlay to ask.
+  std::string upper_dir;
+  std::shared_ptr<UpperRootViews> upper_views;
 };
 
 Result<OpenedView> OpenView(const ViewRequest& request);

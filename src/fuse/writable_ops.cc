@@ -139,11 +139,12 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
-// View files never change, so their pages may stay cached across opens;
-// upper files are read fresh at each open, in case DIR was touched directly.
+// A view file's pages may stay cached across opens while it is the same
+// view file (OverlayFs::Handle::keep_cache); upper files are read fresh at
+// each open, in case DIR was touched directly.
 void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                std::unique_ptr<Handle> handle) {
-  fi->keep_cache = handle->fd < 0 ? 1 : 0;
+  fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
   fi->fh = reinterpret_cast<uint64_t>(handle.release());
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.

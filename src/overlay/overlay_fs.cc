@@ -116,7 +116,12 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
     if (e.is_dir) return Status::Posix(EISDIR, path + ": is a directory");
     if (!e.in_upper) {
       handle.view_inode = e.lower;
-      nodes_[inode].view_inode = e.lower;
+      // A view file's pages may stay cached while it is the same view
+      // file; a saved checkpoint's views are made anew when it is saved
+      // again (upper_root_views.h), and then the old pages must go.
+      Node& node = nodes_[inode];
+      handle.keep_cache = node.view_inode == e.lower;
+      node.view_inode = e.lower;
       return handle;
     }
     UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenRead(path, flags));

@@ -192,16 +192,7 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
     UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access));
   }
   for (auto& f : listing.extras.files) {
-    Node n;
-    n.content = std::move(f.content);
-    n.mtime_ns = f.mtime_ns;
-    n.access = f.access;
-    if (f.sources) {
-      auto [it, added] = source_tables_.emplace(f.sources, static_cast<uint32_t>(sources_.size()));
-      if (added) sources_.insert(sources_.end(), f.sources->begin(), f.sources->end());
-      n.source_base = it->second;
-    }
-    UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, f.name, std::move(n)).status());
+    UCFS_RETURN_IF_ERROR(AddExtraFileLocked(dir, std::move(f)));
   }
   // Families run to thousands of ranks: look names up, not along.
   std::unordered_map<std::string_view, const FileStat*> by_name;
@@ -240,6 +231,78 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
                                                   st.identity.size);
     }
     UCFS_RETURN_IF_ERROR(AddNodeLocked(dir, name, std::move(n)).status());
+  }
+  return Status::OK();
+}
+
+Status View::AddExtraFileLocked(InodeId dir, SourceDirExtras::File f) {
+  Node n;
+  n.content = std::move(f.content);
+  n.mtime_ns = f.mtime_ns;
+  n.access = f.access;
+  if (f.sources) {
+    auto [it, added] = source_tables_.emplace(f.sources, static_cast<uint32_t>(sources_.size()));
+    if (added) sources_.insert(sources_.end(), f.sources->begin(), f.sources->end());
+    n.source_base = it->second;
+  }
+  return AddNodeLocked(dir, f.name, std::move(n)).status();
+}
+
+void View::UnlinkChildLocked(InodeId dir, std::string_view name) {
+  Node* d = Find(dir);
+  auto it = std::lower_bound(d->children.begin(), d->children.end(), name,
+                             [](const auto& c, std::string_view n) { return c.first < n; });
+  if (it != d->children.end() && it->first == name) d->children.erase(it);
+}
+
+Result<InodeId> View::MakeDirectories(std::string_view path) {
+  InodeId cur = kRootInode;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) slash = path.size();
+    const std::string_view name = path.substr(start, slash - start);
+    start = slash + 1;
+    if (name.empty()) continue;
+    auto found = Lookup(cur, name);  // lists a source directory first
+    if (!found.ok() && found.status().code() != Status::Code::kNotFound) return found.status();
+    if (found.ok()) {
+      if (*found >> kGraftShift) {
+        return Status::InvalidArgument(std::string(path) + ": inside a graft");
+      }
+      UCFS_ASSIGN_OR_RETURN(Attr a, GetAttr(*found));
+      if (!a.is_dir) return Status::InvalidArgument(std::string(path) + ": a file on the way");
+      cur = *found;
+      continue;
+    }
+    WriterLock lock(mu_);
+    Node* p = Find(cur);
+    auto it = std::lower_bound(p->children.begin(), p->children.end(), name,
+                               [](const auto& c, std::string_view n) { return c.first < n; });
+    if (it != p->children.end() && it->first == name) {  // made meanwhile
+      cur = it->second;
+      continue;
+    }
+    Node n;
+    n.is_dir = true;
+    n.mtime_ns = mtime_ns_;
+    UCFS_ASSIGN_OR_RETURN(cur, AddNodeLocked(cur, name, std::move(n)));
+  }
+  return cur;
+}
+
+Status View::PutExtras(InodeId dir, SourceDirExtras extras) {
+  UCFS_RETURN_IF_ERROR(EnsureListed(dir));
+  WriterLock lock(mu_);
+  Node* d = Find(dir);
+  if (d == nullptr || !d->is_dir) return Status::InvalidArgument("not a directory");
+  for (auto& g : extras.grafts) {
+    UnlinkChildLocked(dir, g.name);
+    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access));
+  }
+  for (auto& f : extras.files) {
+    UnlinkChildLocked(dir, f.name);
+    UCFS_RETURN_IF_ERROR(AddExtraFileLocked(dir, std::move(f)));
   }
   return Status::OK();
 }

@@ -107,6 +107,13 @@ class Env {
 // /etc/shadow is refused, not served). Thread-safe.
 Result<std::unique_ptr<Env>> NewConfinedPosixEnv(const std::string& root);
 
+// `base`, but for paths at or below `dir` (absolute, resolved), which go to
+// `below`: a writable mount's view reads the checkpoints saved into its
+// upper directory through an Env confined to it, and the source through
+// one confined to the source. Thread-safe as both are.
+std::unique_ptr<Env> NewRoutedEnv(std::shared_ptr<Env> base, std::string dir,
+                                  std::shared_ptr<Env> below);
+
 // The root a checkpoint at `path` (a checkpoint root or a tag directory)
 // is confined to, resolved: the directory itself, or the parent of a tag
 // directory whose parent holds `latest`. Reads no file's contents.

@@ -32,6 +32,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,15 @@ class Overlay {
     // made, changed, removed, renamed or linked (EROFS), and their modes
     // show no write bits.
     std::vector<std::string> read_only;
+    // Asked when an upper directory is listed (`missed` empty), or a name
+    // is looked up in one and missed: the view may add to its directory at
+    // `path` what it makes of the upper directory `upper_dir` (the views of
+    // a checkpoint saved through the mount: upper_root_views.h); true when
+    // it did, and the overlay then looks again. Runs under the OverlayFs
+    // lock, so it must not call into the Overlay.
+    std::function<bool(const std::string& path, const std::string& upper_dir,
+                       std::string_view missed)>
+        on_upper_dir;
   };
 
   // Creates `upper_dir` if needed, and removes the temporary files of

@@ -48,6 +48,9 @@ class OverlayFs {
   struct Handle {
     int fd = -1;
     InodeId view_inode = 0;
+    // A view file whose pages the kernel may keep from an earlier open (it
+    // is the view file it was then).
+    bool keep_cache = false;
   };
 
   // What a setattr asks for; times may be UTIME_NOW in tv_nsec.
@@ -122,7 +125,7 @@ class OverlayFs {
     std::vector<std::string> paths;  // its names ("" for the root); none once all are gone
     uint64_t lookups = 0;
     std::vector<int> fds;       // open upper files of it, which outlive its names
-    InodeId view_inode = 0;     // set while a view handle of it is open
+    InodeId view_inode = 0;     // the view file it last opened as
     bool has_file_key = false;  // in by_file_ under file_key
     std::pair<dev_t, ino_t> file_key{};
   };

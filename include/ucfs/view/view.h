@@ -196,6 +196,17 @@ class View {
   // Before the view is shared.
   void DecorateSourceDirectories(SourceDirDecorator decorator);
 
+  // --- growing a shared view (thread-safe) -----------------------------------
+  // What a writable mount adds for the checkpoints saved into its upper
+  // directory (upper_root_views.h). The directory at `path` ('/'-separated,
+  // "" the root), made of built directories where the view has none;
+  // InvalidArgument where a file or a graft's contents stand in the way.
+  Result<InodeId> MakeDirectories(std::string_view path);
+  // `extras`' grafts and files put into directory `dir`, each replacing an
+  // entry of the same name (which keeps serving whoever holds its inode).
+  // Copies and hidden entries are for listings only.
+  Status PutExtras(InodeId dir, SourceDirExtras extras);
+
   // --- queries (thread-safe) -------------------------------------------------
   Result<InodeId> Lookup(InodeId parent, std::string_view name);
   Result<Attr> GetAttr(InodeId inode);
@@ -279,6 +290,9 @@ class View {
   Status AddListingLocked(InodeId dir, SourceListing listing) UCFS_REQUIRES(mu_);
   Status AddGraftLocked(InodeId parent, std::string_view name, GraftBuilder build, int64_t mtime_ns,
                         FileAccess access) UCFS_REQUIRES(mu_);
+  Status AddExtraFileLocked(InodeId dir, SourceDirExtras::File file) UCFS_REQUIRES(mu_);
+  // Drops `name` from `dir`'s children (its node stays: inodes are never reused).
+  void UnlinkChildLocked(InodeId dir, std::string_view name) UCFS_REQUIRES(mu_);
   Status EnsureListed(InodeId dir) UCFS_EXCLUDES(mu_);
   FileAccess BuiltAccessLocked() const UCFS_REQUIRES_SHARED(mu_);
   NodeAttrs AttrsLocked(InodeId inode, const Node& n) const UCFS_REQUIRES_SHARED(mu_);

@@ -1,0 +1,86 @@
+// A tag's views for the run view and the upper directory's roots: the
+// tag opened once when first needed, its universal view (with the
+// consolidated weights) or its reshard view built once each, and what a
+// root's listing gains from them (grafts, latest_universal, the Hugging
+// Face weights). Private to src/view/.
+#ifndef UCFS_VIEW_TAG_VIEWS_H_
+#define UCFS_VIEW_TAG_VIEWS_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/hf_weights.h"
+#include "ucfs/view/run_view.h"
+#include "ucfs/view/view.h"
+
+namespace ucfs {
+
+// One tag's views, built the first time a directory of theirs is looked
+// into: the checkpoint once, then its universal view (with the
+// consolidated weights) or its reshard view, each once.
+class TagViews {
+ public:
+  TagViews(Env& env, std::string root, std::string tag, const RunViewOptions& options)
+      : env_(env), root_(std::move(root)), tag_(std::move(tag)), options_(options) {}
+
+  Result<View::GraftTarget> Universal() { return Directory(universal_, UniversalTag(tag_)); }
+  Result<View::GraftTarget> Consolidated() {
+    return Directory(universal_, ConsolidatedDirName(tag_));
+  }
+  Result<View::GraftTarget> Resharded() { return Directory(resharded_, tag_); }
+  // The tag's checkpoint, opened once for all its views.
+  Result<std::shared_ptr<const Checkpoint>> Opened() {
+    std::call_once(opened_, [this] { opened_status_ = Open(); });
+    UCFS_RETURN_IF_ERROR(opened_status_);
+    return checkpoint_;
+  }
+
+ private:
+  struct Built {
+    explicit Built(bool at_n) : reshard(at_n) {}
+    const bool reshard;  // the reshard view at N, else the universal view
+    std::once_flag once;
+    Status status;
+    std::shared_ptr<View> view;  // set in once
+  };
+
+  Result<View::GraftTarget> Directory(Built& built, const std::string& name);
+  Status Build(Built& built);
+  Status Open();
+
+  Env& env_;
+  const std::string root_;
+  const std::string tag_;
+  const RunViewOptions options_;
+  std::once_flag opened_;
+  Status opened_status_;
+  std::shared_ptr<const Checkpoint> checkpoint_;  // set in opened_
+  Built universal_{false};
+  Built resharded_{true};
+};
+
+// The views of `root`'s complete tags (but `skip`) added to `extras`:
+// grafts, and latest_universal; `latest` set to latest's tag's views.
+// `entries` is the root's listing: a name it holds is left to the file on
+// disk.
+void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& root,
+                 const std::vector<DirEntry>& entries, std::string_view skip,
+                 View::SourceDirExtras* extras, std::shared_ptr<TagViews>* latest = nullptr);
+
+// model.safetensors beside config.json, of latest's tag (`latest`), added
+// to `extras`; a warning naming the root when none can be made. Its names
+// depend on its size, so the tag is opened now (its summaries only).
+void AddHfWeights(Env& env, const HfWeightsOptions& options, const RootListing& root,
+                  TagViews& latest, View::SourceDirExtras* extras);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_TAG_VIEWS_H_
