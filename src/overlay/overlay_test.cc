@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -513,6 +514,50 @@ TEST(Overlay, CopiesWrittenApartAreAdoptedOnlyWhereTheyStillApply) {
   // Nothing to copy for an upper file or a directory.
   EXPECT_FALSE((*o)->PrepareCopyAside("t/a")->has_value());
   EXPECT_FALSE((*o)->PrepareCopyAside("d")->has_value());
+}
+
+// The view is asked about upper directories as they are listed, and about
+// names missed in them; what it then adds shows through, merged.
+TEST(Overlay, AsksTheViewAboutUpperDirectoriesAndShowsWhatItAdds) {
+  auto view = SmallView();
+  std::vector<std::string> asked;
+  Overlay::Options options;
+  options.on_upper_dir = [&](const std::string& path, const std::string& upper_dir,
+                             std::string_view missed) {
+    asked.push_back(path + "|" + std::string(missed));
+    EXPECT_TRUE(upper_dir.ends_with(path)) << upper_dir;
+    if (path != "ck" || (missed != "made" && !missed.empty())) return false;
+    if (view->Lookup(kRootInode, "ck").ok()) return false;
+    auto dir = view->MakeDirectories("ck");
+    EXPECT_TRUE(dir.ok());
+    View::SourceDirExtras extras;
+    extras.files.push_back({"made", std::make_shared<InlineContent>("made by the view"), 0,
+                            FileAccess{0444, 0, 0}, nullptr});
+    EXPECT_TRUE(view->PutExtras(*dir, std::move(extras)).ok());
+    return true;
+  };
+  auto o = Overlay::Open(TempUpper("asks"), view, *Env::Posix(), std::move(options));
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE((*o)->MakeDir("ck", 0755).ok());
+  Write(**o, "ck/saved", "saved", O_CREAT | O_TRUNC);
+  // A miss: asked, and found after.
+  auto made = (*o)->Lookup("ck/made");
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_FALSE(made->in_upper);
+  EXPECT_NE(made->lower, 0u);
+  auto listed = (*o)->ReadDir("ck");
+  ASSERT_TRUE(listed.ok());
+  std::vector<std::string> names;
+  for (const auto& [name, e] : *listed) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"made", "saved"}));
+  // A view directory (not in the upper directory) is never asked about.
+  ASSERT_TRUE((*o)->ReadDir("t").ok());
+  EXPECT_EQ(std::count(asked.begin(), asked.end(), "t|"), 0);
+  EXPECT_GE(std::count(asked.begin(), asked.end(), "ck|made"), 1);
+  EXPECT_GE(std::count(asked.begin(), asked.end(), "ck|"), 1);
+  // Removing what the view made leaves a whiteout, as for any view file.
+  ASSERT_TRUE((*o)->Unlink("ck/made").ok());
+  EXPECT_FALSE((*o)->Lookup("ck/made").ok());
 }
 
 }  // namespace
