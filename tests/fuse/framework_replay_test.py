@@ -116,6 +116,15 @@ def replay_hf(run, n, w, peft):
     names = os.listdir(last)
     if peft:
         assert "adapter_model.safetensors" in names and "model.safetensors" not in names, names
+        # Saved with exclude_frozen_parameters: at N too, no frozen param in the
+        # model states and no frozen shapes (what DeepSpeed at N would save).
+        excluded = json.load(open(os.path.join(last, framework_layouts.EXCLUDED)))
+        assert excluded, excluded
+        for m in (x for x in os.listdir(os.path.join(last, tag)) if x.endswith("model_states.pt")):
+            sd = torch.load(os.path.join(last, tag, m), map_location="cpu")
+            assert not set(excluded) & set(sd["module"]), (m, excluded)
+            assert sd["frozen_param_shapes"] is None and sd["frozen_param_fragments"] is None, m
+            assert set(sd["param_shapes"][0]) - set(excluded), m
     else:
         assert "model.safetensors" in names, names  # from_pretrained(last) finds weights
     assert not any(x.endswith(("_universal", "_fp32")) for x in names), names

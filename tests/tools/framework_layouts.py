@@ -96,6 +96,33 @@ def _rng_state(rank):
     return {"python": random.getstate(), "numpy": None, "cpu": torch.random.get_rng_state(), "rank": rank}
 
 
+# The frozen params a PEFT run's tag was saved without (frozen_params_of).
+EXCLUDED = "excluded_frozen_params.json"
+
+
+def exclude_frozen_parameters(tag_dir):
+    """The tag as engine.save_checkpoint(exclude_frozen_parameters=True) saves it
+    (HF Trainer passes it for a PEFT model): DeepSpeed 0.14.5's module_state_dict
+    drops every frozen param from `module`, and _save_checkpoint then saves no
+    frozen_param_shapes or frozen_param_fragments (engine.py). Records the
+    names dropped beside the tag."""
+    dropped = set()
+    for name in sorted(os.listdir(tag_dir)):
+        if not name.endswith("model_states.pt"):
+            continue
+        path = os.path.join(tag_dir, name)
+        sd = torch.load(path, map_location="cpu")
+        frozen = sd.get("frozen_param_shapes") or {}
+        assert frozen, f"{path}: no frozen params to exclude"
+        for n in frozen:
+            sd["module"].pop(n, None)
+            dropped.add(n)
+        sd["frozen_param_shapes"] = None
+        sd["frozen_param_fragments"] = None
+        torch.save(sd, path)
+    _write(os.path.join(os.path.dirname(tag_dir), EXCLUDED), json.dumps(sorted(dropped)))
+
+
 def hf_trainer(fixtures, run, fixture, steps=(4, 8), world=2, peft=False):
     """transformers Trainer._save_checkpoint: output_dir/checkpoint-N/ is the DeepSpeed root."""
     roots = []
@@ -121,6 +148,7 @@ def hf_trainer(fixtures, run, fixture, steps=(4, 8), world=2, peft=False):
             # PEFT: save_model writes the adapter; the base is not in the DS files.
             _write(os.path.join(root, "adapter_config.json"), json.dumps({"peft_type": "LORA", "r": 8}))
             _write(os.path.join(root, "adapter_model.safetensors"), b"adapter", "wb")
+            exclude_frozen_parameters(os.path.join(root, tag))
         roots.append(Root(name, {tag: fixture}, tag))
     return Layout("hf_trainer_peft" if peft else "hf_trainer", run, roots, world)
 
