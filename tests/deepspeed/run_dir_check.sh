@@ -40,19 +40,24 @@ done
 echo '{}' > "$run/checkpoint-4/config.json"
 for r in 0 1; do echo "rng $r" > "$run/checkpoint-4/rng_state_$r.pth"; done
 
-"$ucfs" mount --no-cache "$run" "$mnt" || { echo "run_dir_check: mount failed" >&2; exit 1; }
 failed=0 passed=0
-for entry in "${layout[@]}"; do
-  IFS=: read -r root fixture tag <<< "$entry"
-  echo "== DeepSpeed resumes (universal, N=3) from the run's $root (tag $tag, $fixture)"
-  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/$fixture" --ckpt "$mnt/$root" \
-           --mode universal --world-size 3 --quiet 2>&1 | tail -1)
+# load_check FIXTURE DIR MODE N: real DeepSpeed resumes from DIR at N ranks; counted.
+load_check() {
+  local last
+  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/$1" --ckpt "$2" --mode "$3" \
+           --world-size "$4" --quiet 2>&1 | tail -1)
   echo "$last"
   if [[ $last == PASS* ]]; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
   fi
+}
+"$ucfs" mount --no-cache "$run" "$mnt" || { echo "run_dir_check: mount failed" >&2; exit 1; }
+for entry in "${layout[@]}"; do
+  IFS=: read -r root fixture tag <<< "$entry"
+  echo "== DeepSpeed resumes (universal, N=3) from the run's $root (tag $tag, $fixture)"
+  load_check "$fixture" "$mnt/$root" universal 3
 done
 "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
 
@@ -83,14 +88,7 @@ for entry in "${native[@]}"; do
     fi
   fi
   echo "== DeepSpeed resumes (native, N=$n) from the run's $root ($fixture)"
-  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/$fixture" --ckpt "$mnt/$root" \
-           --mode native --world-size "$n" --quiet 2>&1 | tail -1)
-  echo "$last"
-  if [[ $last == PASS* ]]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
+  load_check "$fixture" "$mnt/$root" native "$n"
   "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
 done
 # Elastic twice over: a job at 3 ranks saves checkpoint-12 through its mount
@@ -114,14 +112,7 @@ for mode in native universal; do
     "$ucfs" mount --no-cache --layer "$first" "$run" "$mnt"
   fi || { echo "run_dir_check: mount --layer failed" >&2; exit 1; }
   echo "== DeepSpeed resumes ($mode, N=$n) from checkpoint-12, saved at 3 through an earlier mount (--layer)"
-  last=$(/usr/bin/python3 "$oracle/load_check.py" --fixture "$fixtures/z3_bf16_ws3" \
-           --ckpt "$mnt/checkpoint-12" --mode "$mode" --world-size "$n" --quiet 2>&1 | tail -1)
-  echo "$last"
-  if [[ $last == PASS* ]]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-  fi
+  load_check z3_bf16_ws3 "$mnt/checkpoint-12" "$mode" "$n"
   "$ucfs" umount "$mnt" || { echo "run_dir_check: umount failed" >&2; exit 1; }
 done
 layer_after=$(cd "$first" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)

@@ -21,7 +21,6 @@ config.json, and `latest` written last, as DeepSpeed writes it):
 usage: saved_views_test.py UCFS_BIN FIXTURES_DIR
 Ends with the line "N passed, M failed".
 """
-import filecmp
 import os
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import mount_testing  # noqa: E402
-from mount_testing import Results  # noqa: E402
+from mount_testing import Results, same_files  # noqa: E402
 
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
 results = Results()
@@ -41,15 +40,6 @@ VIEWS = ["global_step12_fp32", "global_step12_universal", "latest_universal"]
 
 def fixture_tag(name):
     return os.path.join(FIXTURES, name, "checkpoint", "global_step4")
-
-
-def same_files(a, b):
-    names_a = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
-    names_b = sorted(os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs)
-    assert names_a == names_b, (names_a, names_b)
-    assert names_a, f"{a} is empty"
-    _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)
-    assert not mismatch and not errors, (mismatch, errors)
 
 
 def make_root(path, fixture, tag):

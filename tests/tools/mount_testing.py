@@ -36,6 +36,17 @@ def tree_sha256(root):
     return h.hexdigest()
 
 
+def same_files(a, b):
+    """Every file below directories a and b: the same relative names, the same bytes."""
+    import filecmp
+    names_a = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
+    names_b = sorted(os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs)
+    assert names_a == names_b, (names_a, names_b)
+    assert names_a, f"{a} is empty"
+    _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)
+    assert not mismatch and not errors, (mismatch, errors)
+
+
 class Results:
     """Counts checks; a failing check is reported and the run goes on."""
 
