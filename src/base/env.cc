@@ -53,6 +53,10 @@ Result<std::string> Env::ReadSmallFile(const std::string& path, size_t max_bytes
   return file->ReadString(0, file->Size());
 }
 
+Result<LinkInfo> Env::ReadLink(const std::string& path) {
+  return Status::InvalidArgument(path + ": not a symbolic link");
+}
+
 bool Env::IsDirectory(const std::string& path) {
   auto st = Stat(path);
   return st.ok() && st->is_dir;
@@ -174,19 +178,45 @@ Result<std::vector<DirEntry>> ListOpenDir(const std::string& path, UniqueFd fd) 
     std::string_view name(e->d_name);
     if (name == "." || name == "..") continue;
     bool is_dir = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
-      // A symlink counts as what it points to, resolved from this
-      // directory (a dangling or escaping one is listed as a file, and
-      // refused when opened).
+    bool is_symlink = e->d_type == DT_LNK;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      is_symlink =
+          ::fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      is_dir = !is_symlink && S_ISDIR(st.st_mode);
+    }
+    if (is_symlink) {
+      // Counts as what it points to, resolved from this directory (a
+      // dangling or escaping one is listed as a file, and refused when
+      // opened).
       struct stat st {};
       is_dir = ::fstatat(dir_fd, e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode);
     }
-    out.push_back({std::string(name), is_dir});
+    out.push_back({std::string(name), is_dir, is_symlink});
   }
   ::closedir(dir);
   std::sort(out.begin(), out.end(),
             [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
   return out;
+}
+
+// The link an O_PATH | O_NOFOLLOW descriptor refers to.
+Result<LinkInfo> LinkOf(const std::string& path, int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::FromErrno(path, errno);
+  if (!S_ISLNK(st.st_mode)) return Status::InvalidArgument(path + ": not a symbolic link");
+  LinkInfo out;
+  out.stat = StatOf(st);
+  out.target.resize(static_cast<size_t>(st.st_size) + 1);
+  for (;;) {
+    const ssize_t n = ::readlinkat(fd, "", out.target.data(), out.target.size());
+    if (n < 0) return Status::FromErrno(path, errno);
+    if (static_cast<size_t>(n) < out.target.size()) {
+      out.target.resize(static_cast<size_t>(n));
+      return out;
+    }
+    out.target.resize(out.target.size() * 2);  // it grew meanwhile
+  }
 }
 
 class PosixEnv final : public Env {
@@ -209,6 +239,12 @@ class PosixEnv final : public Env {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!fd) return OpenError(path, errno);
     return ListOpenDir(path, std::move(fd));
+  }
+
+  Result<LinkInfo> ReadLink(const std::string& path) override {
+    UniqueFd fd(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return OpenError(path, errno);
+    return LinkOf(path, fd.get());
   }
 };
 
@@ -235,6 +271,13 @@ class ConfinedPosixEnv final : public Env {
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     UCFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     return ListOpenDir(path, std::move(fd));
+  }
+
+  // The link itself lies beneath the root (its parents are resolved so);
+  // where it points does not matter: nothing is read through it.
+  Result<LinkInfo> ReadLink(const std::string& path) override {
+    UCFS_ASSIGN_OR_RETURN(UniqueFd fd, OpenBeneath(path, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    return LinkOf(path, fd.get());
   }
 
  private:
@@ -299,6 +342,7 @@ class RoutedEnv final : public Env {
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     return For(path).ListDir(path);
   }
+  Result<LinkInfo> ReadLink(const std::string& path) override { return For(path).ReadLink(path); }
 
  private:
   Env& For(const std::string& path) const {

@@ -14,7 +14,8 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
   RootListing root;
   root.dir = dir;
   for (const DirEntry& e : entries) {
-    if (!e.is_dir) continue;
+    // A link to a tag is shown as a link: the tag is served under its own name.
+    if (!e.is_dir || e.is_symlink) continue;
     // A directory of optimizer rank files is a tag, complete or not.
     auto files = ListCheckpointFiles(env, dir, e.name);
     if (!files.ok()) continue;
@@ -71,7 +72,8 @@ Result<std::vector<RootListing>> WalkRoots(Env& env, const std::string& dir, int
       }
       std::vector<std::string> subdirs;
       for (const DirEntry& e : *entries) {
-        if (e.is_dir) subdirs.push_back(JoinPath(d, e.name));
+        // Not through links (Lightning's last.ckpt): each root once, by its own name.
+        if (e.is_dir && !e.is_symlink) subdirs.push_back(JoinPath(d, e.name));
       }
       std::sort(subdirs.begin(), subdirs.end());
       next.insert(next.end(), subdirs.begin(), subdirs.end());

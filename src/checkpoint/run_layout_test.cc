@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "test_support.h"
+
 namespace ucfs {
 namespace {
 
@@ -156,6 +160,29 @@ TEST(FindRoots, EveryRootBreadthFirstNoneBelowARoot) {
                                             "/run/ckpt/_actor", "/run/ckpt/_critic"}));
   auto none = FindRoots(env, "/run/ckpt/_actor/global_step2");
   EXPECT_FALSE(none.ok());
+}
+
+// Lightning's last.ckpt links to the newest checkpoint: a root is found by
+// its own name, once, and a linked tag is no second tag.
+TEST(FindRoots, NotThroughLinks) {
+  namespace fs = std::filesystem;
+  const std::string run = testing::FreshTempDir("find_roots_links");
+  const std::string root = run + "/checkpoints/epoch=0-step=4.ckpt";
+  fs::create_directories(root + "/checkpoint");
+  testing::WriteFile(root + "/latest", "checkpoint");
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (auto kind : {RankFileName::Kind::kOptim, RankFileName::Kind::kModel}) {
+      testing::WriteFile(root + "/checkpoint/" + RankFileNameFor(kind, "", r), "x");
+    }
+  }
+  fs::create_symlink("epoch=0-step=4.ckpt", run + "/checkpoints/last.ckpt");
+  fs::create_symlink("checkpoint", root + "/checkpoint_link");
+  auto roots = FindRoots(*Env::Posix(), run);
+  ASSERT_TRUE(roots.ok()) << roots.status().ToString();
+  ASSERT_EQ(roots->size(), 1u);
+  EXPECT_EQ((*roots)[0].dir, root);
+  ASSERT_EQ((*roots)[0].tags.size(), 1u);
+  EXPECT_EQ((*roots)[0].tags[0].name, "checkpoint");
 }
 
 }  // namespace

@@ -137,6 +137,15 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
+void ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  auto target = Of(req).read_only.ReadLink(ino);
+  if (!target.ok()) {
+    fuse_reply_err(req, ErrnoOf(target.status()));
+    return;
+  }
+  fuse_reply_readlink(req, target->c_str());
+}
+
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info*) {
   ReplyViewRead(req, Of(req), ino, size, offset);
 }
@@ -397,6 +406,7 @@ fuse_lowlevel_ops ReadOnlyOperations() {
   ops.readdir = ReadDir;
   ops.releasedir = ReleaseDir;
   ops.open = Open;
+  ops.readlink = ReadLink;
   ops.read = Read;
   ops.statfs = StatFs;
   ops.getxattr = GetXattr;

@@ -42,8 +42,8 @@ class LayeredEnv final : public Env {
     if (!Below(path, &rel)) return layers_.back().env->ListDir(path);
     UCFS_ASSIGN_OR_RETURN(Resolution r, Resolve(path, rel));
     if (!r.is_dir) return Status::InvalidArgument(path + ": not a directory");
-    std::map<std::string, bool> merged;  // name -> is_dir
-    std::set<std::string> hidden;        // whited out by a layer above
+    std::map<std::string, DirEntry> merged;
+    std::set<std::string> hidden;  // whited out by a layer above
     for (size_t i = 0; i < r.layers.size(); ++i) {
       const Layer& layer = layers_[r.layers[i]];
       UCFS_ASSIGN_OR_RETURN(std::vector<DirEntry> entries, layer.env->ListDir(r.paths[i]));
@@ -61,15 +61,32 @@ class LayeredEnv final : public Env {
               break;
           }
         }
-        if (!hidden.contains(name)) merged.emplace(std::move(name), e.is_dir);
+        if (!hidden.contains(name)) merged.emplace(name, DirEntry{name, e.is_dir, e.is_symlink});
       }
       // A layer's whiteouts hide what lies below it, not its own entries.
       hidden.insert(whiteouts.begin(), whiteouts.end());
     }
     std::vector<DirEntry> out;
     out.reserve(merged.size());
-    for (auto& [name, is_dir] : merged) out.push_back({name, is_dir});
+    for (auto& [name, entry] : merged) out.push_back(std::move(entry));
     return out;
+  }
+
+  Result<LinkInfo> ReadLink(const std::string& path) override {
+    std::string rel;
+    if (!Below(path, &rel) || rel.empty()) return layers_.back().env->ReadLink(path);
+    auto [parent, name] = SplitLast(rel);
+    UCFS_ASSIGN_OR_RETURN(Resolution r, Resolve(path, parent));
+    if (!r.is_dir) return Status::NotFound(path + ": not a directory on the way");
+    for (size_t i = 0; i < r.layers.size(); ++i) {
+      const Layer& layer = layers_[r.layers[i]];
+      const std::string real =
+          JoinPath(r.paths[i], layer.is_upper ? StoredName(name) : std::string(name));
+      auto link = layer.env->ReadLink(real);
+      if (link.ok() || layer.env->Stat(real).ok()) return link;
+      if (layer.is_upper && layer.env->Stat(JoinPath(r.paths[i], WhiteoutName(name))).ok()) break;
+    }
+    return Status::NotFound(path + ": no such file or directory");
   }
 
  private:

@@ -26,6 +26,7 @@ bool IsOverlayInternalName(std::string_view stored) {
 // the strictest of its sources'), as overlayfs shows its lower layer's: the
 // kernel then lets write to it whoever could write to its source.
 mode_t ViewEntryMode(const Attr& a) {
+  if (a.is_symlink) return S_IFLNK | 0777;
   return static_cast<mode_t>((a.is_dir ? S_IFDIR : S_IFREG) | (a.mode & 07777));
 }
 uid_t ViewEntryUid(const Attr& a) { return a.uid; }
@@ -233,6 +234,11 @@ Result<int> Overlay::OpenRead(std::string_view path, int flags) {
 
 Result<std::string> Overlay::ReadLink(std::string_view path) {
   UCFS_ASSIGN_OR_RETURN(Resolved r, Resolve(path));
+  if (!r.entry.in_upper && r.entry.lower != 0) {  // a source's link, shown as one
+    auto target = lower_->ReadLink(r.entry.lower);
+    if (!target.ok()) return Fail(EINVAL, path, "not a symbolic link");
+    return target;
+  }
   if (!r.entry.in_upper || !S_ISLNK(r.entry.st.st_mode)) {
     return Fail(EINVAL, path, "not a symbolic link");
   }

@@ -19,6 +19,7 @@ Overlay::CopyAside::~CopyAside() {
 
 Status Overlay::CopyAside::Run() {
   UCFS_ASSIGN_OR_RETURN(Attr attr, view_->GetAttr(lower_));
+  if (attr.is_symlink) return RunForLink(attr);
   // Written aside and renamed, so a crash leaves either nothing or all; in
   // bounded chunks, as rank files may be GBs.
   ::unlinkat(root_.get(), temp_.c_str(), 0);
@@ -53,6 +54,24 @@ Status Overlay::CopyAside::Run() {
     const timespec times[2] = {t, t};
     if (::futimens(fd.get(), times) != 0) return Errno(temp_);
     if (::fsync(fd.get()) != 0) return Errno(temp_);
+  }
+  return Status::OK();
+}
+
+// A source's link is copied as a link: its target, owner and times.
+Status Overlay::CopyAside::RunForLink(const Attr& attr) {
+  UCFS_ASSIGN_OR_RETURN(std::string target, view_->ReadLink(lower_));
+  ::unlinkat(root_.get(), temp_.c_str(), 0);
+  if (::symlinkat(target.c_str(), root_.get(), temp_.c_str()) != 0) return Errno(temp_);
+  written_ = true;
+  if (can_chown_ && ::fchownat(root_.get(), temp_.c_str(), ViewEntryUid(attr), ViewEntryGid(attr),
+                               AT_SYMLINK_NOFOLLOW) != 0) {
+    return Errno(temp_);
+  }
+  const timespec t{attr.mtime_ns / 1000000000, attr.mtime_ns % 1000000000};
+  const timespec times[2] = {t, t};
+  if (::utimensat(root_.get(), temp_.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Errno(temp_);
   }
   return Status::OK();
 }

@@ -115,6 +115,9 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
     UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
     if (e.is_dir) return Status::Posix(EISDIR, path + ": is a directory");
     if (!e.in_upper) {
+      if (auto a = view_->GetAttr(e.lower); a.ok() && a->is_symlink) {
+        return Status::Posix(ELOOP, path + ": a symbolic link");
+      }
       handle.view_inode = e.lower;
       // A view file's pages may stay cached while it is the same view
       // file; a saved checkpoint's views are made anew when it is saved

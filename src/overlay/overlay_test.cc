@@ -560,5 +560,29 @@ TEST(Overlay, AsksTheViewAboutUpperDirectoriesAndShowsWhatItAdds) {
   EXPECT_FALSE((*o)->Lookup("ck/made").ok());
 }
 
+// A source's link shows as a link through the overlay too; a change to it
+// (a rename, an owner) copies it up as a link, never as what it points to.
+TEST(Overlay, SourceLinksShowAndCopyUpAsLinks) {
+  const std::string base = testing::FreshTempDir("overlay_links");
+  const std::string src = base + "/src";
+  fs::create_directories(src + "/epoch=0-step=4.ckpt");
+  testing::WriteFile(src + "/epoch=0-step=4.ckpt/latest", "checkpoint");
+  fs::create_symlink("epoch=0-step=4.ckpt", src + "/last.ckpt");
+  auto view = std::make_shared<View>(*Env::Posix(), 0);
+  view->BackRootBy(src);
+  auto o = Overlay::Open(base + "/upper", view, *Env::Posix());
+  ASSERT_TRUE(o.ok());
+  auto e = (*o)->Lookup("last.ckpt");
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(e->in_upper);
+  EXPECT_TRUE(S_ISLNK(ViewEntryMode(*view->GetAttr(e->lower))));
+  EXPECT_EQ(*(*o)->ReadLink("last.ckpt"), "epoch=0-step=4.ckpt");
+  ASSERT_TRUE((*o)->Rename("last.ckpt", "previous.ckpt").ok());
+  EXPECT_EQ(fs::read_symlink(base + "/upper/previous.ckpt"), "epoch=0-step=4.ckpt");
+  EXPECT_EQ(*(*o)->ReadLink("previous.ckpt"), "epoch=0-step=4.ckpt");
+  EXPECT_FALSE((*o)->Lookup("last.ckpt").ok());
+  EXPECT_TRUE(fs::is_symlink(src + "/last.ckpt"));  // the source is untouched
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -123,6 +123,30 @@ Status OpenTemporary(Target& t) {
   return Status::OK();
 }
 
+// A link as a link (made aside and renamed into place, as files are), or
+// left where an earlier run made it.
+Status ExportLink(const std::string& out_dir, const ExportFile& f, ExportStats* stats) {
+  namespace fs = std::filesystem;
+  const fs::path final_path = fs::path(out_dir) / f.path;
+  std::error_code ec;
+  if (fs::is_symlink(final_path, ec) && fs::read_symlink(final_path, ec).string() == *f.link) {
+    ++stats->files_skipped;
+    return Status::OK();
+  }
+  fs::create_directories(final_path.parent_path(), ec);
+  if (ec) return Status::FromErrno(final_path.parent_path().string(), ec.value());
+  const std::string temp = TempPathFor(final_path.string());
+  ::unlink(temp.c_str());
+  if (::symlink(f.link->c_str(), temp.c_str()) != 0) return Errno(temp);
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
+    Status s = Errno(final_path.string());
+    ::unlink(temp.c_str());
+    return s;
+  }
+  ++stats->files_written;
+  return Status::OK();
+}
+
 // A target with its temporary, at its final size, for each of `files` not
 // exported already, and the tasks that copy their chunks. On an error,
 // *targets holds the temporaries made so far.
@@ -130,6 +154,10 @@ Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& f
                     const ExportOptions& options, ExportStats* stats,
                     std::vector<std::unique_ptr<Target>>* targets, std::vector<Task>* tasks) {
   for (const ExportFile& f : files) {
+    if (f.link) {
+      UCFS_RETURN_IF_ERROR(ExportLink(out_dir, f, stats));
+      continue;
+    }
     auto t = std::make_unique<Target>();
     t->file = &f;
     t->final_path = (std::filesystem::path(out_dir) / f.path).string();
@@ -220,8 +248,13 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
   std::vector<ExportFile> out;
   auto walk = [&](auto&& self, InodeId node, const std::string& path) -> Status {
     UCFS_ASSIGN_OR_RETURN(Attr attr, view.GetAttr(node));
+    if (attr.is_symlink) {
+      UCFS_ASSIGN_OR_RETURN(std::string target, view.ReadLink(node));
+      out.push_back(ExportFile{path, node, 0, attr.mtime_ns, attr.mode, std::move(target)});
+      return Status::OK();
+    }
     if (!attr.is_dir) {
-      out.push_back(ExportFile{path, node, attr.size, attr.mtime_ns, attr.mode});
+      out.push_back(ExportFile{path, node, attr.size, attr.mtime_ns, attr.mode, std::nullopt});
       return Status::OK();
     }
     UCFS_ASSIGN_OR_RETURN(auto entries, view.ReadDir(node));

@@ -142,5 +142,32 @@ TEST(Export, FailsCleanlyWhenASourceChanges) {
   EXPECT_TRUE(Temporaries(out).empty());
 }
 
+// A source's symbolic link is exported as a link (Lightning's last.ckpt
+// naming a checkpoint beside it: the checkpoint once, not twice).
+TEST(Export, WritesLinksAsLinks) {
+  const std::string base = testing::FreshTempDir("export_links");
+  const std::string src = base + "/run";
+  fs::create_directories(src + "/epoch=0-step=4.ckpt");
+  testing::WriteFile(src + "/epoch=0-step=4.ckpt/latest", "checkpoint");
+  fs::create_symlink("epoch=0-step=4.ckpt", src + "/last.ckpt");
+  View view(*Env::Posix(), 0);
+  view.BackRootBy(src);
+  auto files = ListExport(view, {"epoch=0-step=4.ckpt", "last.ckpt"});
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[1].link, "epoch=0-step=4.ckpt");
+  const std::string out = base + "/out";
+  auto stats = Export(view, out, *files);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->files_written, 2u);
+  EXPECT_TRUE(fs::is_symlink(out + "/last.ckpt"));
+  EXPECT_EQ(fs::read_symlink(out + "/last.ckpt"), "epoch=0-step=4.ckpt");
+  EXPECT_EQ(testing::ReadFile(out + "/last.ckpt/latest"), "checkpoint");
+  // Again: the link is there already.
+  stats = Export(view, out, *files);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->files_skipped, 2u);
+}
+
 }  // namespace
 }  // namespace ucfs

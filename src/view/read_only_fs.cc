@@ -24,7 +24,8 @@ Status AsPosix(const Status& s, int wrong_kind) {
 struct stat StatOfAttr(const Attr& a) {
   struct stat st {};
   st.st_ino = a.inode;
-  st.st_mode = (a.is_dir ? S_IFDIR : S_IFREG) | a.mode;
+  // A link's permission bits mean nothing; ls shows them all set.
+  st.st_mode = a.is_symlink ? S_IFLNK | 0777 : (a.is_dir ? S_IFDIR : S_IFREG) | a.mode;
   st.st_nlink = a.is_dir ? 2 : 1;
   st.st_size = static_cast<off_t>(a.size);
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
@@ -69,8 +70,16 @@ Status ReadOnlyFs::Open(InodeId inode, int flags) {
   auto attr = view_->GetAttr(inode);
   if (!attr.ok()) return AsPosix(attr.status(), EINVAL);
   if (attr->is_dir) return Status::Posix(EISDIR, "is a directory");
+  // The kernel follows links itself; only O_NOFOLLOW opens could name one.
+  if (attr->is_symlink) return Status::Posix(ELOOP, "a symbolic link");
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) return Write();
   return Status::OK();
+}
+
+Result<std::string> ReadOnlyFs::ReadLink(InodeId inode) {
+  auto target = view_->ReadLink(inode);
+  if (!target.ok()) return AsPosix(target.status(), EINVAL);
+  return target;
 }
 
 Result<std::vector<Xattr>> ReadOnlyFs::Xattrs(InodeId inode) {

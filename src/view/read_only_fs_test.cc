@@ -1,6 +1,10 @@
 #include "ucfs/view/read_only_fs.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "test_support.h"
 
@@ -52,6 +56,25 @@ TEST_F(ReadOnlyFsTest, ErrorsCarryTheErrnoAKernelExpects) {
     EXPECT_EQ(fs_.Open(latest, flags).posix_errno(), EROFS) << flags;
   }
   EXPECT_EQ(ReadOnlyFs::Write().posix_errno(), EROFS);
+}
+
+TEST(ReadOnlyFs, SourceLinksAreLinks) {
+  const std::string src = testing::FreshTempDir("read_only_fs_links");
+  std::filesystem::create_directories(src);
+  testing::WriteFile(src + "/target", "bytes");
+  std::filesystem::create_symlink("target", src + "/link");
+  auto view = std::make_shared<View>(*Env::Posix(), 0);
+  view->BackRootBy(src);
+  ReadOnlyFs fs(view);
+  auto st = fs.Lookup(kRootInode, "link");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(S_ISLNK(st->st_mode));
+  EXPECT_EQ(st->st_size, 6);
+  EXPECT_EQ(*fs.ReadLink(st->st_ino), "target");
+  EXPECT_EQ(fs.Open(st->st_ino, O_RDONLY).posix_errno(), ELOOP);
+  auto file = fs.Lookup(kRootInode, "target");
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ(fs.ReadLink(file->st_ino).status().posix_errno(), EINVAL);
 }
 
 }  // namespace

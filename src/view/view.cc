@@ -174,9 +174,16 @@ View::SourceListing View::ListSource(const std::string& dir) {
     return out;
   }
   for (const auto& e : *entries) {
-    // Vanished, a dangling or looping symlink, or one leading out of the
-    // checkpoint root (a confined Env refuses it): not shown.
-    auto st = env_.Stat(JoinPath(dir, e.name));
+    if (e.is_symlink) {
+      // Shown as the link it is, wherever it points.
+      auto link = env_.ReadLink(JoinPath(dir, e.name));
+      if (link.ok()) {
+        out.entries.emplace_back(e.name, link->stat);
+        out.links.emplace(e.name, std::move(link->target));
+      }
+      continue;
+    }
+    auto st = env_.Stat(JoinPath(dir, e.name));  // else vanished meanwhile: not shown
     if (st.ok()) out.entries.emplace_back(e.name, *st);
   }
   if (decorator_) out.extras = decorator_(dir, *entries);
@@ -199,7 +206,8 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
   for (const auto& [name, st] : listing.entries) by_name.emplace(name, &st);
   for (const auto& c : listing.extras.copies) {
     auto found = by_name.find(c.of);
-    if (found == by_name.end() || found->second->is_dir) continue;  // vanished meanwhile
+    // Vanished meanwhile, or a link (never read through).
+    if (found == by_name.end() || found->second->is_dir || listing.links.contains(c.of)) continue;
     const FileStat* st = found->second;
     Node n;
     n.mtime_ns = st->identity.mtime_ns;
@@ -221,7 +229,9 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
     Node n;
     n.mtime_ns = st.identity.mtime_ns;
     n.access = st.access;
-    if (st.is_dir) {
+    if (auto link = listing.links.find(name); link != listing.links.end()) {
+      n.link = link->second;
+    } else if (st.is_dir) {
       n.is_dir = true;
       n.source_dir = path;
       n.listed = false;
@@ -327,6 +337,7 @@ View::NodeAttrs View::AttrsLocked(InodeId inode, const Node& n) const {
   NodeAttrs out;
   out.inode = inode;
   out.is_dir = n.is_dir;
+  if (n.link) out.link_size = n.link->size();
   out.content = n.content;
   out.mtime_ns = n.mtime_ns;
   if (n.access) {
@@ -345,7 +356,8 @@ Attr View::AttrOf(const NodeAttrs& n) {
   Attr a;
   a.inode = n.inode;
   a.is_dir = n.is_dir;
-  a.size = n.is_dir ? 0 : n.content->size();
+  a.is_symlink = n.link_size.has_value();
+  a.size = n.link_size ? *n.link_size : n.is_dir ? 0 : n.content->size();
   // Set-id bits never show: a mount is no place to gain privileges.
   a.mode = n.access.mode & 01777;
   a.uid = n.access.uid;
@@ -420,6 +432,15 @@ Result<std::vector<std::pair<std::string, Attr>>> View::ReadDir(InodeId dir) {
   return out;
 }
 
+Result<std::string> View::ReadLink(InodeId inode) {
+  if (inode >> kGraftShift) return Status::InvalidArgument("not a symbolic link");
+  ReaderLock lock(mu_);
+  Node* n = Find(inode);
+  if (n == nullptr) return Status::NotFound("no such inode");
+  if (!n->link) return Status::InvalidArgument("not a symbolic link");
+  return *n->link;
+}
+
 Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) {
   if (file >> kGraftShift) {
     UCFS_ASSIGN_OR_RETURN(Place place, Locate(file));
@@ -432,6 +453,7 @@ Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<Re
     Node* n = Find(file);
     if (n == nullptr) return Status::NotFound("no such inode");
     if (n->is_dir) return Status::InvalidArgument("is a directory");
+    if (n->link) return Status::InvalidArgument("a symbolic link");
     content = n->content;
     base = n->source_base;
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "test_support.h"
 
@@ -74,27 +75,46 @@ TEST(View, AViewOfNothingBelongsToItsMaker) {
   EXPECT_EQ(a->uid, ::getuid());
 }
 
-// Symlinks inside a source directory show what they point to when that is
-// inside the checkpoint, and not at all when it is outside.
-TEST(View, SourceDirectoriesHideSymlinksLeadingOutOfTheRoot) {
+// Symlinks in a source directory are shown as links, whatever they point to:
+// the kernel resolves them for whoever looks, and the view never reads
+// through one.
+TEST(View, SourceSymlinksAreShownAsLinks) {
   const std::string base = testing::FreshTempDir("view_symlinks");
   const std::string root = base + "/ckpt";
-  fs::create_directories(root);
+  fs::create_directories(root + "/epoch=0-step=4.ckpt");
   testing::WriteFile(base + "/secret", "the secret");
   testing::WriteFile(root + "/zero_to_fp32.py", "print()");
   fs::create_symlink("zero_to_fp32.py", root + "/inside");
   fs::create_symlink("../secret", root + "/outside");
   fs::create_symlink("nowhere", root + "/dangling");
+  fs::create_symlink("epoch=0-step=4.ckpt", root + "/last.ckpt");
   auto env = NewConfinedPosixEnv(fs::canonical(root).string());
   ASSERT_TRUE(env.ok());
   View view(**env, 0);
   view.BackRootBy(fs::canonical(root).string());
   auto listed = view.ReadDir(kRootInode);
   ASSERT_TRUE(listed.ok());
-  std::vector<std::string> names;
-  for (const auto& [name, attr] : *listed) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"inside", "zero_to_fp32.py"}));
-  EXPECT_FALSE(view.Lookup(kRootInode, "outside").ok());
+  std::map<std::string, Attr> attrs;
+  for (const auto& [name, attr] : *listed) attrs[name] = attr;
+  const std::map<std::string, std::string> links = {{"dangling", "nowhere"},
+                                                    {"inside", "zero_to_fp32.py"},
+                                                    {"last.ckpt", "epoch=0-step=4.ckpt"},
+                                                    {"outside", "../secret"}};
+  ASSERT_EQ(attrs.size(), links.size() + 2);
+  for (const auto& [name, target] : links) {
+    const Attr& a = attrs[name];
+    EXPECT_TRUE(a.is_symlink) << name;
+    EXPECT_FALSE(a.is_dir) << name;
+    EXPECT_EQ(a.size, target.size()) << name;
+    EXPECT_EQ(*view.ReadLink(a.inode), target) << name;
+    std::vector<ReadPiece> pieces;
+    EXPECT_FALSE(view.Plan(a.inode, 0, 100, &pieces).ok()) << name;
+  }
+  EXPECT_TRUE(attrs["epoch=0-step=4.ckpt"].is_dir);
+  EXPECT_FALSE(attrs["zero_to_fp32.py"].is_symlink);
+  EXPECT_FALSE(view.ReadLink(attrs["zero_to_fp32.py"].inode).ok());
+  // A link is no directory to look into.
+  EXPECT_FALSE(view.Lookup(attrs["last.ckpt"].inode, "anything").ok());
 }
 
 }  // namespace

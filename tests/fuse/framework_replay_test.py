@@ -148,6 +148,8 @@ def replay_accelerate(run, n, w, llamafactory):
 
 def replay_lightning(run, n, fabric):
     path = os.path.join(run, "fabric/step=4.ckpt" if fabric else "checkpoints/last.ckpt")
+    if not fabric:  # the run's link, shown as the link it is
+        assert os.readlink(path) == "epoch=0-step=4.ckpt", os.readlink(path)
     assert os.path.isdir(os.path.join(path, "checkpoint")), path  # _validate_checkpoint_directory
     tag = "checkpoint" if fabric else open(os.path.join(path, "latest")).read().strip()
     deepspeed_finds(path, tag, n)

@@ -7,9 +7,11 @@ hold exactly what the checkpoint holds. With a checkpoint of rank files
   - user nobody cannot read a built file (the universal view's fp32.pt, the
     consolidated weights) nor a rank file, and sees them as root's 0640;
   - source entries show their own owner and mode (a 0755 script keeps it);
-  - symlinks inside the checkpoint that lead out of it (to /etc/shadow, to
-    a file beside the checkpoint) are neither listed nor readable, not even
-    by root through the mount, while one pointing inside is served;
+  - symlinks in the checkpoint are shown as the links they are, whatever
+    they point to, and the daemon never reads through one: one to
+    /etc/shadow is no more readable by nobody than /etc/shadow is, a relative
+    one leading out of the checkpoint resolves beside the mountpoint (not
+    beside the checkpoint), and one pointing inside reads as its target;
   - once the rank files are 0644, nobody reads the same bytes root does;
   - `ucfs export` writes files no more readable than the view shows them.
 
@@ -96,18 +98,22 @@ def main():
             check("user nobody cannot read what the checkpoint does not let it read",
                   nobody_refused)
 
-            def symlinks_out_hidden():
-                names = sorted(os.listdir(m.dir))
-                assert "shadow" not in names and "beside" not in names, names
-                assert "script_link" in names, names
-                for name in ("shadow", "beside"):
-                    assert not os.path.lexists(os.path.join(m.dir, name)), name
-                    code, out, _ = as_nobody(os.path.join(m.dir, name))
-                    assert code != 0 and out == b""
+            def symlinks_shown_as_links():
+                for name, target in (("shadow", "/etc/shadow"), ("beside", "../beside"),
+                                     ("script_link", "zero_to_fp32.py")):
+                    path = os.path.join(m.dir, name)
+                    assert stat.S_ISLNK(os.lstat(path).st_mode), name
+                    assert os.readlink(path) == target, name
+                code, out, _ = as_nobody(os.path.join(m.dir, "shadow"))
+                assert code != 0 and out == b"", (code, out)
+                # Resolved by the kernel from the mountpoint: never the file
+                # beside the checkpoint.
+                beside = os.path.join(os.path.dirname(m.dir), "beside")
+                assert not os.path.exists(beside) or open(beside).read() != "not the checkpoint's\n"
                 with open(os.path.join(m.dir, "script_link"), "rb") as f:
                     assert f.read() == b"print('hello')\n"
-            check("symlinks leading out of the checkpoint are not served, ones inside are",
-                  symlinks_out_hidden)
+            check("symlinks are shown as links, never read through by the daemon",
+                  symlinks_shown_as_links)
 
             def export_keeps_modes():
                 out = os.path.join(work, "export")

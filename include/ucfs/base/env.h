@@ -53,7 +53,14 @@ struct FileStat {
 
 struct DirEntry {
   std::string name;
-  bool is_dir = false;
+  bool is_dir = false;      // a directory, or a symlink to one
+  bool is_symlink = false;  // a symbolic link (is_dir: what it points to)
+};
+
+// A symbolic link: what it holds, and its own stat (lstat's).
+struct LinkInfo {
+  std::string target;
+  FileStat stat;
 };
 
 // A file opened for positional reads. Thread-safe: Read has no cursor.
@@ -90,6 +97,9 @@ class Env {
   bool IsDirectory(const std::string& path);
   // Entries of a directory, sorted by name, without "." and "..".
   virtual Result<std::vector<DirEntry>> ListDir(const std::string& path) = 0;
+  // The symbolic link at `path` itself (not what it points to), which the
+  // views show as a link: InvalidArgument where `path` is none.
+  virtual Result<LinkInfo> ReadLink(const std::string& path);
 
   // A whole small file (`latest`, `ds_config.json`); fails past max_bytes.
   Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);

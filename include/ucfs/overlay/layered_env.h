@@ -14,8 +14,8 @@
 //
 // Paths below `dir` are resolved through the layers; any other path is the
 // base Env's. A file is opened where it lies, so errors name its real path.
-// A symlink in a layer resolves within that layer (Lightning's `last.ckpt`
-// names a checkpoint saved beside it).
+// ReadLink gives a layer's link as it is (the views show it as a link); a
+// path through a link resolves within the layer holding the link.
 //
 // Thread-safe as its Envs are: it keeps no state of its own after
 // construction.

@@ -157,6 +157,7 @@ class Overlay {
    private:
     friend class Overlay;
     CopyAside() = default;
+    Status RunForLink(const Attr& attr);
     UniqueFd root_;  // the upper root (a dup: independent of the Overlay)
     std::string temp_;
     std::shared_ptr<View> view_;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct ExportFile {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t mode = 0444;  // the view's permission bits, which the copy keeps
+  // A symbolic link the view shows: exported as a link holding this.
+  std::optional<std::string> link;
 };
 
 // The files below the view's entries `roots` (files or directories, given

@@ -40,6 +40,8 @@ class ReadOnlyFs {
   // Whether open(2) with `flags` may open `inode`: files only, and only for
   // reading (O_WRONLY, O_RDWR, O_TRUNC and O_CREAT are EROFS).
   Status Open(InodeId inode, int flags);
+  // What a symbolic link holds (EINVAL for anything else).
+  Result<std::string> ReadLink(InodeId inode);
   // Every write-side operation (create, mkdir, unlink, rename, setattr,
   // setxattr, link, ...) of a read-only mount.
   static Status Write() { return Status::Posix(EROFS, "read-only file system"); }

@@ -96,6 +96,7 @@ inline constexpr InodeId kRootInode = 1;  // FUSE_ROOT_ID
 struct Attr {
   InodeId inode = 0;
   bool is_dir = false;
+  bool is_symlink = false;  // a source's symbolic link, shown as one (ReadLink)
   uint64_t size = 0;
   uint32_t mode = 0;  // permission bits only
   uint32_t uid = 0;
@@ -213,6 +214,10 @@ class View {
   // Entries of a directory, sorted by name (no "." or "..").
   Result<std::vector<std::pair<std::string, Attr>>> ReadDir(InodeId dir);
   Status Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out);
+  // What a symbolic link holds; InvalidArgument for anything else. A link
+  // in a source directory is shown as a link, never followed: the kernel
+  // resolves it for whoever looks, with their permissions.
+  Result<std::string> ReadLink(InodeId inode);
   Result<std::vector<Xattr>> Xattrs(InodeId inode);
   SourceFile source(uint32_t index) const;
   // The owner and mode of a built file: the strictest of the sources added
@@ -238,6 +243,7 @@ class View {
     // A file whose content names the sources of a table added at
     // source_base (SourceDirExtras::File::sources).
     std::optional<uint32_t> source_base;
+    std::optional<std::string> link;  // a symbolic link, holding this
   };
   struct Graft {
     GraftBuilder build;
@@ -257,6 +263,7 @@ class View {
   struct NodeAttrs {
     InodeId inode = 0;
     bool is_dir = false;
+    std::optional<uint64_t> link_size;  // a symbolic link's: its target's length
     std::shared_ptr<const FileContent> content;
     int64_t mtime_ns = 0;
     FileAccess access;
@@ -282,7 +289,9 @@ class View {
   // without the lock, as listing is the slow part.
   struct SourceListing {
     Status status;
+    // A symbolic link's FileStat is its own, with its target in `links`.
     std::vector<std::pair<std::string, FileStat>> entries;
+    std::map<std::string, std::string> links;
     SourceDirExtras extras;
   };
   SourceListing ListSource(const std::string& dir) UCFS_EXCLUDES(mu_);
