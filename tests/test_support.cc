@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 std::string TestDataDir() { return UCFS_TEST_DATA; }
 
 std::string FixtureDir(const std::string& name) { return TestDataDir() + "/fixtures/" + name; }
+std::string TpFixtureDir(const std::string& name) { return TestDataDir() + "/tp_fixtures/" + name; }
 
 namespace {
 

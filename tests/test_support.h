@@ -17,6 +17,8 @@ namespace ucfs::testing {
 std::string TestDataDir();
 // tests/data/fixtures/<name>
 std::string FixtureDir(const std::string& name);
+// A tensor- or pipeline-parallel fixture's directory (tests/data/tp_fixtures).
+std::string TpFixtureDir(const std::string& name);
 // The ZeRO-3 fixtures' names (z3_fp32_ws2, ...).
 std::vector<std::string> FixtureNames();
 // The ZeRO-1 and -2 fixtures' names (z2_tricky_fp32_ws2, ...).

@@ -18,6 +18,12 @@ Result<Checkpoint> Checkpoint::Open(Env& env, const std::string& path,
   return CheckpointBuilder(env, source).Build(path, options);
 }
 
+Result<Checkpoint> Checkpoint::OpenShard(Env& env, CheckpointFiles files,
+                                         TorchFileSource* source) {
+  DirectTorchFileSource direct(env);
+  return CheckpointBuilder(env, source != nullptr ? *source : direct).BuildFrom(std::move(files));
+}
+
 std::optional<size_t> Checkpoint::FindParam(std::string_view name) const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].name == name) return i;

@@ -13,7 +13,12 @@ namespace ucfs {
 
 Result<Checkpoint> CheckpointBuilder::Build(const std::string& path,
                                             const CheckpointOptions& options) {
-  UCFS_ASSIGN_OR_RETURN(c_.files_, DiscoverCheckpoint(env_, path, options.tag));
+  UCFS_ASSIGN_OR_RETURN(CheckpointFiles files, DiscoverCheckpoint(env_, path, options.tag));
+  return BuildFrom(std::move(files));
+}
+
+Result<Checkpoint> CheckpointBuilder::BuildFrom(CheckpointFiles files) {
+  c_.files_ = std::move(files);
   // DeepSpeed saves model states per rank at stage 3 only (engine.py
   // _get_ckpt_name); each rank file then says which optimizer wrote it.
   c_.partitioning_ = c_.files_.model_per_rank ? Partitioning::kPerParam : Partitioning::kFlatGroup;

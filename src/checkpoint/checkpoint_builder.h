@@ -45,6 +45,8 @@ class CheckpointBuilder {
   CheckpointBuilder(Env& env, TorchFileSource& source) : env_(env), source_(source) {}
 
   Result<Checkpoint> Build(const std::string& path, const CheckpointOptions& options);
+  // From files found already (a shard group of a parallel checkpoint).
+  Result<Checkpoint> BuildFrom(CheckpointFiles files);
 
  private:
   // --- the rank files (checkpoint_builder.cc)

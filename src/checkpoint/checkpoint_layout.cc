@@ -90,6 +90,28 @@ std::string SharedModelFileName(uint32_t mp_rank) {
   return "mp_rank_" + mp + "_model_states.pt";
 }
 
+std::optional<LayerFileName> ParseLayerFileName(std::string_view name) {
+  LayerFileName out;
+  if (!ConsumePrefix(&name, "layer_") || !ConsumeNumber(&name, &out.layer)) return std::nullopt;
+  // "-model_NN" is the tensor-parallel rank; "-model_states.pt" the end.
+  uint32_t t = 0;
+  if (std::string_view rest = name; ConsumePrefix(&rest, "-model_") && ConsumeNumber(&rest, &t)) {
+    out.tp_rank = t;
+    name = rest;
+  }
+  if (name != "-model_states.pt") return std::nullopt;
+  return out;
+}
+
+std::string LayerFileNameFor(uint32_t layer, std::optional<uint32_t> tp_rank) {
+  auto two = [](uint32_t n) {
+    std::string s = std::to_string(n);
+    if (s.size() < 2) s.insert(0, 2 - s.size(), '0');
+    return s;
+  };
+  return "layer_" + two(layer) + (tp_rank ? "-model_" + two(*tp_rank) : "") + "-model_states.pt";
+}
+
 std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
                             uint32_t mp_rank) {
   std::string mp = std::to_string(mp_rank);
@@ -153,13 +175,18 @@ Status LocateTagDirectory(Env& env, const std::string& path, const std::optional
   return Status::OK();
 }
 
-// The rank files in a tag directory, by kind and DP rank.
+// The rank files in a tag directory, by kind and (mp rank, DP rank).
 struct RankFilesFound {
-  std::map<uint32_t, std::string> optim, model;
-  std::set<std::string> prefixes;  // of the optimizer files ("", "bf16_")
-  std::set<uint32_t> mp_ranks;
+  std::map<std::pair<uint32_t, uint32_t>, std::string> optim, model;
+  std::set<std::string> prefixes;                // of the optimizer files ("", "bf16_")
   std::map<uint32_t, std::string> shared_model;  // mp_rank_NN_model_states.pt, by mp rank
+  std::map<std::pair<uint32_t, uint32_t>, std::string> layers;  // (layer, t)
+  bool layers_with_rank = false, layers_without_rank = false;
 };
+
+std::string RankWords(uint32_t mp, uint32_t dp) {
+  return "DP rank " + std::to_string(dp) + (mp == 0 ? "" : " of mp rank " + std::to_string(mp));
+}
 
 Result<RankFilesFound> FindRankFiles(Env& env, const std::string& tag_dir) {
   UCFS_ASSIGN_OR_RETURN(auto entries, env.ListDir(tag_dir));
@@ -170,20 +197,38 @@ Result<RankFilesFound> FindRankFiles(Env& env, const std::string& tag_dir) {
       found.shared_model.emplace(*mp, JoinPath(tag_dir, e.name));
       continue;
     }
+    if (auto layer = ParseLayerFileName(e.name)) {
+      (layer->tp_rank ? found.layers_with_rank : found.layers_without_rank) = true;
+      found.layers.emplace(std::pair(layer->layer, layer->tp_rank.value_or(0)),
+                           JoinPath(tag_dir, e.name));
+      continue;
+    }
     auto parsed = ParseRankFileName(e.name);
     if (!parsed) continue;
-    found.mp_ranks.insert(parsed->mp_rank);
     auto& by_rank = parsed->kind == RankFileName::Kind::kOptim ? found.optim : found.model;
     if (parsed->kind == RankFileName::Kind::kOptim) found.prefixes.insert(parsed->prefix);
-    auto [it, inserted] = by_rank.emplace(parsed->dp_rank, JoinPath(tag_dir, e.name));
+    auto [it, inserted] =
+        by_rank.emplace(std::pair(parsed->mp_rank, parsed->dp_rank), JoinPath(tag_dir, e.name));
     if (!inserted) {
       if (found.prefixes.size() > 1) break;  // reported below, more usefully
-      return Status::Corruption(tag_dir + ": two files for DP rank " +
-                                std::to_string(parsed->dp_rank) + ": " +
+      return Status::Corruption(tag_dir + ": two files for " +
+                                RankWords(parsed->mp_rank, parsed->dp_rank) + ": " +
                                 std::string(BaseName(it->second)) + " and " + e.name);
     }
   }
   return found;
+}
+
+// A rank far beyond the files that exist is an error naming that file:
+// callers allocate per rank, and a stray name (zero_pp_rank_999999999_...)
+// must not make a world of a billion.
+Status CheckRankBound(uint32_t highest, const std::string& file, size_t present, const char* what) {
+  if (highest < kMaxRankGap + 2 * static_cast<uint64_t>(present)) return Status::OK();
+  return Status::Corruption(
+      file + ": " + what + " " + std::to_string(highest) + " is far beyond the " +
+      std::to_string(present) +
+      " rank files in the directory (a stray or misnamed file?); ucfs takes the world size "
+      "from the highest rank, and refuses one that most files would be missing from");
 }
 
 }  // namespace
@@ -200,15 +245,15 @@ Result<std::string> ReadLatestTag(Env& env, const std::string& latest) {
   return std::string(t);
 }
 
-Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
-                                            const std::optional<std::string>& tag) {
-  CheckpointFiles files;
-  UCFS_RETURN_IF_ERROR(LocateTagDirectory(env, path, tag, &files));
-  UCFS_ASSIGN_OR_RETURN(RankFilesFound found, FindRankFiles(env, files.tag_dir));
-  auto& [optim, model, prefixes, mp_ranks, shared_model] = found;
+Result<ParallelCheckpointFiles> ListParallelCheckpointFiles(Env& env, const std::string& path,
+                                                            const std::optional<std::string>& tag) {
+  CheckpointFiles base;
+  UCFS_RETURN_IF_ERROR(LocateTagDirectory(env, path, tag, &base));
+  UCFS_ASSIGN_OR_RETURN(RankFilesFound found, FindRankFiles(env, base.tag_dir));
+  const auto& [optim, model, prefixes, shared_model, layers, with_rank, without_rank] = found;
   if (optim.empty()) {
     return Status::NotFound(
-        files.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +
+        base.tag_dir + ": no zero_pp_rank_*_optim_states.pt files" +
         (shared_model.empty() ? ""
                               : " (" + SharedModelFileName() +
                                     " alone is a checkpoint saved without ZeRO: its optimizer "
@@ -216,51 +261,129 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   }
   // ZeRO-3 saves a model-states file per DP rank, stages 0-2 one per
   // model-parallel rank.
-  files.model_per_rank = !model.empty() || shared_model.empty();
-  if (!files.model_per_rank) {
-    for (const auto& [mp, name] : shared_model) mp_ranks.insert(mp);
-  }
-  if (mp_ranks.size() > 1 || *mp_ranks.begin() != 0) {
-    return Status::NotSupported(files.tag_dir +
-                                ": model-parallel ranks other than mp_rank_00: tensor or "
-                                "pipeline parallelism, which ucfs does not support yet (it "
-                                "handles data-parallel checkpoints of every ZeRO stage)");
-  }
+  base.model_per_rank = !model.empty() || shared_model.empty();
   if (prefixes.size() > 1) {
-    return Status::Corruption(files.tag_dir +
+    return Status::Corruption(base.tag_dir +
                               ": both bf16_ and plain optimizer files; which "
                               "run do they belong to?");
   }
-  files.optim_prefix = *prefixes.begin();
-  // The world size comes from the highest rank in a file name, and callers
-  // allocate per rank: a stray name (zero_pp_rank_999999999_...) must not
-  // make a world of a billion. A rank far beyond the files that exist is an
-  // error naming that file; a few missing ranks are still reported one by
-  // one (DiscoverCheckpoint, verify).
-  const size_t present = optim.size() + model.size();
+  base.optim_prefix = *prefixes.begin();
+  // The degrees come from the highest ranks in the names; a few missing
+  // ranks are reported one by one (CheckNoParallelFileMissing, verify).
+  const size_t present = optim.size() + model.size() + shared_model.size() + layers.size();
+  uint32_t dp = 0, mp = 0;
   for (const auto* by_rank : {&optim, &model}) {
-    if (by_rank->empty()) continue;
-    const uint32_t highest = by_rank->rbegin()->first;
-    if (highest >= kMaxRankGap + 2 * static_cast<uint64_t>(present)) {
-      return Status::Corruption(
-          by_rank->rbegin()->second + ": rank " + std::to_string(highest) + " is far beyond the " +
-          std::to_string(present) +
-          " rank files in the directory (a stray or misnamed file?); ucfs takes the world size "
-          "from the highest rank, and refuses one that most files would be missing from");
+    for (const auto& [ranks, file] : *by_rank) {
+      UCFS_RETURN_IF_ERROR(CheckRankBound(ranks.second, file, present, "rank"));
+      UCFS_RETURN_IF_ERROR(CheckRankBound(ranks.first, file, present, "mp rank"));
+      dp = std::max(dp, ranks.second);
+      mp = std::max(mp, ranks.first);
     }
   }
-  // The highest rank of either kind: a missing last optimizer file is
-  // still a missing rank, not a smaller world.
-  files.world_size = optim.rbegin()->first + 1;
-  if (!model.empty()) files.world_size = std::max(files.world_size, model.rbegin()->first + 1);
-  for (uint32_t r = 0; r < files.world_size; ++r) {
-    auto it = optim.find(r);
-    files.optim_files.push_back(it == optim.end() ? std::string() : it->second);
-    auto m = model.find(r);
-    files.model_files.push_back(m == model.end() ? std::string() : m->second);
+  if (!base.model_per_rank) {
+    for (const auto& [m, file] : shared_model) {
+      UCFS_RETURN_IF_ERROR(CheckRankBound(m, file, present, "mp rank"));
+      mp = std::max(mp, m);
+    }
   }
-  if (!files.model_per_rank) files.model_files[0] = shared_model.begin()->second;
-  return files;
+  ParallelCheckpointFiles grid;
+  grid.degrees.dp = dp + 1;
+  const uint32_t mp_size = mp + 1;
+  if (layers.empty()) {
+    grid.degrees.tp = mp_size;  // tensor parallel alone (or ZeRO-3 with TP)
+  } else {
+    if (base.model_per_rank) {
+      return Status::NotSupported(layers.begin()->second +
+                                  ": a pipeline's layer file beside ZeRO-3 rank files (DeepSpeed "
+                                  "trains pipelines with ZeRO stages 0-1 only)");
+    }
+    if (with_rank && without_rank) {
+      return Status::Corruption(base.tag_dir +
+                                ": layer files both with and without a model_NN rank; which run "
+                                "do they belong to?");
+    }
+    uint32_t tp = 0;
+    for (const auto& [key, file] : layers) {
+      UCFS_RETURN_IF_ERROR(CheckRankBound(key.second, file, present, "tensor-parallel rank"));
+      tp = std::max(tp, key.second);
+    }
+    grid.degrees.tp = tp + 1;
+    if (mp_size % grid.degrees.tp != 0) {
+      return Status::Corruption(base.tag_dir + ": " + std::to_string(mp_size) +
+                                " model-parallel ranks are no whole number of pipeline stages of " +
+                                std::to_string(grid.degrees.tp) +
+                                " tensor-parallel ranks (the layer files' model_NN)");
+    }
+    grid.degrees.pp = mp_size / grid.degrees.tp;
+  }
+  grid.layer_files = layers;
+  for (uint32_t m = 0; m < mp_size; ++m) {
+    CheckpointFiles shard = base;
+    shard.mp_rank = m;
+    shard.world_size = grid.degrees.dp;
+    for (uint32_t d = 0; d < grid.degrees.dp; ++d) {
+      auto o = optim.find({m, d});
+      shard.optim_files.push_back(o == optim.end() ? std::string() : o->second);
+      auto f = model.find({m, d});
+      shard.model_files.push_back(f == model.end() ? std::string() : f->second);
+    }
+    if (!shard.model_per_rank) {
+      auto f = shared_model.find(m);
+      shard.model_files[0] = f == shared_model.end() ? std::string() : f->second;
+    }
+    grid.shards.push_back(std::move(shard));
+  }
+  return grid;
+}
+
+std::string DescribeDegrees(const ParallelDegrees& d) {
+  auto part = [](uint32_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  return part(d.pp, "pipeline stage", "pipeline stages") + " x " +
+         part(d.tp, "tensor-parallel rank", "tensor-parallel ranks") + " x " +
+         part(d.dp, "data-parallel rank", "data-parallel ranks");
+}
+
+Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
+                                            const std::optional<std::string>& tag) {
+  UCFS_ASSIGN_OR_RETURN(ParallelCheckpointFiles grid, ListParallelCheckpointFiles(env, path, tag));
+  if (grid.degrees.mp() == 1) return std::move(grid.shards[0]);
+  // Named by a file that says so, in case it is a stray one.
+  std::string evidence;
+  for (auto it = grid.shards.rbegin(); it != grid.shards.rend() && evidence.empty(); ++it) {
+    for (const auto* list : {&it->optim_files, &it->model_files}) {
+      for (const std::string& f : *list) {
+        if (!f.empty() && evidence.empty()) evidence = std::string(BaseName(f));
+      }
+    }
+  }
+  if (!grid.layer_files.empty())
+    evidence = std::string(BaseName(grid.layer_files.rbegin()->second));
+  return Status::NotSupported(grid.shards[0].tag_dir +
+                              ": a tensor- or pipeline-parallel checkpoint (" +
+                              DescribeDegrees(grid.degrees) + ", by " + evidence +
+                              "), which ucfs does not serve yet: it serves data-parallel "
+                              "checkpoints of every ZeRO stage");
+}
+
+Status CheckNoParallelFileMissing(const ParallelCheckpointFiles& files) {
+  for (const CheckpointFiles& shard : files.shards) {
+    UCFS_RETURN_IF_ERROR(CheckNoRankFileMissing(shard));
+  }
+  // Every layer one tensor-parallel rank saved, every other rank saved too.
+  std::set<uint32_t> layers;
+  for (const auto& [key, file] : files.layer_files) layers.insert(key.first);
+  for (uint32_t layer : layers) {
+    for (uint32_t t = 0; t < files.degrees.tp; ++t) {
+      if (files.layer_files.contains({layer, t})) continue;
+      const std::string& tag_dir = files.shards[0].tag_dir;
+      return Status::NotFound(JoinPath(tag_dir, LayerFileNameFor(layer, t)) +
+                              ": missing: tensor-parallel rank " + std::to_string(t) +
+                              "'s part of layer " + std::to_string(layer));
+    }
+  }
+  return Status::OK();
 }
 
 Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& path,
@@ -273,7 +396,7 @@ Status CheckRankFileIdentity(const CheckpointFiles& files, const std::string& pa
     return Status::OK();
   }
   std::string other;
-  if (saved->mp_rank == 0 && saved->dp_rank < files.world_size) {
+  if (saved->mp_rank == files.mp_rank && saved->dp_rank < files.world_size) {
     const auto& by_rank =
         saved->kind == RankFileName::Kind::kOptim ? files.optim_files : files.model_files;
     if (saved->dp_rank < by_rank.size()) other = by_rank[saved->dp_rank];
@@ -300,18 +423,18 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
 Status CheckNoRankFileMissing(const CheckpointFiles& files) {
   for (uint32_t r = 0; r < files.world_size; ++r) {
     if (files.optim_files[r].empty()) {
-      return Status::NotFound(JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim,
-                                                                      files.optim_prefix, r)) +
-                              ": missing: the other files imply a world size of " +
-                              std::to_string(files.world_size));
+      return Status::NotFound(
+          JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, r,
+                                                  files.mp_rank)) +
+          ": missing: the other files imply a world size of " + std::to_string(files.world_size));
     }
   }
   if (files.model_files[0].empty()) {
     return Status::NotFound(
-        JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", 0)) +
+        JoinPath(files.tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", 0, files.mp_rank)) +
         ": missing: rank 0's model states hold the parameter shapes (for a ZeRO stage 1 or 2 "
         "checkpoint, " +
-        SharedModelFileName() + ")");
+        SharedModelFileName(files.mp_rank) + ")");
   }
   return Status::OK();
 }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 namespace ucfs {
 namespace {
 
@@ -196,6 +198,102 @@ TEST(RankFileIdentity, ArchiveFolderNamingAnotherRankIsAnError) {
   EXPECT_FALSE(
       CheckRankFileIdentity(files, files.optim_files[0], "zero_pp_rank_0_mp_rank_00_model_states")
           .ok());
+}
+
+TEST(LayerFileName, ParsesDeepSpeedsPipelineNames) {
+  auto a = ParseLayerFileName("layer_03-model_01-model_states.pt");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->layer, 3u);
+  EXPECT_EQ(a->tp_rank, 1u);
+  auto b = ParseLayerFileName("layer_100-model_states.pt");  // no model axis; {:02d} grows
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->layer, 100u);
+  EXPECT_FALSE(b->tp_rank);
+  for (const char* bad :
+       {"layer_03-model_01-model_states.pth", "layer_-model_states.pt",
+        "layer_03_expert_0_mp_rank_00_model_states.pt", "layers_03-model_states.pt"}) {
+    EXPECT_FALSE(ParseLayerFileName(bad)) << bad;
+  }
+  EXPECT_EQ(LayerFileNameFor(3, 1), "layer_03-model_01-model_states.pt");
+  EXPECT_EQ(LayerFileNameFor(100, std::nullopt), "layer_100-model_states.pt");
+}
+
+// The real DeepSpeed 0.14.5 fixtures' grids: mp rank m is stage m / T,
+// tensor-parallel rank m % T; each shard group a D-rank checkpoint.
+TEST(ParallelCheckpointFiles, TheFixturesGrids) {
+  struct Case {
+    const char* fixture;
+    ParallelDegrees degrees;
+    bool model_per_rank;
+    size_t layer_files;
+  };
+  for (const Case& c : {Case{"tp_z1_fp32_t2d2", {1, 2, 2}, false, 0},
+                        Case{"pp_bf16opt_p2t2d2", {2, 2, 2}, false, 8},
+                        Case{"z3_tp_fp32_t2d2", {1, 2, 2}, true, 0}}) {
+    SCOPED_TRACE(c.fixture);
+    const std::string root = testing::TpFixtureDir(c.fixture) + "/checkpoint";
+    auto grid = ListParallelCheckpointFiles(*Env::Posix(), root);
+    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    EXPECT_EQ(grid->degrees, c.degrees);
+    EXPECT_EQ(grid->layer_files.size(), c.layer_files);
+    ASSERT_EQ(grid->shards.size(), c.degrees.mp());
+    EXPECT_TRUE(CheckNoParallelFileMissing(*grid).ok());
+    for (uint32_t m = 0; m < grid->shards.size(); ++m) {
+      const CheckpointFiles& shard = grid->shards[m];
+      EXPECT_EQ(shard.mp_rank, m);
+      EXPECT_EQ(shard.world_size, c.degrees.dp);
+      EXPECT_EQ(shard.model_per_rank, c.model_per_rank);
+      for (uint32_t d = 0; d < c.degrees.dp; ++d) {
+        auto name = ParseRankFileName(BaseName(shard.optim_files[d]));
+        ASSERT_TRUE(name) << shard.optim_files[d];
+        EXPECT_EQ(name->mp_rank, m);
+        EXPECT_EQ(name->dp_rank, d);
+      }
+      EXPECT_EQ(BaseName(shard.model_files[0]),
+                c.model_per_rank ? RankFileNameFor(RankFileName::Kind::kModel, "", 0, m)
+                                 : SharedModelFileName(m));
+    }
+    // The pipeline's stage 1, tensor rank 0 is mp rank 2.
+    if (c.degrees.pp == 2) {
+      EXPECT_EQ(grid->Stage(2), 1u);
+      EXPECT_EQ(grid->TpRank(2), 0u);
+    }
+    // Not served yet, and said so with the grid.
+    auto dp_only = ListCheckpointFiles(*Env::Posix(), root);
+    ASSERT_FALSE(dp_only.ok());
+    EXPECT_EQ(dp_only.status().code(), Status::Code::kNotSupported);
+    EXPECT_NE(dp_only.status().message().find(DescribeDegrees(c.degrees)), std::string::npos)
+        << dp_only.status().ToString();
+  }
+}
+
+TEST(ParallelCheckpointFiles, MissingFilesOfTheGridAreNamed) {
+  MemEnv env;
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::TpFixtureDir("pp_bf16opt_p2t2d2") + "/checkpoint", "/ck").ok());
+  ASSERT_TRUE(env.RemoveFile("/ck/global_step4/layer_03-model_01-model_states.pt"));
+  auto grid = ListParallelCheckpointFiles(env, "/ck");
+  ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+  Status s = CheckNoParallelFileMissing(*grid);
+  EXPECT_NE(s.message().find("layer_03-model_01-model_states.pt: missing"), std::string::npos)
+      << s.ToString();
+  ASSERT_TRUE(env.RemoveFile("/ck/global_step4/bf16_zero_pp_rank_1_mp_rank_02_optim_states.pt"));
+  grid = ListParallelCheckpointFiles(env, "/ck");
+  ASSERT_TRUE(grid.ok());
+  s = CheckNoParallelFileMissing(*grid);
+  EXPECT_NE(s.message().find("bf16_zero_pp_rank_1_mp_rank_02_optim_states.pt: missing"),
+            std::string::npos)
+      << s.ToString();
+  // Stages of 2 tensor ranks do not divide 3 model-parallel ranks.
+  ASSERT_TRUE(env.RemoveFile("/ck/global_step4/mp_rank_03_model_states.pt"));
+  for (int d = 0; d < 2; ++d) {
+    env.RemoveFile("/ck/global_step4/bf16_zero_pp_rank_" + std::to_string(d) +
+                   "_mp_rank_03_optim_states.pt");
+  }
+  grid = ListParallelCheckpointFiles(env, "/ck");
+  ASSERT_FALSE(grid.ok());
+  EXPECT_NE(grid.status().message().find("no whole number of pipeline stages"), std::string::npos)
+      << grid.status().ToString();
 }
 
 }  // namespace

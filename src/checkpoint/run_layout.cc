@@ -18,18 +18,24 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
     if (!e.is_dir || e.is_symlink) continue;
     // A directory of optimizer rank files is a tag, complete or not.
     auto files = ListCheckpointFiles(env, dir, e.name);
-    if (!files.ok()) continue;
+    // A tensor- or pipeline-parallel tag is a tag, not served (yet): said.
+    const bool unserved = !files.ok() && files.status().code() == Status::Code::kNotSupported;
+    if (!files.ok() && !unserved) continue;
     TagListing tag;
     tag.name = e.name;
-    tag.dir = files->tag_dir;
+    tag.dir = JoinPath(dir, e.name);
     if (auto st = env.Stat(tag.dir); st.ok()) {
       tag.mtime_ns = st->identity.mtime_ns;
       tag.access = st->access;
     }
-    Status complete = CheckNoRankFileMissing(*files);
-    tag.complete = complete.ok();
-    tag.problem = complete.ok() ? "" : complete.message();
-    tag.files = std::move(files).value();
+    if (unserved) {
+      tag.problem = files.status().message();
+    } else {
+      Status complete = CheckNoRankFileMissing(*files);
+      tag.complete = complete.ok();
+      tag.problem = complete.ok() ? "" : complete.message();
+      tag.files = std::move(files).value();
+    }
     root.tags.push_back(std::move(tag));
   }
   if (root.tags.empty()) return std::nullopt;

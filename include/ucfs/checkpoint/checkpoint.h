@@ -130,6 +130,11 @@ class Checkpoint {
  public:
   static Result<Checkpoint> Open(Env& env, const std::string& path,
                                  const CheckpointOptions& options = {});
+  // One shard group of a parallel checkpoint (ParallelCheckpointFiles), as
+  // the data-parallel checkpoint it is; `files` must be complete
+  // (CheckNoParallelFileMissing).
+  static Result<Checkpoint> OpenShard(Env& env, CheckpointFiles files,
+                                      TorchFileSource* source = nullptr);
 
   const CheckpointFiles& files() const { return files_; }
   // Optimizer files are sources 0..W-1, model-states files W..2W-1.

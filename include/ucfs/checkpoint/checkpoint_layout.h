@@ -8,9 +8,11 @@
 #define UCFS_CHECKPOINT_CHECKPOINT_LAYOUT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ucfs/base/env.h"
@@ -33,7 +35,61 @@ struct CheckpointFiles {
   // 0's). When !model_per_rank, [0] is mp_rank_00_model_states.pt and the
   // others are "".
   std::vector<std::string> model_files;
+  // The model-parallel rank whose shard group these are (parallel
+  // checkpoints: ParallelCheckpointFiles); 0 for a data-parallel one.
+  uint32_t mp_rank = 0;
 };
+
+// How a checkpoint is parallel, as its file names say.
+struct ParallelDegrees {
+  uint32_t pp = 1;  // P: pipeline stages
+  uint32_t tp = 1;  // T: tensor-parallel ranks
+  uint32_t dp = 0;  // D: data-parallel ranks
+  uint32_t mp() const { return pp * tp; }
+  bool operator==(const ParallelDegrees&) const = default;
+};
+
+// A pipeline's layer file: "layer_03-model_01-model_states.pt" is layer 3
+// of tensor-parallel rank 1; "layer_03-model_states.pt" (a topology without
+// a model axis) has no rank.
+struct LayerFileName {
+  uint32_t layer = 0;
+  std::optional<uint32_t> tp_rank;
+};
+std::optional<LayerFileName> ParseLayerFileName(std::string_view name);
+// The name DeepSpeed gives it (two digits at least, as its "{:02d}").
+std::string LayerFileNameFor(uint32_t layer, std::optional<uint32_t> tp_rank);
+
+// A tag's files as the grid a tensor-, pipeline- and data-parallel run
+// saves (../shared/reference/tp-pp.md 1.1, 1.2). Model-parallel rank m —
+// the `mp_rank_NN` of the names — is stage p = m / T, tensor-parallel rank
+// t = m % T, as DeepSpeed's PipelineParallelGrid numbers them and
+// ds_to_universal.py reads them (m = t without pipeline, m = p without a
+// model axis). Each shard group m is a data-parallel checkpoint of D ranks,
+// as ucfs reads one: shards[m] (mp_rank m).
+//
+// The degrees come from the names alone: D from the highest DP rank, M =
+// P·T from the highest mp rank; with layer files T from their highest
+// `model_NN` (1 without it) and P = M / T; without them T = M, P = 1.
+struct ParallelCheckpointFiles {
+  ParallelDegrees degrees;
+  std::vector<CheckpointFiles> shards;                               // by mp rank m
+  std::map<std::pair<uint32_t, uint32_t>, std::string> layer_files;  // (layer, t) -> path
+  uint32_t Stage(uint32_t m) const { return m / degrees.tp; }
+  uint32_t TpRank(uint32_t m) const { return m % degrees.tp; }
+};
+
+// The grid of the tag DiscoverCheckpoint would find, without completeness
+// checks: a missing file is "" in its shard (or absent from layer_files).
+Result<ParallelCheckpointFiles> ListParallelCheckpointFiles(
+    Env& env, const std::string& path, const std::optional<std::string>& tag = std::nullopt);
+// NotFound naming the first missing file of the grid: a rank file of any
+// (m, d), a shard's model states, a layer file of some tensor-parallel
+// rank that another rank has.
+Status CheckNoParallelFileMissing(const ParallelCheckpointFiles& files);
+// What a P×T×D grid is, for messages: "2 pipeline stages × 2 tensor-parallel
+// ranks × 2 data-parallel ranks".
+std::string DescribeDegrees(const ParallelDegrees& degrees);
 
 // The model-states file of ZeRO stages 0-2: "mp_rank_00_model_states.pt".
 std::string SharedModelFileName(uint32_t mp_rank = 0);
