@@ -18,8 +18,7 @@ Result<Checkpoint> Checkpoint::Open(Env& env, const std::string& path,
   return CheckpointBuilder(env, source).Build(path, options);
 }
 
-Result<Checkpoint> Checkpoint::OpenShard(Env& env, CheckpointFiles files,
-                                         TorchFileSource* source) {
+Result<Checkpoint> Checkpoint::OpenShard(Env& env, CheckpointFiles files, TorchFileSource* source) {
   DirectTorchFileSource direct(env);
   return CheckpointBuilder(env, source != nullptr ? *source : direct).BuildFrom(std::move(files));
 }

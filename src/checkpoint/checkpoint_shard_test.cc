@@ -58,7 +58,6 @@ TEST_P(CheckpointShardTest, EveryShardGroupIsADataParallelCheckpoint) {
       ListParallelCheckpointFiles(*Env::Posix(), testing::TpFixtureDir(GetParam()) + "/checkpoint");
   ASSERT_TRUE(grid.ok()) << grid.status().ToString();
   ASSERT_TRUE(CheckNoParallelFileMissing(*grid).ok());
-  const uint32_t tp = grid->degrees.tp;
   size_t compared = 0;
   for (uint32_t m = 0; m < grid->shards.size(); ++m) {
     SCOPED_TRACE("mp rank " + std::to_string(m));

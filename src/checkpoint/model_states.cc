@@ -146,9 +146,8 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
     // the world size the files imply is then one too small.
     if (flat_groups() && *dp > static_cast<int64_t>(c_.world_size())) {
       const std::string missing = JoinPath(
-          c_.files_.tag_dir,
-          RankFileNameFor(RankFileName::Kind::kOptim, c_.files_.optim_prefix, c_.world_size(),
-                          c_.files_.mp_rank));
+          c_.files_.tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, c_.files_.optim_prefix,
+                                             c_.world_size(), c_.files_.mp_rank));
       return Status::NotFound(missing + ": missing: " + std::string(BaseName(tf.path())) +
                               " says dp_world_size " + std::to_string(*dp))
           .WithFile(missing);
