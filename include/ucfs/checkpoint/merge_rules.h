@@ -1,0 +1,110 @@
+// How a tensor-parallel param's T slices merge into the full tensor, decided
+// once per param from the run's `universal_checkpoint_info`, exactly as
+// DeepSpeed's ds_to_universal.py decides it (../shared/reference/tp-pp.md
+// 3.2, 3.3; merge_tp_slices in deepspeed/checkpoint/ds_to_universal.py).
+//
+// Megatron-DeepSpeed saves the patterns in every model-states file: lists
+// of regular expressions matched against param names with Python's
+// re.match (anchored at the start only, `.` any character). For each name
+// the converter takes the first rule that matches, in this order, each list
+// tried only when the ones before it did not match:
+//   tp_replicated_parameter_patterns        every slice is the whole tensor
+//   parameter_to_average_patterns           the slices' mean
+//   parameter_with_2_sub_params_cat_dim_0   two halves, each concatenated on dim 0
+//   parameter_with_sub_params               SubparamShape's sub-params (tried first,
+//                                           for every name, but applied here)
+//   parameter_with_row_parallelism_patterns concatenated on dim 1
+//   (none)                                  concatenated on dim 0
+// and, whatever the rule, vocabulary_parameter_patterns cut the merged rows
+// to original_vocab_size. Two patterns of one list matching one name is an
+// error, as is (strictly) a pattern no name used.
+#ifndef UCFS_CHECKPOINT_MERGE_RULES_H_
+#define UCFS_CHECKPOINT_MERGE_RULES_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ucfs/base/status.h"
+#include "ucfs/codec/pickle.h"
+
+namespace ucfs {
+
+// DeepSpeed's SubparamShape: a param made of sub-params partitioned along
+// `partition_dim`; shape[partition_dim] lists the sub-params' sizes.
+struct SubParamShape {
+  std::vector<std::string> patterns;
+  std::vector<std::vector<int64_t>> shape;  // each dimension: its size, or the sub-params' sizes
+  int64_t partition_dim = 0;
+};
+
+// universal_checkpoint_info as saved (absent lists are empty).
+struct UniversalInfo {
+  std::optional<double> version;  // universal_checkpoint_version
+  std::optional<int64_t> original_vocab_size;
+  std::optional<int64_t> padded_vocab_size;
+  std::vector<std::string> pipeline_replicated;
+  std::vector<std::string> tp_replicated;
+  std::vector<std::string> to_average;
+  std::vector<std::string> two_sub_params_cat_dim_0;
+  std::vector<SubParamShape> sub_params;
+  std::vector<std::string> row_parallel;
+  std::vector<std::string> vocabulary;
+};
+
+// The `universal_checkpoint_info` of a model-states pickle; nullopt where
+// it has none. Corruption naming the key that is not what DeepSpeed saves.
+Result<std::optional<UniversalInfo>> ReadUniversalInfo(const pickle::Document& doc);
+
+enum class MergeRule : uint8_t { kReplicated, kAverage, kTwoSubParamsDim0, kSubParams, kConcat };
+
+struct ParamMerge {
+  MergeRule rule = MergeRule::kConcat;
+  int cat_dim = 0;  // kConcat: 1 for row parallel; kTwoSubParamsDim0: 0
+  std::optional<SubParamShape> sub_param_shape;  // kSubParams
+  bool vocab = false;                            // rows cut to original_vocab_size
+};
+
+class MergeRules {
+ public:
+  // Each pattern compiled as Python's re.match takes it; InvalidArgument
+  // naming one that uses Python syntax std::regex does not share (named
+  // groups, lookbehind, inline flags, \A, \Z).
+  static Result<MergeRules> Compile(UniversalInfo info);
+
+  // `name`'s rule; Corruption when two patterns of one list match it.
+  // Records the patterns the converter would have used.
+  Result<ParamMerge> Decide(std::string_view name);
+  // Whether later stages' copies of `name` are skipped (a tied embedding).
+  bool PipelineReplicated(std::string_view name) const;
+  // The patterns of every list but the pipeline one that no name decided
+  // so far used: ds_to_universal.py asserts there are none unless
+  // --no_strict.
+  std::vector<std::string> UnusedPatterns() const;
+
+  const UniversalInfo& info() const { return info_; }
+
+ private:
+  struct Pattern {
+    std::string text;
+    std::shared_ptr<const std::regex> re;
+  };
+  using List = std::vector<Pattern>;
+  // The one pattern of `list` that matches `name`, or null.
+  Result<const Pattern*> MatchOne(const List& list, std::string_view name, const char* what);
+  static bool Matches(const Pattern& p, std::string_view name);
+
+  UniversalInfo info_;
+  List pipeline_, replicated_, average_, two_sub_, row_, vocab_;
+  std::vector<List> sub_params_;  // by info_.sub_params
+  std::set<std::string> used_;
+};
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_MERGE_RULES_H_
