@@ -1,0 +1,74 @@
+// ParallelCheckpoint: a tensor-, pipeline- and data-parallel checkpoint as
+// the grid of data-parallel checkpoints it is, and the name table the
+// universal layout is made from (src/design/model-parallelism.md).
+//
+// Each shard group (p, t) opens as a Checkpoint (Checkpoint::OpenShard),
+// whose params are the TP-local slices partitioned over D ranks by the
+// stage's rule. The table has one entry per universal param name, in the
+// order of the stages' param_shapes: where its T slices are (the lowest
+// stage holding it: a tied embedding's later copies are skipped, as the
+// converter skips pipeline_replicated ones), the merge rule MergeRules
+// decided for it, and the shapes the merge gives. Everything is decided
+// here, once, at open: a view only lays out what the table says.
+#ifndef UCFS_CHECKPOINT_PARALLEL_CHECKPOINT_H_
+#define UCFS_CHECKPOINT_PARALLEL_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ucfs/base/env.h"
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/merge_rules.h"
+
+namespace ucfs {
+
+struct MergedParam {
+  std::string name;
+  ParamMerge merge;
+  uint32_t stage = 0;  // p whose slices are merged
+  // By tensor-parallel rank t: the param's index in the params() of shard
+  // group stage * T + t.
+  std::vector<size_t> slices;
+  std::vector<int64_t> local_shape;  // every slice's (they agree)
+  // The merged tensor's storage (a vocabulary's padded rows included), and
+  // the shape the universal file gives it (a vocabulary cut to
+  // original_vocab_size rows, which the storage keeps, as torch.save keeps
+  // a sliced tensor's whole storage).
+  std::vector<int64_t> storage_shape;
+  std::vector<int64_t> shape;
+  // Later stages holding a copy (a tied embedding): not merged.
+  std::vector<uint32_t> copies_on;
+};
+
+class ParallelCheckpoint {
+ public:
+  // The tag DiscoverCheckpoint would find, every file of its grid present.
+  // NotSupported for what no universal layout can be made of (T > 1 without
+  // universal_checkpoint_info: how its slices merge is unknown); Corruption
+  // naming the file where the shards disagree on a param, and for the
+  // patterns no param used (ds_to_universal.py's strict check).
+  static Result<ParallelCheckpoint> Open(Env& env, const std::string& path,
+                                         const CheckpointOptions& options = {});
+
+  const ParallelCheckpointFiles& files() const { return files_; }
+  const ParallelDegrees& degrees() const { return files_.degrees; }
+  // Shard group m = p * T + t.
+  const Checkpoint& shard(uint32_t m) const { return *shards_[m]; }
+  const std::vector<MergedParam>& params() const { return params_; }
+  const MergeRules& rules() const { return *rules_; }
+
+ private:
+  ParallelCheckpointFiles files_;
+  std::vector<std::shared_ptr<const Checkpoint>> shards_;
+  std::shared_ptr<MergeRules> rules_;
+  std::vector<MergedParam> params_;
+};
+
+}  // namespace ucfs
+
+#endif  // UCFS_CHECKPOINT_PARALLEL_CHECKPOINT_H_

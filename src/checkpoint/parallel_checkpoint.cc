@@ -1,0 +1,155 @@
+#include "ucfs/checkpoint/parallel_checkpoint.h"
+
+#include <map>
+#include <utility>
+
+namespace ucfs {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// The merged shapes of `p` from its local shape and rule (tp-pp.md 3.2).
+Status MergedShapes(const UniversalInfo& info, uint32_t tp, const std::string& file,
+                    MergedParam* p) {
+  const auto& local = p->local_shape;
+  auto fail = [&](const std::string& why) {
+    return Status::Corruption(file + ": param '" + p->name + "' of local shape " +
+                              ShapeText(local) + " " + why)
+        .WithFile(file);
+  };
+  p->storage_shape = local;
+  switch (p->merge.rule) {
+    case MergeRule::kReplicated:
+    case MergeRule::kAverage:
+      break;
+    case MergeRule::kTwoSubParamsDim0:
+      if (local.empty() || local[0] % 2 != 0) return fail("has no two halves along dim 0");
+      p->storage_shape[0] *= tp;
+      break;
+    case MergeRule::kConcat:
+      if (static_cast<int>(local.size()) <= p->merge.cat_dim) {
+        return fail("cannot be concatenated along dim " + std::to_string(p->merge.cat_dim) +
+                    " (row parallel)");
+      }
+      p->storage_shape[static_cast<size_t>(p->merge.cat_dim)] *= tp;
+      break;
+    case MergeRule::kSubParams: {
+      const SubParamShape& s = *p->merge.sub_param_shape;
+      std::vector<int64_t> full;
+      for (const auto& sizes : s.shape) {
+        int64_t sum = 0;
+        for (int64_t d : sizes) sum += d;
+        full.push_back(sum);
+      }
+      std::vector<int64_t> part = full;
+      part[static_cast<size_t>(s.partition_dim)] /= tp;
+      int64_t local_numel = 1, part_numel = 1;
+      for (int64_t d : local) local_numel *= d;
+      for (int64_t d : part) part_numel *= d;
+      if (local_numel != part_numel) {
+        return fail("is not a slice of its SubparamShape " + ShapeText(full) + " at " +
+                    std::to_string(tp) + " tensor-parallel ranks");
+      }
+      p->storage_shape = full;
+      break;
+    }
+  }
+  p->shape = p->storage_shape;
+  if (p->merge.vocab) {
+    const int64_t rows = *info.original_vocab_size;
+    if (p->shape.size() != 2 || rows < 1 || rows > p->shape[0]) {
+      return fail("is no vocabulary of " + std::to_string(rows) + " rows (merged " +
+                  ShapeText(p->storage_shape) + ")");
+    }
+    p->shape[0] = rows;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string& path,
+                                                    const CheckpointOptions& options) {
+  ParallelCheckpoint c;
+  UCFS_ASSIGN_OR_RETURN(c.files_, ListParallelCheckpointFiles(env, path, options.tag));
+  UCFS_RETURN_IF_ERROR(CheckNoParallelFileMissing(c.files_));
+  for (const CheckpointFiles& shard : c.files_.shards) {
+    UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::OpenShard(env, shard, options.source));
+    c.shards_.push_back(std::make_shared<const Checkpoint>(std::move(opened)));
+  }
+  const uint32_t tp = c.files_.degrees.tp;
+  const Checkpoint& first = *c.shards_[0];
+  const std::string& first_model = first.files().model_files[0];
+  auto info = ReadUniversalInfo(first.rank0_model());
+  if (!info.ok()) return info.status().Annotate(first_model).WithFile(first_model);
+  if (!info->has_value() && tp > 1) {
+    return Status::NotSupported(
+               first_model + ": no universal_checkpoint_info, so how its " + std::to_string(tp) +
+               " tensor-parallel slices merge is unknown (Megatron-DeepSpeed saves it; "
+               "ds_to_universal.py --inject_missing_state concatenates every param on dim 0, which "
+               "doubles replicated ones: DeepSpeed #6503)")
+        .WithFile(first_model);
+  }
+  auto rules = MergeRules::Compile(info->value_or(UniversalInfo{}));
+  if (!rules.ok()) return rules.status().Annotate(first_model).WithFile(first_model);
+  c.rules_ = std::make_shared<MergeRules>(std::move(rules).value());
+
+  // Names in the order the stages list them; a later stage's copy of a
+  // name is skipped (the converter skips pipeline_replicated ones, and
+  // without a pattern its stages race: the lowest is taken).
+  std::map<std::string, size_t> seen;
+  for (uint32_t p = 0; p < c.files_.degrees.pp; ++p) {
+    const Checkpoint& lead = *c.shards_[static_cast<size_t>(p) * tp];
+    for (size_t i = 0; i < lead.params().size(); ++i) {
+      const ParamInfo& param = lead.params()[i];
+      if (auto it = seen.find(param.name); it != seen.end()) {
+        c.params_[it->second].copies_on.push_back(p);
+        continue;
+      }
+      MergedParam m;
+      m.name = param.name;
+      m.stage = p;
+      m.local_shape = param.shape;
+      m.slices.push_back(i);
+      for (uint32_t t = 1; t < tp; ++t) {
+        const Checkpoint& other = *c.shards_[static_cast<size_t>(p) * tp + t];
+        const std::string& file = other.files().model_files[0];
+        auto j = other.FindParam(param.name);
+        if (!j) {
+          return Status::Corruption(file + ": no param '" + param.name +
+                                    "', which tensor-parallel rank 0 of its stage has")
+              .WithFile(file);
+        }
+        if (other.params()[*j].shape != param.shape) {
+          return Status::Corruption(file + ": param '" + param.name + "' has local shape " +
+                                    ShapeText(other.params()[*j].shape) + ", rank 0's " +
+                                    ShapeText(param.shape))
+              .WithFile(file);
+        }
+        m.slices.push_back(*j);
+      }
+      auto merge = c.rules_->Decide(param.name);
+      if (!merge.ok()) return merge.status().Annotate(first_model).WithFile(first_model);
+      m.merge = std::move(merge).value();
+      UCFS_RETURN_IF_ERROR(MergedShapes(c.rules_->info(), tp, lead.files().model_files[0], &m));
+      seen.emplace(m.name, c.params_.size());
+      c.params_.push_back(std::move(m));
+    }
+  }
+  if (std::vector<std::string> unused = c.rules_->UnusedPatterns(); !unused.empty()) {
+    std::string list;
+    for (const std::string& u : unused) list += (list.empty() ? "'" : ", '") + u + "'";
+    return Status::Corruption(first_model + ": universal_checkpoint_info patterns no param " +
+                              "matches: " + list +
+                              " (ds_to_universal.py refuses them without --no_strict: a pattern "
+                              "naming no param is a pattern for another model)")
+        .WithFile(first_model);
+  }
+  return c;
+}
+
+}  // namespace ucfs

@@ -1,0 +1,104 @@
+#include "ucfs/checkpoint/parallel_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace ucfs {
+namespace {
+
+nlohmann::json Oracle(const std::string& fixture) {
+  std::ifstream in(testing::TpFixtureDir(fixture) + "/ORACLE.json");
+  return nlohmann::json::parse(in);
+}
+
+class ParallelCheckpointTest : public ::testing::TestWithParam<std::string> {};
+
+// The name table against what DeepSpeed's converter made of the real
+// fixtures (ORACLE.json params): every name once, its full shape, the stage
+// it is merged from and the stages that hold copies.
+TEST_P(ParallelCheckpointTest, TheNameTableIsTheConverters) {
+  const auto oracle = Oracle(GetParam());
+  auto c =
+      ParallelCheckpoint::Open(*Env::Posix(), testing::TpFixtureDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->params().size(), oracle["params"].size());
+  for (const MergedParam& p : c->params()) {
+    SCOPED_TRACE(p.name);
+    ASSERT_TRUE(oracle["params"].contains(p.name));
+    const auto& want = oracle["params"][p.name];
+    EXPECT_EQ(p.shape, want["full_shape"].get<std::vector<int64_t>>());
+    EXPECT_EQ(p.local_shape, want["local_shape_saved"].get<std::vector<int64_t>>());
+    const auto stages = want["stages"].get<std::vector<uint32_t>>();
+    EXPECT_EQ(p.stage, stages[0]);
+    EXPECT_EQ(p.copies_on, std::vector<uint32_t>(stages.begin() + 1, stages.end()));
+    ASSERT_EQ(p.slices.size(), c->degrees().tp);
+    for (uint32_t t = 0; t < c->degrees().tp; ++t) {
+      const Checkpoint& shard = c->shard(p.stage * c->degrees().tp + t);
+      EXPECT_EQ(shard.params()[p.slices[t]].name, p.name);
+    }
+    // The vocabulary's storage keeps the padded rows its shards hold.
+    if (p.merge.vocab) {
+      EXPECT_EQ(p.storage_shape[0], 16);
+      EXPECT_EQ(p.shape[0], 13);
+    } else {
+      EXPECT_EQ(p.storage_shape, p.shape);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelCheckpointTest,
+                         ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
+                                           "z3_tp_fp32_t2d2"));
+
+class BrokenParallelCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(
+        env_.CopyTreeFrom(testing::TpFixtureDir("tp_z1_fp32_t2d2") + "/checkpoint", "/ck").ok());
+  }
+  static constexpr const char* kModel0 = "/ck/global_step4/mp_rank_00_model_states.pt";
+  void EditInfo(const std::function<void(pickle::Document*, pickle::NodeId info)>& edit) {
+    env_.WriteFile(kModel0,
+                   testing::RepackTorchFile(*env_.Contents(kModel0), [&](pickle::Document* d) {
+                     edit(d, d->Get(d->root(), "universal_checkpoint_info"));
+                   }));
+  }
+  MemEnv env_;
+};
+
+TEST_F(BrokenParallelCheckpointTest, NoPatternsAtTwoTensorRanksIsRefused) {
+  EditInfo([](pickle::Document* d, pickle::NodeId) {
+    pickle::Node& root = d->mutable_node(d->root());
+    for (size_t i = root.list_items; i + 1 < root.items.size(); i += 2) {
+      if (d->AsStr(root.items[i]) == "universal_checkpoint_info") {
+        root.items.erase(root.items.begin() + static_cast<std::ptrdiff_t>(i),
+                         root.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+        break;
+      }
+    }
+  });
+  Status s = ParallelCheckpoint::Open(env_, "/ck").status();
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.file(), kModel0);
+  EXPECT_NE(s.message().find("no universal_checkpoint_info"), std::string::npos);
+}
+
+TEST_F(BrokenParallelCheckpointTest, APatternNoParamMatchesIsRefused) {
+  EditInfo([](pickle::Document* d, pickle::NodeId info) {
+    pickle::NodeId list = d->Get(info, "tp_replicated_parameter_patterns");
+    d->Append(list, d->AddStr("language_model.no_such_param"));
+  });
+  Status s = ParallelCheckpoint::Open(env_, "/ck").status();
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("patterns no param matches: 'language_model.no_such_param'"),
+            std::string::npos)
+      << s.ToString();
+}
+
+}  // namespace
+}  // namespace ucfs
