@@ -23,6 +23,18 @@ Result<Checkpoint> Checkpoint::OpenShard(Env& env, CheckpointFiles files, TorchF
   return CheckpointBuilder(env, source != nullptr ? *source : direct).BuildFrom(std::move(files));
 }
 
+Status Checkpoint::MapShardState(uint32_t shard, size_t param, size_t state, uint64_t begin,
+                                 uint64_t end, std::vector<Extent>* out) const {
+  if (shard != 0) return Status::InvalidArgument("a checkpoint has shard group 0 only");
+  return MapState(param, state, begin, end, out);
+}
+
+Status Checkpoint::MapShardFrozen(uint32_t shard, size_t frozen, uint64_t begin, uint64_t end,
+                                  std::vector<Extent>* out) const {
+  if (shard != 0) return Status::InvalidArgument("a checkpoint has shard group 0 only");
+  return MapFrozen(frozen, begin, end, out);
+}
+
 std::optional<size_t> Checkpoint::FindParam(std::string_view name) const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].name == name) return i;

@@ -72,6 +72,41 @@ Status MergedShapes(const UniversalInfo& info, uint32_t tp, const std::string& f
 
 }  // namespace
 
+namespace {
+
+// Shard-local extents into the grid's sources (mapped apart: MapState
+// merges into the extent before it, which names another shard's file).
+void Renumber(const std::vector<Extent>& local, uint32_t base, std::vector<Extent>* out) {
+  for (Extent e : local) {
+    e.file += base;
+    out->push_back(e);
+  }
+}
+
+}  // namespace
+
+Status ParallelCheckpoint::MapShardState(uint32_t shard, size_t param, size_t state, uint64_t begin,
+                                         uint64_t end, std::vector<Extent>* out) const {
+  if (shard >= shards_.size()) {
+    return Status::InvalidArgument("no shard group " + std::to_string(shard));
+  }
+  std::vector<Extent> local;
+  UCFS_RETURN_IF_ERROR(shards_[shard]->MapState(param, state, begin, end, &local));
+  Renumber(local, source_base_[shard], out);
+  return Status::OK();
+}
+
+Status ParallelCheckpoint::MapShardFrozen(uint32_t shard, size_t frozen, uint64_t begin,
+                                          uint64_t end, std::vector<Extent>* out) const {
+  if (shard >= shards_.size()) {
+    return Status::InvalidArgument("no shard group " + std::to_string(shard));
+  }
+  std::vector<Extent> local;
+  UCFS_RETURN_IF_ERROR(shards_[shard]->MapFrozen(frozen, begin, end, &local));
+  Renumber(local, source_base_[shard], out);
+  return Status::OK();
+}
+
 Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string& path,
                                                     const CheckpointOptions& options) {
   ParallelCheckpoint c;
@@ -80,6 +115,9 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
   for (const CheckpointFiles& shard : c.files_.shards) {
     UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::OpenShard(env, shard, options.source));
     c.shards_.push_back(std::make_shared<const Checkpoint>(std::move(opened)));
+    c.source_base_.push_back(static_cast<uint32_t>(c.sources_.size()));
+    const auto& own = c.shards_.back()->sources();
+    c.sources_.insert(c.sources_.end(), own.begin(), own.end());
   }
   const uint32_t tp = c.files_.degrees.tp;
   const Checkpoint& first = *c.shards_[0];

@@ -32,7 +32,7 @@ void StorageSpec::FillRunStarts() {
   }
 }
 
-Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
                    uint64_t end, std::vector<ReadPiece>* out) {
   std::vector<Extent> extents;
   // Start at the run holding `begin`.
@@ -84,14 +84,34 @@ Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uin
           out->push_back(p);
           break;
         }
+        case StorageRun::Kind::kInterleaved: {
+          const Interleave& il = *run.interleave;
+          const uint64_t t_count = il.slices.size();
+          for (uint64_t at = a - run_start; at < b - run_start;) {
+            const uint64_t k = at / il.chunk;  // the k-th chunk: slice k % T, row k / T
+            const uint64_t within = at - k * il.chunk;
+            const uint64_t take = std::min(il.chunk - within, (b - run_start) - at);
+            const Interleave::Slice& slice = il.slices[k % t_count];
+            const uint64_t from = (k / t_count) * il.chunk + within;
+            extents.clear();
+            UCFS_RETURN_IF_ERROR(mapper.MapShardState(slice.shard, slice.param, il.state, from,
+                                                      from + take, &extents));
+            for (const Extent& e : extents) {
+              out->push_back({ReadPiece::Kind::kSource, {}, e.file, e.offset, e.length, nullptr});
+            }
+            at += take;
+          }
+          break;
+        }
         case StorageRun::Kind::kState:
         case StorageRun::Kind::kFrozen: {
           extents.clear();
           const uint64_t from = run.state_offset + (a - run_start);
           UCFS_RETURN_IF_ERROR(
               run.kind == StorageRun::Kind::kState
-                  ? checkpoint.MapState(run.param, run.state, from, from + (b - a), &extents)
-                  : checkpoint.MapFrozen(run.param, from, from + (b - a), &extents));
+                  ? mapper.MapShardState(run.shard, run.param, run.state, from, from + (b - a),
+                                         &extents)
+                  : mapper.MapShardFrozen(run.shard, run.param, from, from + (b - a), &extents));
           for (const Extent& e : extents) {
             ReadPiece sp;
             sp.kind = ReadPiece::Kind::kSource;

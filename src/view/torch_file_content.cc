@@ -9,10 +9,10 @@
 
 namespace ucfs {
 
-TorchFileContent::TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
+TorchFileContent::TorchFileContent(std::shared_ptr<const StateMapper> mapper, ZipLayout layout,
                                    std::vector<StorageSpec> storages,
                                    std::vector<int> storage_of_entry)
-    : checkpoint_(std::move(checkpoint)),
+    : mapper_(std::move(mapper)),
       layout_(std::move(layout)),
       storages_(std::move(storages)),
       storage_of_entry_(std::move(storage_of_entry)) {}
@@ -67,8 +67,16 @@ std::string SerializationId(const std::vector<ZipEntrySpec>& entries, std::strin
 Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
     std::vector<StorageSpec> storages, SourceFiles* crc_reader) {
-  using Records = ContainerStyle::Records;
   const ContainerStyle style = checkpoint->container_style();
+  return Make(std::shared_ptr<const StateMapper>(std::move(checkpoint)), style, prefix,
+              std::move(pickle), std::move(storages), crc_reader);
+}
+
+Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
+    std::shared_ptr<const StateMapper> checkpoint, const ContainerStyle& style,
+    const std::string& prefix, std::string pickle, std::vector<StorageSpec> storages,
+    SourceFiles* crc_reader) {
+  using Records = ContainerStyle::Records;
   // Reshard flats have a run per parameter: reads find theirs by bisection.
   for (auto& storage : storages) storage.FillRunStarts();
   // torch <= 2.6 writes storage records sorted by key as strings, later
@@ -149,8 +157,8 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
     } else {
       const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
       const uint64_t within = seg.entry_offset + (a - seg.offset);
-      UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint_, storages_[static_cast<size_t>(storage)],
-                                       within, within + (b - a), out));
+      UCFS_RETURN_IF_ERROR(PlanStorage(*mapper_, storages_[static_cast<size_t>(storage)], within,
+                                       within + (b - a), out));
     }
   }
   return Status::OK();

@@ -122,12 +122,21 @@ namespace {
 // _rebuild_tensor_v2 of storage "0" holding exactly a contiguous tensor of
 // `shape`, as torch.save pickles one.
 Result<pickle::NodeId> AddContiguousTensor(pickle::Document& doc, DType dtype,
-                                           const std::vector<int64_t>& shape, bool requires_grad) {
+                                           const std::vector<int64_t>& shape, bool requires_grad,
+                                           std::optional<uint64_t> storage_numel = std::nullopt) {
   using pickle::NodeId;
   auto numel = CheckedShapeProduct(shape, kMaxFileQuantity / 16);
   if (!numel)
     return Status::InvalidArgument("a tensor of shape " + ShapeString(shape) +
                                    " has too many elements");
+  if (storage_numel) {
+    if (*storage_numel < *numel || *storage_numel > kMaxFileQuantity / 16) {
+      return Status::InvalidArgument("a storage of " + std::to_string(*storage_numel) +
+                                     " elements cannot hold a tensor of shape " +
+                                     ShapeString(shape));
+    }
+    numel = storage_numel;
+  }
   std::vector<NodeId> sizes, strides(shape.size());
   int64_t stride = 1;
   for (size_t d = shape.size(); d-- > 0;) {
@@ -167,6 +176,23 @@ Result<std::string> UniversalParamPickle(DType dtype, const std::vector<int64_t>
   UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,
                         AddContiguousTensor(doc, dtype, shape, requires_grad));
   doc.set_root(doc.AddDict({cat_dim, zero, param, tensor}));
+  return pickle::Write(doc);
+}
+
+Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>& shape,
+                                        uint64_t storage_numel, bool requires_grad,
+                                        const std::vector<UniversalKey>& keys) {
+  pickle::Document doc;
+  std::vector<pickle::NodeId> kv;
+  for (const UniversalKey& k : keys) {
+    kv.push_back(doc.AddStr(k.name));
+    kv.push_back(k.is_bool ? doc.AddBool(k.value != 0) : doc.AddInt(k.value));
+  }
+  kv.push_back(doc.AddStr("param"));
+  UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,
+                        AddContiguousTensor(doc, dtype, shape, requires_grad, storage_numel));
+  kv.push_back(tensor);
+  doc.set_root(doc.AddDict(std::move(kv)));
   return pickle::Write(doc);
 }
 

@@ -5,6 +5,7 @@
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/torch_pickle_builder.h"
+#include "view/universal_files.h"
 
 namespace ucfs {
 
@@ -32,6 +33,8 @@ std::string RanksText(const Checkpoint& c, size_t param) {
   const uint32_t from = first.value_or(0);
   return from == last ? std::to_string(last) : std::to_string(from) + "-" + std::to_string(last);
 }
+
+}  // namespace
 
 // ds_to_universal's optimizer_state.pt: rank 0's optimizer_state_dict plus
 // a 'param_groups' key, its optimizer's param_groups. At ZeRO-1/2 without
@@ -83,29 +86,26 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<con
   return builder.Finish(ckpt, "optimizer_state", crc_reader);
 }
 
-// step.pt: the step of a param's group, as rank 0 saved it (a 0-dim tensor,
-// or a Python number from an older torch).
-Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const Checkpoint> ckpt,
-                                                   const ScalarState& step,
+Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const StateMapper> mapper,
+                                                   const ContainerStyle& style,
+                                                   const ScalarState& step, uint32_t source_base,
                                                    SourceFiles* crc_reader) {
   if (!step.is_tensor) {
     UCFS_ASSIGN_OR_RETURN(std::string pkl, NumberPickle(step.value, step.dtype == DType::kFloat64));
-    return TorchFileContent::Make(ckpt, "step", std::move(pkl), {}, crc_reader);
+    return TorchFileContent::Make(mapper, style, "step", std::move(pkl), {}, crc_reader);
   }
   UCFS_ASSIGN_OR_RETURN(std::string pkl, BareTensorPickle(step.dtype, {}, false));
   StorageSpec storage;
   storage.key = "0";
   StorageRun run;
   run.kind = StorageRun::Kind::kSource;
-  run.source = step.extent.file;
+  run.source = source_base + step.extent.file;
   run.source_offset = step.extent.offset;
   run.length = step.extent.length;
   storage.runs.push_back(run);
-  return TorchFileContent::Make(ckpt, "step", std::move(pkl), {storage}, crc_reader);
+  return TorchFileContent::Make(mapper, style, "step", std::move(pkl), {storage}, crc_reader);
 }
 
-// That a param's name can name its directory (ds_to_universal.py makes one
-// per param).
 Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
   if (!IsSafePathComponent(param.name)) {
     return Status::InvalidArgument(c.files().model_files[0] + ": parameter name '" +
@@ -123,6 +123,8 @@ Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
   }
   return Status::OK();
 }
+
+namespace {
 
 // The xattrs of every file of param p's directory.
 std::vector<Xattr> ParamXattrs(const Checkpoint& c, size_t p) {
@@ -186,7 +188,8 @@ Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const C
     // ds_to_universal's stage-1/2 path also writes the param group's step.
     for (const ScalarState& scalar : ckpt->scalar_states()[param.sub_group]) {
       if (scalar.name != "step") continue;
-      UCFS_ASSIGN_OR_RETURN(auto content, StepFile(ckpt, scalar, crc_reader));
+      UCFS_ASSIGN_OR_RETURN(auto content,
+                            StepFile(ckpt, ckpt->container_style(), scalar, 0, crc_reader));
       std::vector<Xattr> xattrs = param_xattrs;
       xattrs.push_back({"user.ucfs.state", "step"});
       UCFS_RETURN_IF_ERROR(

@@ -32,6 +32,7 @@
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/partition.h"
+#include "ucfs/checkpoint/state_mapper.h"
 #include "ucfs/codec/pickle.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
@@ -126,7 +127,7 @@ struct CheckpointOptions {
   TorchFileSource* source = nullptr;
 };
 
-class Checkpoint {
+class Checkpoint : public StateMapper {
  public:
   static Result<Checkpoint> Open(Env& env, const std::string& path,
                                  const CheckpointOptions& options = {});
@@ -184,6 +185,11 @@ class Checkpoint {
   // The same for a frozen parameter's value (its lp-dtype fragments in the
   // model-states files).
   Status MapFrozen(size_t frozen, uint64_t begin, uint64_t end, std::vector<Extent>* out) const;
+  // As a StateMapper: its only shard group is 0.
+  Status MapShardState(uint32_t shard, size_t param, size_t state, uint64_t begin, uint64_t end,
+                       std::vector<Extent>* out) const override;
+  Status MapShardFrozen(uint32_t shard, size_t frozen, uint64_t begin, uint64_t end,
+                        std::vector<Extent>* out) const override;
 
   // Rank 0's parsed data.pkl of the optimizer and model-states files.
   const pickle::Document& rank0_optim() const { return *rank0_optim_; }

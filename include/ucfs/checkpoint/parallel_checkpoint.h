@@ -24,6 +24,7 @@
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/merge_rules.h"
+#include "ucfs/checkpoint/state_mapper.h"
 
 namespace ucfs {
 
@@ -45,7 +46,7 @@ struct MergedParam {
   std::vector<uint32_t> copies_on;
 };
 
-class ParallelCheckpoint {
+class ParallelCheckpoint : public StateMapper {
  public:
   // The tag DiscoverCheckpoint would find, every file of its grid present.
   // NotSupported for what no universal layout can be made of (T > 1 without
@@ -61,12 +62,24 @@ class ParallelCheckpoint {
   const Checkpoint& shard(uint32_t m) const { return *shards_[m]; }
   const std::vector<MergedParam>& params() const { return params_; }
   const MergeRules& rules() const { return *rules_; }
+  // Every shard group's sources, shard 0's first: shard m's source i is
+  // source source_base(m) + i.
+  const std::vector<SourceFile>& sources() const { return sources_; }
+  uint32_t source_base(uint32_t m) const { return source_base_[m]; }
+
+  // Through shard group `shard`, its extents renumbered into sources().
+  Status MapShardState(uint32_t shard, size_t param, size_t state, uint64_t begin, uint64_t end,
+                       std::vector<Extent>* out) const override;
+  Status MapShardFrozen(uint32_t shard, size_t frozen, uint64_t begin, uint64_t end,
+                        std::vector<Extent>* out) const override;
 
  private:
   ParallelCheckpointFiles files_;
   std::vector<std::shared_ptr<const Checkpoint>> shards_;
   std::shared_ptr<MergeRules> rules_;
   std::vector<MergedParam> params_;
+  std::vector<SourceFile> sources_;
+  std::vector<uint32_t> source_base_;
 };
 
 }  // namespace ucfs

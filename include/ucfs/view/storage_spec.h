@@ -26,15 +26,17 @@ class ComputedBytes;
 // A contiguous part of a storage's bytes.
 struct StorageRun {
   enum class Kind : uint8_t {
-    kState,     // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
-    kSource,    // bytes [source_offset, +length) of a source file
-    kZeros,     // padding
-    kFrozen,    // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
-    kBytes,     // `bytes`: values ucfs computes (a buffer converted to another dtype)
-    kComputed,  // `computed`: values ucfs computes range by range, on every read
+    kState,        // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
+    kSource,       // bytes [source_offset, +length) of a source file
+    kZeros,        // padding
+    kFrozen,       // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
+    kBytes,        // `bytes`: values ucfs computes (a buffer converted to another dtype)
+    kComputed,     // `computed`: values ucfs computes range by range, on every read
+    kInterleaved,  // `interleave`: chunks of T slices' states in turn (a row-parallel merge)
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
+  uint32_t shard = 0;  // kState, kFrozen: the shard group (StateMapper) of `param`
   uint32_t param = 0;
   uint32_t state = 0;
   uint64_t state_offset = 0;
@@ -42,6 +44,22 @@ struct StorageRun {
   uint64_t source_offset = 0;
   std::shared_ptr<const DeferredBytes> bytes;
   std::shared_ptr<const ComputedBytes> computed;
+  std::shared_ptr<const struct Interleave> interleave;
+};
+
+// T tensor-parallel slices concatenated along a dimension past the first:
+// the merged tensor is chunk 0 of slice 0, chunk 0 of slice 1, ..., chunk 0
+// of slice T-1, chunk 1 of slice 0, ... where a chunk is `chunk` bytes of
+// a slice's state (its elements from the concatenated dimension on). One
+// run for the whole tensor; a read maps only the chunks it covers.
+struct Interleave {
+  struct Slice {
+    uint32_t shard = 0;
+    uint32_t param = 0;
+  };
+  std::vector<Slice> slices;
+  uint32_t state = 0;
+  uint64_t chunk = 0;
 };
 
 // Bytes computed from source bytes for each read, never kept: a param's
@@ -80,8 +98,8 @@ struct StorageSpec {
 };
 
 // Read pieces of bytes [begin, end) of a storage (run_starts filled), its
-// state and frozen runs mapped through `checkpoint`.
-Status PlanStorage(const Checkpoint& checkpoint, const StorageSpec& storage, uint64_t begin,
+// state and frozen runs mapped through `mapper` (a Checkpoint).
+Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
                    uint64_t end, std::vector<ReadPiece>* out);
 
 }  // namespace ucfs

@@ -29,15 +29,23 @@ class TorchFileContent final : public FileContent {
   static Result<std::shared_ptr<TorchFileContent>> Make(
       std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix, std::string pickle,
       std::vector<StorageSpec> storages, SourceFiles* crc_reader = nullptr);
+  // The same, its state runs mapped through `mapper` (a ParallelCheckpoint's
+  // shard groups), laid out in `style`.
+  static Result<std::shared_ptr<TorchFileContent>> Make(std::shared_ptr<const StateMapper> mapper,
+                                                        const ContainerStyle& style,
+                                                        const std::string& prefix,
+                                                        std::string pickle,
+                                                        std::vector<StorageSpec> storages,
+                                                        SourceFiles* crc_reader = nullptr);
 
   uint64_t size() const override { return layout_.size(); }
   Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
   const ZipLayout& layout() const { return layout_; }
 
  private:
-  TorchFileContent(std::shared_ptr<const Checkpoint> checkpoint, ZipLayout layout,
+  TorchFileContent(std::shared_ptr<const StateMapper> mapper, ZipLayout layout,
                    std::vector<StorageSpec> storages, std::vector<int> storage_of_entry);
-  std::shared_ptr<const Checkpoint> checkpoint_;
+  std::shared_ptr<const StateMapper> mapper_;
   ZipLayout layout_;
   std::vector<StorageSpec> storages_;
   std::vector<int> storage_of_entry_;  // -1 for inline entries

@@ -75,6 +75,20 @@ Result<std::string> BareTensorPickle(DType dtype, const std::vector<int64_t>& sh
 Result<std::string> UniversalParamPickle(DType dtype, const std::vector<int64_t>& shape,
                                          bool requires_grad);
 
+// data.pkl of ds_to_universal's per-param dict of a tensor-parallel merge:
+// `keys` (int or bool values, in the converter's order: cat_dim,
+// param_n_sub_params, vocab_tensor), then 'param', the tensor at `shape`
+// over a storage of `storage_numel` elements (a vocabulary cut from its
+// padded merge keeps the whole storage).
+struct UniversalKey {
+  std::string name;
+  int64_t value = 0;
+  bool is_bool = false;
+};
+Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>& shape,
+                                        uint64_t storage_numel, bool requires_grad,
+                                        const std::vector<UniversalKey>& keys);
+
 // data.pkl of a torch.save'd Python number (a step kept as an int or float).
 Result<std::string> NumberPickle(double value, bool is_float);
 

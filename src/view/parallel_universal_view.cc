@@ -1,0 +1,198 @@
+#include "ucfs/view/parallel_universal_view.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ucfs/view/storage_spec.h"
+#include "ucfs/view/torch_pickle_builder.h"
+#include "view/universal_files.h"
+
+namespace ucfs {
+namespace {
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset, uint64_t length) {
+  StorageRun run;
+  run.kind = StorageRun::Kind::kState;
+  run.shard = shard;
+  run.param = static_cast<uint32_t>(param);
+  run.state = static_cast<uint32_t>(state);
+  run.state_offset = offset;
+  run.length = length;
+  return run;
+}
+
+// The runs of state `s` of merged param `p`: its merge as byte ranges of the
+// slices' states.
+Result<std::vector<StorageRun>> MergedRuns(const ParallelCheckpoint& c, const MergedParam& p,
+                                           size_t s, uint64_t element_size) {
+  const uint32_t tp = c.degrees().tp;
+  const uint64_t slice_bytes = static_cast<uint64_t>(Numel(p.local_shape)) * element_size;
+  auto shard = [&](uint32_t t) { return p.stage * tp + t; };
+  std::vector<StorageRun> runs;
+  switch (p.merge.rule) {
+    case MergeRule::kReplicated:
+      runs.push_back(StateRun(shard(0), p.slices[0], s, 0, slice_bytes));
+      break;
+    case MergeRule::kTwoSubParamsDim0:
+      for (uint64_t half = 0; half < 2; ++half) {
+        for (uint32_t t = 0; t < tp; ++t) {
+          runs.push_back(
+              StateRun(shard(t), p.slices[t], s, half * slice_bytes / 2, slice_bytes / 2));
+        }
+      }
+      break;
+    case MergeRule::kConcat:
+      if (p.merge.cat_dim == 0 || tp == 1) {
+        for (uint32_t t = 0; t < tp; ++t) {
+          runs.push_back(StateRun(shard(t), p.slices[t], s, 0, slice_bytes));
+        }
+      } else {
+        auto il = std::make_shared<Interleave>();
+        for (uint32_t t = 0; t < tp; ++t) {
+          il->slices.push_back({shard(t), static_cast<uint32_t>(p.slices[t])});
+        }
+        il->state = static_cast<uint32_t>(s);
+        il->chunk = element_size;
+        for (size_t d = static_cast<size_t>(p.merge.cat_dim); d < p.local_shape.size(); ++d) {
+          il->chunk *= static_cast<uint64_t>(p.local_shape[d]);
+        }
+        StorageRun run;
+        run.kind = StorageRun::Kind::kInterleaved;
+        run.length = slice_bytes * tp;
+        run.interleave = std::move(il);
+        runs.push_back(std::move(run));
+      }
+      break;
+    case MergeRule::kAverage:
+    case MergeRule::kSubParams:
+      return Status::NotSupported("param '" + p.name + "': its universal_checkpoint_info merge (" +
+                                  (p.merge.rule == MergeRule::kAverage
+                                       ? "parameter_to_average_patterns"
+                                       : "parameter_with_sub_params") +
+                                  ") is not served yet");
+  }
+  return runs;
+}
+
+// The dict's keys before 'param', in the converter's order.
+std::vector<UniversalKey> KeysOf(const ParamMerge& merge) {
+  std::vector<UniversalKey> keys;
+  if (merge.rule == MergeRule::kConcat) keys.push_back({"cat_dim", merge.cat_dim, false});
+  if (merge.rule == MergeRule::kTwoSubParamsDim0) {
+    keys.push_back({"cat_dim", 0, false});
+    keys.push_back({"param_n_sub_params", 2, false});
+  }
+  if (merge.vocab) keys.push_back({"vocab_tensor", 1, true});
+  return keys;
+}
+
+Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const ParallelCheckpoint>& c,
+                      const MergedParam& p, SourceFiles* crc_reader) {
+  const uint32_t lead_shard = p.stage * c->degrees().tp;
+  const Checkpoint& lead = c->shard(lead_shard);
+  const ParamInfo& local = lead.params()[p.slices[0]];
+  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(lead, local));
+  UCFS_ASSIGN_OR_RETURN(InodeId dir, view.AddDirectory(zero, p.name));
+  const ContainerStyle& style = lead.container_style();
+  const std::vector<Xattr> base_xattrs = {
+      {"user.ucfs.param", p.name},
+      {"user.ucfs.shape", ShapeString(p.shape)},
+      {"user.ucfs.numel", std::to_string(Numel(p.shape))},
+      {"user.ucfs.param_group", std::to_string(local.param_group)},
+      {"user.ucfs.stage", std::to_string(p.stage)},
+      {"user.ucfs.tensor_parallel", std::to_string(c->degrees().tp)},
+      {"user.ucfs.world_size", std::to_string(c->degrees().dp)},
+  };
+  for (size_t s = 0; s < lead.states().size(); ++s) {
+    const StateInfo& state = lead.states()[s];
+    const uint64_t es = Info(state.dtype).element_size;
+    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedRuns(*c, p, s, es));
+    UCFS_ASSIGN_OR_RETURN(
+        std::string pkl,
+        UniversalDictPickle(state.dtype, p.shape, static_cast<uint64_t>(Numel(p.storage_shape)),
+                            state.requires_grad, KeysOf(p.merge)));
+    StorageSpec storage;
+    storage.key = "0";
+    storage.runs = std::move(runs);
+    UCFS_ASSIGN_OR_RETURN(auto content, TorchFileContent::Make(c, style, state.name, std::move(pkl),
+                                                               {std::move(storage)}, crc_reader));
+    std::vector<Xattr> xattrs = base_xattrs;
+    xattrs.push_back({"user.ucfs.state", state.name});
+    xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
+    UCFS_RETURN_IF_ERROR(
+        view.AddFile(dir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
+  }
+  // The step of the param's group, from tensor rank 0 of its stage.
+  for (const ScalarState& scalar : lead.scalar_states()[local.sub_group]) {
+    if (scalar.name != "step") continue;
+    UCFS_ASSIGN_OR_RETURN(auto content,
+                          StepFile(c, style, scalar, c->source_base(lead_shard), crc_reader));
+    std::vector<Xattr> xattrs = base_xattrs;
+    xattrs.push_back({"user.ucfs.state", "step"});
+    UCFS_RETURN_IF_ERROR(
+        view.AddFile(dir, "step.pt", std::move(content), std::move(xattrs)).status());
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<View>> BuildParallelUniversalView(
+    Env& env, std::shared_ptr<const ParallelCheckpoint> c, const UniversalViewOptions& options) {
+  int64_t mtime = 0;
+  for (const auto& s : c->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
+  auto view = std::make_unique<View>(env, mtime);
+  for (const auto& s : c->sources()) view->AddSource(s);
+  std::unique_ptr<SourceFiles> crc_reader;
+  if (options.compute_crc) {
+    crc_reader =
+        std::make_unique<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
+  }
+  const Checkpoint& first = c->shard(0);
+  const CheckpointFiles& files = first.files();
+  const std::string utag = UniversalTag(files.tag);
+  if (!files.root.empty()) {
+    view->BackRootBy(files.root);
+  } else {
+    UCFS_RETURN_IF_ERROR(view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir).status());
+    UCFS_RETURN_IF_ERROR(
+        view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  }
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag))
+          .status());
+  UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
+  for (const MergedParam& p : c->params()) {
+    UCFS_RETURN_IF_ERROR(AddMergedParam(*view, zero, c, p, crc_reader.get()));
+  }
+  // Shard group 0's sources are the grid's first: its own indices hold.
+  std::shared_ptr<const Checkpoint> shard0(c, &first);
+  UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(shard0, crc_reader.get()));
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(zero, "optimizer_state.pt", std::move(optimizer_state)).status());
+  // Every model-states file, as the converter copies mp_rank_* (and, for
+  // ZeRO-3, as it lists every model file).
+  for (uint32_t m = 0; m < c->degrees().mp(); ++m) {
+    const Checkpoint& shard = c->shard(m);
+    const uint32_t w = shard.world_size();
+    for (uint32_t r = 0; r < w; ++r) {
+      const SourceFile& model = shard.sources()[w + r];
+      if (model.path.empty()) continue;
+      const uint32_t index = c->source_base(m) + w + r;
+      UCFS_RETURN_IF_ERROR(
+          view->AddFile(udir, std::string(BaseName(model.path)),
+                        std::make_shared<SourceContent>(index, model.identity.size))
+              .status());
+    }
+  }
+  return view;
+}
+
+}  // namespace ucfs

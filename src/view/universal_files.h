@@ -1,0 +1,37 @@
+// The files of a universal checkpoint that do not depend on how a param's
+// slices merge, shared by the data-parallel universal view and the
+// tensor- and pipeline-parallel one. Private to src/view/.
+#ifndef UCFS_VIEW_UNIVERSAL_FILES_H_
+#define UCFS_VIEW_UNIVERSAL_FILES_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/source_files.h"
+#include "ucfs/view/torch_file_content.h"
+
+namespace ucfs {
+
+// ds_to_universal's optimizer_state.pt: rank 0's optimizer_state_dict plus
+// a 'param_groups' key (at ZeRO-1/2 without the sharded entries). Its
+// sources are `ckpt`'s own indices.
+Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                             SourceFiles* crc_reader);
+
+// step.pt: the step of a param's group, as rank 0 saved it (a 0-dim tensor,
+// or a Python number from an older torch); its extent's file is source
+// `source_base` + extent.file of `mapper`.
+Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const StateMapper> mapper,
+                                                   const ContainerStyle& style,
+                                                   const ScalarState& step, uint32_t source_base,
+                                                   SourceFiles* crc_reader);
+
+// That a param's name can name its directory (ds_to_universal.py makes one
+// per param).
+Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_UNIVERSAL_FILES_H_
