@@ -363,8 +363,8 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   return Status::NotSupported(grid.shards[0].tag_dir +
                               ": a tensor- or pipeline-parallel checkpoint (" +
                               DescribeDegrees(grid.degrees) + ", by " + evidence +
-                              "), which ucfs does not serve yet: it serves data-parallel "
-                              "checkpoints of every ZeRO stage");
+                              "): of these ucfs serves the universal view only so far (`ucfs "
+                              "mount` or `ucfs export` without --world-size)");
 }
 
 Status CheckNoParallelFileMissing(const ParallelCheckpointFiles& files) {

@@ -70,7 +70,7 @@ int RunExport(const ExportArgs& a) {
   }
   std::vector<std::string> roots =
       a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
-  if (opened->checkpoint == nullptr) {
+  if (opened->is_run()) {
     auto run_roots = RunExportRoots(*opened, request, a.fp32);
     if (!run_roots.ok()) {
       std::fprintf(stderr, "ucfs export: %s\n",

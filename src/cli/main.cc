@@ -226,7 +226,7 @@ int RunMount(MountArgs a, int verbosity) {
       std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(placed.message()).c_str());
       return kExitUsage;
     }
-    if (shared == nullptr && a.world_size) WarnOfUpperRootsAtOtherSizes(upper, *a.world_size);
+    if (opened_view->is_run() && a.world_size) WarnOfUpperRootsAtOtherSizes(upper, *a.world_size);
     // The consolidated weights are shown read-only, --upper or not.
     ucfs::Overlay::Options overlay_options;
     if (shared) overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
@@ -264,7 +264,7 @@ int RunMount(MountArgs a, int verbosity) {
   if (overlay) serve.cache_timeout_s = 1.0;
   serve.on_mounted = [&] {
     if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
-    if (shared == nullptr) {
+    if (shared == nullptr) {  // a run, or a tensor- and pipeline-parallel checkpoint
       spdlog::info("{} mounted on {}: {} ({:.1f} ms)", checkpoint, mountpoint, kind, ms);
       return;
     }

@@ -12,10 +12,12 @@
 
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/index.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/overlay/layered_env.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/hf_weights.h"
+#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/run_view.h"
 #include "ucfs/view/universal_view.h"
@@ -162,6 +164,35 @@ Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::
   return out;
 }
 
+// A tensor- and pipeline-parallel checkpoint: its universal view
+// (src/design/model-parallelism.md); the other views are not served yet.
+Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out, const std::string& path) {
+  if (r.world_size) {
+    return Status::NotSupported(path +
+                                ": a tensor- or pipeline-parallel checkpoint is served as its "
+                                "universal view (mount it without --world-size, and resume with "
+                                "DeepSpeed's load_universal at any topology); the view at another "
+                                "data-parallel size is not served yet");
+  }
+  CheckpointOptions options;
+  options.tag = r.tag;
+  UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint opened,
+                        ParallelCheckpoint::Open(*out.env, path, options));
+  out.parallel = std::make_shared<const ParallelCheckpoint>(std::move(opened));
+  UniversalViewOptions view_options;
+  view_options.compute_crc = r.crc;
+  UCFS_ASSIGN_OR_RETURN(out.view, BuildParallelUniversalView(*out.env, out.parallel, view_options));
+  const CheckpointFiles& files = out.parallel->shard(0).files();
+  out.layout_roots = {"latest_universal", UniversalTag(files.tag)};
+  for (const std::string& dir : {files.root, files.tag_dir}) {
+    if (!dir.empty()) out.source_dirs.push_back(dir);
+  }
+  out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
+  out.description = "universal view of a tensor- and pipeline-parallel checkpoint (" +
+                    DescribeDegrees(out.parallel->degrees()) + ")";
+  return out;
+}
+
 // A root mounted alone: model.safetensors beside its config.json, of the
 // tag mounted.
 Status AddRootHfWeights(const ViewRequest& r, Env& env, OpenedView& out) {
@@ -214,6 +245,11 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     return out;
   }
   std::unique_ptr<SummaryIndex> index;
+  // Read on the way to the index: a TP/PP grid is its own view.
+  if (auto grid = ListParallelCheckpointFiles(env, source.path, r.tag);
+      grid.ok() && grid->degrees.mp() > 1) {
+    return OpenParallelView(r, std::move(out), source.path);
+  }
   if (!r.no_cache) {
     auto opened = SummaryIndex::Open(env, index_dir);
     if (opened.ok()) {

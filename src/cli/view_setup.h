@@ -11,6 +11,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/view/upper_root_views.h"
 #include "ucfs/view/view.h"
@@ -63,8 +64,10 @@ struct OpenedView {
   // which open as they are first looked into (in the daemon); null without
   // the index.
   std::shared_ptr<TorchFileSource> index;
-  // Null for a run directory (the run view: src/design/run-directories.md).
+  // Null for a run directory (the run view: src/design/run-directories.md)
+  // and for a tensor- or pipeline-parallel checkpoint (`parallel`).
   std::shared_ptr<const Checkpoint> checkpoint;
+  std::shared_ptr<const ParallelCheckpoint> parallel;
   std::shared_ptr<View> view;
   // The source directories the view shows: the checkpoint's root and tag
   // directory, or the run directory (what CheckPlacement keeps apart).
@@ -83,6 +86,8 @@ struct OpenedView {
   // views of the checkpoints saved into it, for the overlay to ask.
   std::string upper_dir;
   std::shared_ptr<UpperRootViews> upper_views;
+
+  bool is_run() const { return checkpoint == nullptr && parallel == nullptr; }
 };
 
 Result<OpenedView> OpenView(const ViewRequest& request);

@@ -100,6 +100,12 @@ echo "== DeepSpeed checks: roots of a mounted run directory (HF Trainer, Lightni
 if ! "$here/run_dir_check.sh" "$UCFS_BIN"; then failed=1; fi
 echo "ci_checks: run directory roots took $((SECONDS - start)) s"
 
+# Every run: DeepSpeed resuming from the universal view of TP/PP checkpoints.
+start=$SECONDS
+echo "== DeepSpeed checks: tensor- and pipeline-parallel checkpoints' universal view"
+if ! "$here/tpp_check.sh" $([ "$full" = 1 ] && echo --full) "$UCFS_BIN"; then failed=1; fi
+echo "ci_checks: tensor- and pipeline-parallel checkpoints took $((SECONDS - start)) s"
+
 if [ -n "$(ls -A "$reports")" ]; then
   echo "ci_checks: sanitizer reports from ucfs in $reports:" >&2
   cat "$reports"/* >&2
