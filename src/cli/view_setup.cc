@@ -167,29 +167,32 @@ Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::
 // A tensor- and pipeline-parallel checkpoint: its universal view
 // (src/design/model-parallelism.md); the other views are not served yet.
 Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out, const std::string& path) {
-  if (r.world_size) {
-    return Status::NotSupported(path +
-                                ": a tensor- or pipeline-parallel checkpoint is served as its "
-                                "universal view (mount it without --world-size, and resume with "
-                                "DeepSpeed's load_universal at any topology); the view at another "
-                                "data-parallel size is not served yet");
-  }
   CheckpointOptions options;
   options.tag = r.tag;
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint opened,
                         ParallelCheckpoint::Open(*out.env, path, options));
   out.parallel = std::make_shared<const ParallelCheckpoint>(std::move(opened));
-  UniversalViewOptions view_options;
-  view_options.compute_crc = r.crc;
-  UCFS_ASSIGN_OR_RETURN(out.view, BuildParallelUniversalView(*out.env, out.parallel, view_options));
   const CheckpointFiles& files = out.parallel->shard(0).files();
-  out.layout_roots = {"latest_universal", UniversalTag(files.tag)};
+  if (r.world_size) {
+    // Pipeline stages and tensor-parallel ranks as saved, D ranks anew.
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildParallelReshardView(*out.env, out.parallel, ReshardOf(r)));
+    out.layout_roots = {"latest", files.tag};
+  } else {
+    UniversalViewOptions view_options;
+    view_options.compute_crc = r.crc;
+    UCFS_ASSIGN_OR_RETURN(out.view,
+                          BuildParallelUniversalView(*out.env, out.parallel, view_options));
+    out.layout_roots = {"latest_universal", UniversalTag(files.tag)};
+  }
   for (const std::string& dir : {files.root, files.tag_dir}) {
     if (!dir.empty()) out.source_dirs.push_back(dir);
   }
   out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
-  out.description = "universal view of a tensor- and pipeline-parallel checkpoint (" +
-                    DescribeDegrees(out.parallel->degrees()) + ")";
+  out.description =
+      (r.world_size ? "view at " + std::to_string(*r.world_size) + " data-parallel ranks"
+                    : std::string("universal view")) +
+      " of a tensor- and pipeline-parallel checkpoint (" +
+      DescribeDegrees(out.parallel->degrees()) + ")";
   return out;
 }
 

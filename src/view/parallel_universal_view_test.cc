@@ -6,6 +6,7 @@
 #include <map>
 
 #include "test_support.h"
+#include "ucfs/view/reshard_view.h"
 
 namespace ucfs {
 namespace {
@@ -63,6 +64,62 @@ TEST_P(ParallelUniversalViewTest, TreeIsByteIdenticalToTheReference) {
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelUniversalViewTest,
                          ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
                                            "z3_tp_fp32_t2d2"));
+
+// The reshard view at a new D, P and T kept, written out and read back: a
+// grid of the same stages and tensor ranks at D' ranks, whose every param's
+// merged states are byte for byte the source's (its universal files match).
+class ParallelReshardViewTest : public ::testing::TestWithParam<std::pair<std::string, uint32_t>> {
+};
+
+TEST_P(ParallelReshardViewTest, ExportedAtNItIsTheSameCheckpointAtNRanks) {
+  const auto& [fixture, n] = GetParam();
+  const std::string dir = testing::TpFixtureDir(fixture);
+  auto opened = ParallelCheckpoint::Open(*Env::Posix(), dir + "/checkpoint");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto c = std::make_shared<const ParallelCheckpoint>(std::move(opened).value());
+  ReshardOptions options;
+  options.world_size = n;
+  auto view = BuildParallelReshardView(*Env::Posix(), c, options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  // Written out as the files it shows.
+  MemEnv out;
+  std::map<std::string, std::string> tag;
+  Tree(*Env::Posix(), **view, testing::ResolvePath(**view, "global_step4"), "", &tag);
+  for (const auto& [name, bytes] : tag) out.WriteFile("/out/global_step4/" + name, bytes);
+  out.WriteFile("/out/latest", "global_step4");
+  auto again = ParallelCheckpoint::Open(out, "/out");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->degrees().pp, c->degrees().pp);
+  EXPECT_EQ(again->degrees().tp, c->degrees().tp);
+  EXPECT_EQ(again->degrees().dp, n);
+  // Layer files pass through; no saved rank of another D is left.
+  for (const auto& [key, path] : c->files().layer_files) {
+    ASSERT_TRUE(out.Contents("/out/global_step4/" + std::string(BaseName(path))));
+    EXPECT_EQ(*out.Contents("/out/global_step4/" + std::string(BaseName(path))),
+              testing::ReadFile(path));
+  }
+  auto shared_again = std::make_shared<const ParallelCheckpoint>(std::move(again).value());
+  auto before = BuildParallelUniversalView(*Env::Posix(), c);
+  auto after = BuildParallelUniversalView(out, shared_again);
+  ASSERT_TRUE(before.ok() && after.ok());
+  std::map<std::string, std::string> a, b;
+  Tree(*Env::Posix(), **before, testing::ResolvePath(**before, "global_step4_universal/zero"), "",
+       &a);
+  Tree(out, **after, testing::ResolvePath(**after, "global_step4_universal/zero"), "", &b);
+  ASSERT_EQ(a.size(), b.size());
+  size_t compared = 0;
+  for (const auto& [path, bytes] : a) {
+    if (path == "optimizer_state.pt") continue;  // partition_count is N's
+    EXPECT_TRUE(b[path] == bytes) << path;
+    ++compared;
+  }
+  EXPECT_GT(compared, 100u);
+}
+
+INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelReshardViewTest,
+                         ::testing::Values(std::pair<std::string, uint32_t>{"tp_z1_fp32_t2d2", 3},
+                                           std::pair<std::string, uint32_t>{"pp_bf16opt_p2t2d2", 1},
+                                           std::pair<std::string, uint32_t>{"z3_tp_fp32_t2d2", 3}));
 
 }  // namespace
 }  // namespace ucfs

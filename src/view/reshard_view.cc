@@ -1,6 +1,7 @@
 #include "ucfs/view/reshard_view.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "ucfs/checkpoint/partition.h"
@@ -315,8 +316,9 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
 
   UCFS_RETURN_IF_ERROR(RepartitionState(b, c, layout, rank, state, path));
   UCFS_RETURN_IF_ERROR(ListNewSubGroups(doc, layout, *groups, path));
-  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
-                                                         c.files().optim_prefix, rank)));
+  return b.Finish(
+      ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
+                                             rank, c.files().mp_rank)));
 }
 
 // The nodes every fragment_address shares: its attribute names (one str
@@ -450,8 +452,9 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
   *mappings = doc.AddList(std::move(new_mappings));
 
   UCFS_RETURN_IF_ERROR(RepartitionBaseState(b, c, layout, rank, state, path));
-  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
-                                                         c.files().optim_prefix, rank)));
+  return b.Finish(
+      ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
+                                             rank, c.files().mp_rank)));
 }
 
 // ZeRO-1/2's one model-states file: rank 0's with dp_world_size N (DeepSpeed
@@ -467,7 +470,7 @@ Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const 
   Document& doc = b.doc();
   doc.set_root(root);
   if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
-  return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName()));
+  return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)));
 }
 
 Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
@@ -519,7 +522,60 @@ Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkp
   if (rank != 0) {
     if (NodeId* shared = ValueSlot(doc, root, "shared_params")) *shared = doc.AddDict({});
   }
-  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank)));
+  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank,
+                                                         c.files().mp_rank)));
+}
+
+// The rank files of checkpoint `ckpt` (a shard group: their names carry its
+// mp rank) at the layout's world size, each given to `add`: built on first
+// use (LazyContent); rank 0's and rank N-1's at once, so that a checkpoint
+// the view cannot serve fails the mount, not a read.
+Status ForEachRankFile(
+    std::shared_ptr<const Checkpoint> ckpt, std::shared_ptr<const ReshardLayout> shared_layout,
+    std::shared_ptr<ContentCache> cache,
+    const std::function<Status(const std::string&, std::shared_ptr<const FileContent>)>& add) {
+  const CheckpointFiles& files = ckpt->files();
+  const uint32_t mp = files.mp_rank;
+  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
+  if (flat_groups) {
+    UCFS_ASSIGN_OR_RETURN(auto model, SharedModelFile(ckpt, *shared_layout));
+    UCFS_RETURN_IF_ERROR(add(SharedModelFileName(mp), std::move(model)));
+  }
+  for (uint32_t s = 0; s < shared_layout->world_size; ++s) {
+    auto optim = std::make_shared<LazyContent>(
+        [ckpt, shared_layout, s, flat_groups]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, flat_groups
+                                                ? FlatGroupOptimizerFile(ckpt, *shared_layout, s)
+                                                : OptimizerFile(ckpt, *shared_layout, s));
+          return std::shared_ptr<const FileContent>(std::move(built));
+        },
+        cache);
+    const std::string optim_name =
+        RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s, mp);
+    if (flat_groups) {
+      if (s == 0 || s + 1 == shared_layout->world_size) {
+        std::vector<ReadPiece> probe;
+        UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
+      }
+      UCFS_RETURN_IF_ERROR(add(optim_name, std::move(optim)));
+      continue;
+    }
+    auto model = std::make_shared<LazyContent>(
+        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s));
+          return std::shared_ptr<const FileContent>(std::move(built));
+        },
+        cache);
+    if (s == 0 || s + 1 == shared_layout->world_size) {
+      std::vector<ReadPiece> probe;
+      UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
+      UCFS_RETURN_IF_ERROR(model->Plan(0, 1, &probe));
+    }
+    UCFS_RETURN_IF_ERROR(add(optim_name, std::move(optim)));
+    UCFS_RETURN_IF_ERROR(
+        add(RankFileNameFor(RankFileName::Kind::kModel, "", s, mp), std::move(model)));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -559,51 +615,67 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
       });
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
   auto cache = std::make_shared<ContentCache>(options.cached_files);
-  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
-  if (flat_groups) {
-    UCFS_ASSIGN_OR_RETURN(auto model, SharedModelFile(ckpt, *shared_layout));
-    UCFS_RETURN_IF_ERROR(view->AddFile(tag_dir, SharedModelFileName(), std::move(model)).status());
-  }
-  for (uint32_t s = 0; s < shared_layout->world_size; ++s) {
-    auto optim = std::make_shared<LazyContent>(
-        [ckpt, shared_layout, s, flat_groups]() -> Result<std::shared_ptr<const FileContent>> {
-          UCFS_ASSIGN_OR_RETURN(auto built, flat_groups
-                                                ? FlatGroupOptimizerFile(ckpt, *shared_layout, s)
-                                                : OptimizerFile(ckpt, *shared_layout, s));
-          return std::shared_ptr<const FileContent>(std::move(built));
-        },
-        cache);
-    if (flat_groups) {
-      if (s == 0 || s + 1 == shared_layout->world_size) {
-        std::vector<ReadPiece> probe;
-        UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
-      }
-      UCFS_RETURN_IF_ERROR(
-          view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s),
-                        std::move(optim))
-              .status());
-      continue;
-    }
-    auto model = std::make_shared<LazyContent>(
-        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
-          UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s));
-          return std::shared_ptr<const FileContent>(std::move(built));
-        },
-        cache);
-    if (s == 0 || s + 1 == shared_layout->world_size) {
-      std::vector<ReadPiece> probe;
-      UCFS_RETURN_IF_ERROR(optim->Plan(0, 1, &probe));
-      UCFS_RETURN_IF_ERROR(model->Plan(0, 1, &probe));
-    }
-    UCFS_RETURN_IF_ERROR(
-        view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kOptim, files.optim_prefix, s),
-                      std::move(optim))
-            .status());
-    UCFS_RETURN_IF_ERROR(
-        view->AddFile(tag_dir, RankFileNameFor(RankFileName::Kind::kModel, "", s), std::move(model))
-            .status());
-  }
+  UCFS_RETURN_IF_ERROR(
+      ForEachRankFile(ckpt, shared_layout, cache,
+                      [&](const std::string& name, std::shared_ptr<const FileContent> content) {
+                        return view->AddFile(tag_dir, name, std::move(content)).status();
+                      }));
   AddConsolidatedDirOrWarn(env, *view, ckpt);
+  return view;
+}
+
+Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
+                                                       std::shared_ptr<const ParallelCheckpoint> pc,
+                                                       const ReshardOptions& options) {
+  int64_t mtime = 0;
+  for (const auto& s : pc->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
+  auto view = std::make_unique<View>(env, mtime);
+  const CheckpointFiles& files = pc->shard(0).files();
+  if (!files.root.empty()) view->BackRootBy(files.root);
+  UCFS_RETURN_IF_ERROR(
+      view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
+                        files.tag_dir.empty()
+                            ? view->AddDirectory(kRootInode, files.tag)
+                            : view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir));
+  RankFileOptions rank_files;
+  rank_files.saved_world_size = pc->degrees().dp;
+  rank_files.world_size = options.world_size;
+  rank_files.copy_new_ranks = options.copy_rank_files;
+  view->DecorateSourceDirectories(
+      [tag_dir = files.tag_dir, rank_files](const std::string& dir,
+                                            const std::vector<DirEntry>& entries) {
+        View::SourceDirExtras extras = RankFileExtras(dir, entries, rank_files);
+        // Every (mp, dp) rank file is built anew (the mp_rank_NN model
+        // states too, put in place of the saved ones); layer files pass.
+        if (dir == tag_dir) {
+          for (const DirEntry& e : entries) {
+            if (!e.is_dir && ParseRankFileName(e.name)) extras.hidden.push_back(e.name);
+          }
+        }
+        return extras;
+      });
+  auto cache = std::make_shared<ContentCache>(options.cached_files);
+  View::SourceDirExtras built;
+  for (uint32_t m = 0; m < pc->degrees().mp(); ++m) {
+    // Each shard group's files name its own sources: a table of them.
+    std::shared_ptr<const Checkpoint> shard(pc, &pc->shard(m));
+    UCFS_ASSIGN_OR_RETURN(ReshardLayout layout, PlanReshard(*shard, options));
+    auto table = std::make_shared<const std::vector<SourceFile>>(shard->sources());
+    std::vector<FileAccess> accesses;
+    for (const SourceFile& f : *table) {
+      if (!f.path.empty()) accesses.push_back(f.access);
+    }
+    const FileAccess access = StrictestAccess(accesses, FileAccess{0444, 0, 0});
+    UCFS_RETURN_IF_ERROR(ForEachRankFile(
+        shard, std::make_shared<const ReshardLayout>(std::move(layout)), cache,
+        [&](const std::string& name, std::shared_ptr<const FileContent> content) {
+          built.files.push_back({name, std::move(content), mtime,
+                                 FileAccess{access.mode & 0666, access.uid, access.gid}, table});
+          return Status::OK();
+        }));
+  }
+  UCFS_RETURN_IF_ERROR(view->PutExtras(tag_dir, std::move(built)));
   return view;
 }
 

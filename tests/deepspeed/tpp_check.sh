@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Real DeepSpeed 0.14.5 resumes from the universal view of tensor- and
-# pipeline-parallel checkpoints (the TP/PP fixtures, tests/data/tp_fixtures):
-# `ucfs mount CKPT MNT`, then ../shared/oracle/tpp/load_check_tpp.py loads
-# MNT with load_universal at another (P, T, D) and checks every value exactly.
+# Real DeepSpeed 0.14.5 resumes from tensor- and pipeline-parallel checkpoints
+# (the TP/PP fixtures, tests/data/tp_fixtures) mounted by ucfs:
+# ../shared/oracle/tpp/load_check_tpp.py loads `ucfs mount CKPT MNT` with
+# load_universal at another (P, T, D), and `ucfs mount --world-size D' CKPT
+# MNT` with a plain load_checkpoint at (P, T, D'), and checks every value
+# exactly.
 # ZeRO-3 with TP is checked at a new D only: DeepSpeed 0.14.5 itself cannot
 # load a ZeRO-3 + TP universal checkpoint at a new T (its README).
 #
@@ -22,20 +24,34 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# fixture : target topology P,T,D (the saved ones: 1,2,2  2,2,2  1,2,2)
-checks=("tp_z1_fp32_t2d2:1,4,1" "pp_bf16opt_p2t2d2:2,1,3" "z3_tp_fp32_t2d2:1,2,3")
+# mode : fixture : target topology P,T,D (saved: 1,2,2  2,2,2  1,2,2). Native
+# loads keep P and T: the mount is --world-size D.
+checks=("universal:tp_z1_fp32_t2d2:1,1,2" "universal:pp_bf16opt_p2t2d2:2,1,3"
+        "universal:z3_tp_fp32_t2d2:1,2,3" "native:tp_z1_fp32_t2d2:1,2,1"
+        "native:pp_bf16opt_p2t2d2:2,2,1" "native:z3_tp_fp32_t2d2:1,2,3")
 if [ "$full" = 1 ]; then
-  checks+=("tp_z1_fp32_t2d2:1,1,2" "tp_z1_fp32_t2d2:1,2,3" "pp_bf16opt_p2t2d2:1,2,3"
-           "pp_bf16opt_p2t2d2:2,2,1" "z3_tp_fp32_t2d2:1,2,1")
+  checks+=("universal:tp_z1_fp32_t2d2:1,4,1" "universal:tp_z1_fp32_t2d2:1,2,3"
+           "universal:pp_bf16opt_p2t2d2:1,2,3" "universal:pp_bf16opt_p2t2d2:2,2,1"
+           "universal:z3_tp_fp32_t2d2:1,2,1" "native:tp_z1_fp32_t2d2:1,2,3"
+           "native:z3_tp_fp32_t2d2:1,2,1")
 fi
 passed=0 failed=0
 for entry in "${checks[@]}"; do
-  fixture=${entry%%:*} topology=${entry##*:}
-  "$ucfs" mount --no-cache "$fixtures/$fixture/checkpoint" "$mnt" ||
+  IFS=: read -r mode fixture topology <<< "$entry"
+  extra=()
+  [ "$mode" = native ] && extra=(--world-size "${topology##*,}")
+  "$ucfs" mount --no-cache "${extra[@]}" "$fixtures/$fixture/checkpoint" "$mnt" ||
     { echo "tpp_check: mount of $fixture failed" >&2; exit 1; }
-  echo "== DeepSpeed resumes (universal, P,T,D=$topology) from the mounted $fixture"
-  last=$(cd "$oracle/tpp" && /usr/bin/python3 load_check_tpp.py --fixture "$fixtures/$fixture" \
-           --ckpt "$mnt" --mode universal --topology "$topology" --quiet 2>&1 | tail -1)
+  echo "== DeepSpeed resumes ($mode, P,T,D=$topology) from the mounted $fixture ${extra[*]}"
+  for attempt in 1 2; do
+    last=$(cd "$oracle/tpp" && /usr/bin/python3 load_check_tpp.py --fixture "$fixtures/$fixture" \
+             --ckpt "$mnt" --mode "$mode" --topology "$topology" --quiet 2>&1 | tail -1)
+    # A rank of the harness that crashed (gloo on a loaded 2-core machine,
+    # about 1 run in 20) judged nothing: run it once more. A value that
+    # differs is never run again.
+    [[ $last == *"ranks did not finish cleanly"* && $attempt == 1 ]] || break
+    echo "$last (a rank crashed: once more)"
+  done
   echo "$last"
   if [[ $last == PASS* ]]; then
     passed=$((passed + 1))

@@ -31,6 +31,7 @@
 #include <optional>
 
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs {
@@ -61,6 +62,14 @@ struct ReshardLayout {
 };
 
 Result<ReshardLayout> PlanReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
+
+// The same for a tensor- and pipeline-parallel checkpoint at a new
+// data-parallel size, its pipeline stages and tensor-parallel ranks kept:
+// each shard group's rank files at N, named with its mp rank (ZeRO-1/2's
+// mp_rank_NN_model_states.pt each with dp_world_size N), the layer files
+// passed through (src/design/model-parallelism.md).
+Result<std::unique_ptr<View>> BuildParallelReshardView(
+    Env& env, std::shared_ptr<const ParallelCheckpoint> checkpoint, const ReshardOptions& options);
 
 Result<std::unique_ptr<View>> BuildReshardView(Env& env,
                                                std::shared_ptr<const Checkpoint> checkpoint,
