@@ -119,6 +119,12 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
     const auto& own = c.shards_.back()->sources();
     c.sources_.insert(c.sources_.end(), own.begin(), own.end());
   }
+  c.merge_status_ = c.MakeNameTable();
+  return c;
+}
+
+Status ParallelCheckpoint::MakeNameTable() {
+  ParallelCheckpoint& c = *this;
   const uint32_t tp = c.files_.degrees.tp;
   const Checkpoint& first = *c.shards_[0];
   const std::string& first_model = first.files().model_files[0];
@@ -187,7 +193,7 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
                               "naming no param is a pattern for another model)")
         .WithFile(first_model);
   }
-  return c;
+  return Status::OK();
 }
 
 }  // namespace ucfs

@@ -1074,6 +1074,96 @@ def _(tag, root):
          lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "round_robin_gradients", True))
 
 
+# ------------------------------------------------------------------ tensor and pipeline parallel
+# The TP/PP fixtures (tests/data/tp_fixtures, beside the fixtures). ucfs
+# serves their universal view and their view at a new D: each broken one
+# must get a clear error naming its file, from every command.
+TP = "../tp_fixtures/tp_z1_fp32_t2d2"
+PP = "../tp_fixtures/pp_bf16opt_p2t2d2"
+TP_MODEL0 = "mp_rank_00_model_states.pt"
+
+
+def edit_info(tag, fn):
+    edit(os.path.join(tag, TP_MODEL0), lambda t, _: fn(t.get("universal_checkpoint_info")))
+
+
+@case("parallel", "mp_rank_missing", "zero_pp_rank_1_mp_rank_01 removed", TP)
+def _(tag, root):
+    os.remove(os.path.join(tag, "zero_pp_rank_1_mp_rank_01_optim_states.pt"))
+
+
+@case("parallel", "stray_mp_rank", "an mp_rank_02_model_states.pt beside mp_rank_00 and 01", TP)
+def _(tag, root):
+    shutil.copy(os.path.join(tag, "mp_rank_01_model_states.pt"), os.path.join(tag, "mp_rank_02_model_states.pt"))
+
+
+@case("parallel", "layer_file_missing", "tensor rank 1's layer_03 removed", PP)
+def _(tag, root):
+    os.remove(os.path.join(tag, "layer_03-model_01-model_states.pt"))
+
+
+@case("parallel", "layer_files_mixed", "a layer file without model_NN beside ones with it", PP)
+def _(tag, root):
+    shutil.copy(os.path.join(tag, "layer_03-model_00-model_states.pt"), os.path.join(tag, "layer_05-model_states.pt"))
+
+
+@case("parallel", "no_universal_info", "universal_checkpoint_info removed from mp_rank_00", TP)
+def _(tag, root):
+    edit(os.path.join(tag, TP_MODEL0),
+         lambda t, _: t.items.__setitem__(slice(None), [kv for kv in t.items if kv[0].v != "universal_checkpoint_info"]))
+
+
+@case("parallel", "universal_info_not_a_dict", "universal_checkpoint_info is a str", TP)
+def _(tag, root):
+    edit(os.path.join(tag, TP_MODEL0), lambda t, _: dict_set(t, "universal_checkpoint_info", tv.Str("patterns")))
+
+
+@case("parallel", "pattern_not_a_str", "a tp_replicated pattern is an int", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(7))
+
+
+@case("parallel", "pattern_unused", "a tp_replicated pattern no param matches", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(tv.Str("no_such_param")))
+
+
+@case("parallel", "pattern_python_only", "a pattern with a Python named group", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(tv.Str("(?P<x>final)")))
+
+
+@case("parallel", "pattern_matches_twice", "two row-parallel patterns match one param", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.get("parameter_with_row_parallelism_patterns").items.append(
+        tv.Str(r"language_model.encoder.layers.\d+.mlp")))
+
+
+@case("parallel", "vocab_size_missing", "original_vocab_size removed", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.items.__setitem__(
+        slice(None), [kv for kv in info.items if kv[0].v != "original_vocab_size"]))
+
+
+@case("parallel", "vocab_size_too_big", "original_vocab_size beyond the padded rows", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: dict_set(info, "original_vocab_size", 1000))
+
+
+@case("parallel", "vocab_pattern_on_a_bias", "the vocabulary pattern names a 1-D param", TP)
+def _(tag, root):
+    edit_info(tag, lambda info: info.get("vocabulary_parameter_patterns").items.append(
+        tv.Str("language_model.encoder.final_layernorm.bias")))
+
+
+@case("parallel", "local_shapes_disagree", "tensor rank 1 lists another local shape", TP)
+def _(tag, root):
+    def fn(t, _):
+        size = shapes(t).dictitems[0][1]
+        size.args.items[0] = tv.Tup([4, 16])
+    edit(os.path.join(tag, "mp_rank_01_model_states.pt"), fn)
+
+
 # ------------------------------------------------------------------ main
 
 def main(argv):

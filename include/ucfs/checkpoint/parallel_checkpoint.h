@@ -48,11 +48,10 @@ struct MergedParam {
 
 class ParallelCheckpoint : public StateMapper {
  public:
-  // The tag DiscoverCheckpoint would find, every file of its grid present.
-  // NotSupported for what no universal layout can be made of (T > 1 without
-  // universal_checkpoint_info: how its slices merge is unknown); Corruption
-  // naming the file where the shards disagree on a param, and for the
-  // patterns no param used (ds_to_universal.py's strict check).
+  // The tag DiscoverCheckpoint would find, every file of its grid present,
+  // each shard group opened. The name table is made too; why it could not
+  // be is merge_status(): the shard groups still serve a view at a new D,
+  // which needs no merge.
   static Result<ParallelCheckpoint> Open(Env& env, const std::string& path,
                                          const CheckpointOptions& options = {});
 
@@ -60,7 +59,13 @@ class ParallelCheckpoint : public StateMapper {
   const ParallelDegrees& degrees() const { return files_.degrees; }
   // Shard group m = p * T + t.
   const Checkpoint& shard(uint32_t m) const { return *shards_[m]; }
+  // The universal name table (empty unless merge_status() is OK).
   const std::vector<MergedParam>& params() const { return params_; }
+  // NotSupported where no universal layout can be made (T > 1 without
+  // universal_checkpoint_info: how its slices merge is unknown); Corruption
+  // naming the file where the shards disagree on a param, and for patterns
+  // no param used (ds_to_universal.py's strict check).
+  const Status& merge_status() const { return merge_status_; }
   const MergeRules& rules() const { return *rules_; }
   // Every shard group's sources, shard 0's first: shard m's source i is
   // source source_base(m) + i.
@@ -80,6 +85,9 @@ class ParallelCheckpoint : public StateMapper {
   std::vector<MergedParam> params_;
   std::vector<SourceFile> sources_;
   std::vector<uint32_t> source_base_;
+  Status merge_status_;
+
+  Status MakeNameTable();
 };
 
 }  // namespace ucfs
