@@ -205,6 +205,19 @@ std::string ReadViewFile(Env& env, View& view, InodeId node) {
   return out;
 }
 
+void ViewTree(Env& env, View& view, InodeId dir, const std::string& prefix,
+              std::map<std::string, std::string>* out) {
+  auto listed = view.ReadDir(dir);
+  ASSERT_TRUE(listed.ok()) << prefix << ": " << listed.status().ToString();
+  for (const auto& [name, attr] : *listed) {
+    if (attr.is_dir) {
+      ViewTree(env, view, attr.inode, prefix + name + "/", out);
+    } else {
+      (*out)[prefix + name] = ReadViewFile(env, view, attr.inode);
+    }
+  }
+}
+
 std::vector<std::string> EntryNames(View& view, InodeId dir) {
   std::vector<std::string> names;
   auto listed = view.ReadDir(dir);

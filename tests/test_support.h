@@ -4,6 +4,7 @@
 #define UCFS_TESTS_TEST_SUPPORT_H_
 
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -72,6 +73,10 @@ InodeId ResolvePath(View& view, const std::string& path);
 // The whole of file `node` of `view`, its sources read through `env`
 // (failing the test where a step fails).
 std::string ReadViewFile(Env& env, View& view, InodeId node);
+// Every file below directory `dir` of `view`, by its path from `dir` after
+// `prefix`, with its bytes (read as ReadViewFile reads them).
+void ViewTree(Env& env, View& view, InodeId dir, const std::string& prefix,
+              std::map<std::string, std::string>* out);
 // The names in directory `dir` of `view`, as ReadDir sorts them.
 std::vector<std::string> EntryNames(View& view, InodeId dir);
 

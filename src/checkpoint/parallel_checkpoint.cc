@@ -120,6 +120,7 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
     c.sources_.insert(c.sources_.end(), own.begin(), own.end());
   }
   c.merge_status_ = c.MakeNameTable();
+  if (!c.merge_status_.ok()) c.params_.clear();  // no half a table
   return c;
 }
 

@@ -156,20 +156,8 @@ Result<std::unique_ptr<View>> BuildParallelUniversalView(
         std::make_unique<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
   }
   const Checkpoint& first = c->shard(0);
-  const CheckpointFiles& files = first.files();
-  const std::string utag = UniversalTag(files.tag);
-  if (!files.root.empty()) {
-    view->BackRootBy(files.root);
-  } else {
-    UCFS_RETURN_IF_ERROR(view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir).status());
-    UCFS_RETURN_IF_ERROR(
-        view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
-  }
-  UCFS_RETURN_IF_ERROR(
-      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag))
-          .status());
-  UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
-  UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
+  InodeId udir = 0;
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, first.files(), &udir));
   for (const MergedParam& p : c->params()) {
     UCFS_RETURN_IF_ERROR(AddMergedParam(*view, zero, c, p, crc_reader.get()));
   }

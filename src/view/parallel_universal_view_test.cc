@@ -13,19 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Every file below `dir` of `view`, by relative path, with its bytes.
-void Tree(Env& env, View& view, InodeId dir, const std::string& prefix,
-          std::map<std::string, std::string>* out) {
-  auto listed = view.ReadDir(dir);
-  ASSERT_TRUE(listed.ok()) << prefix << ": " << listed.status().ToString();
-  for (const auto& [name, attr] : *listed) {
-    if (attr.is_dir) {
-      Tree(env, view, attr.inode, prefix + name + "/", out);
-    } else {
-      (*out)[prefix + name] = testing::ReadViewFile(env, view, attr.inode);
-    }
-  }
-}
+constexpr auto Tree = testing::ViewTree;
 
 class ParallelUniversalViewTest : public ::testing::TestWithParam<std::string> {};
 

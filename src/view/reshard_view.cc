@@ -578,6 +578,36 @@ Status ForEachRankFile(
   return Status::OK();
 }
 
+// The root (passed through, `latest` naming the tag) and the tag
+// directory, which passes its other files through (OpenRLHF's metric.json)
+// and hides its saved rank files: the ones built here take their names, and
+// ranks beyond N are gone. The frameworks' per-rank files are shown at N.
+Result<InodeId> AddRootAndTag(View& view, const CheckpointFiles& files, uint32_t saved_world_size,
+                              const ReshardOptions& options) {
+  if (!files.root.empty()) view.BackRootBy(files.root);
+  UCFS_RETURN_IF_ERROR(
+      view.AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
+                        files.tag_dir.empty()
+                            ? view.AddDirectory(kRootInode, files.tag)
+                            : view.AddSourceDirectory(kRootInode, files.tag, files.tag_dir));
+  RankFileOptions rank_files;
+  rank_files.saved_world_size = saved_world_size;
+  rank_files.world_size = options.world_size;
+  rank_files.copy_new_ranks = options.copy_rank_files;
+  view.DecorateSourceDirectories([tag_dir = files.tag_dir, rank_files](
+                                     const std::string& dir, const std::vector<DirEntry>& entries) {
+    View::SourceDirExtras extras = RankFileExtras(dir, entries, rank_files);
+    if (dir == tag_dir) {
+      for (const DirEntry& e : entries) {
+        if (!e.is_dir && ParseRankFileName(e.name)) extras.hidden.push_back(e.name);
+      }
+    }
+    return extras;
+  });
+  return tag_dir;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const Checkpoint> ckpt,
@@ -587,32 +617,8 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   for (const auto& s : ckpt->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);
   for (const auto& s : ckpt->sources()) view->AddSource(s);
-  const CheckpointFiles& files = ckpt->files();
-  if (!files.root.empty()) view->BackRootBy(files.root);
-  UCFS_RETURN_IF_ERROR(
-      view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
-  // The tag directory passes its other files through (OpenRLHF's
-  // metric.json); its rank files are the ones built here.
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
-                        files.tag_dir.empty()
-                            ? view->AddDirectory(kRootInode, files.tag)
-                            : view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir));
-  RankFileOptions rank_files;
-  rank_files.saved_world_size = ckpt->world_size();
-  rank_files.world_size = options.world_size;
-  rank_files.copy_new_ranks = options.copy_rank_files;
-  view->DecorateSourceDirectories(
-      [tag_dir = files.tag_dir, rank_files](const std::string& dir,
-                                            const std::vector<DirEntry>& entries) {
-        View::SourceDirExtras extras = RankFileExtras(dir, entries, rank_files);
-        // Saved ranks beyond N are hidden; those below are shadowed.
-        if (dir == tag_dir) {
-          for (const DirEntry& e : entries) {
-            if (!e.is_dir && ParseRankFileName(e.name)) extras.hidden.push_back(e.name);
-          }
-        }
-        return extras;
-      });
+                        AddRootAndTag(*view, ckpt->files(), ckpt->world_size(), options));
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
   auto cache = std::make_shared<ContentCache>(options.cached_files);
   UCFS_RETURN_IF_ERROR(
@@ -630,31 +636,10 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
   int64_t mtime = 0;
   for (const auto& s : pc->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);
-  const CheckpointFiles& files = pc->shard(0).files();
-  if (!files.root.empty()) view->BackRootBy(files.root);
-  UCFS_RETURN_IF_ERROR(
-      view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  // Every (mp, dp) rank file is built anew (the mp_rank_NN model states
+  // too, put in place of the saved ones); layer files pass through.
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
-                        files.tag_dir.empty()
-                            ? view->AddDirectory(kRootInode, files.tag)
-                            : view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir));
-  RankFileOptions rank_files;
-  rank_files.saved_world_size = pc->degrees().dp;
-  rank_files.world_size = options.world_size;
-  rank_files.copy_new_ranks = options.copy_rank_files;
-  view->DecorateSourceDirectories(
-      [tag_dir = files.tag_dir, rank_files](const std::string& dir,
-                                            const std::vector<DirEntry>& entries) {
-        View::SourceDirExtras extras = RankFileExtras(dir, entries, rank_files);
-        // Every (mp, dp) rank file is built anew (the mp_rank_NN model
-        // states too, put in place of the saved ones); layer files pass.
-        if (dir == tag_dir) {
-          for (const DirEntry& e : entries) {
-            if (!e.is_dir && ParseRankFileName(e.name)) extras.hidden.push_back(e.name);
-          }
-        }
-        return extras;
-      });
+                        AddRootAndTag(*view, pc->shard(0).files(), pc->degrees().dp, options));
   auto cache = std::make_shared<ContentCache>(options.cached_files);
   View::SourceDirExtras built;
   for (uint32_t m = 0; m < pc->degrees().mp(); ++m) {

@@ -37,19 +37,7 @@ class CountingSource final : public TorchFileSource {
 
 constexpr auto ReadNode = testing::ReadViewFile;
 
-// Every file below `dir` of `view`, by relative path, with its bytes.
-void Tree(Env& env, View& view, InodeId dir, const std::string& prefix,
-          std::map<std::string, std::string>* out) {
-  auto listed = view.ReadDir(dir);
-  ASSERT_TRUE(listed.ok()) << prefix << ": " << listed.status().ToString();
-  for (const auto& [name, attr] : *listed) {
-    if (attr.is_dir) {
-      Tree(env, view, attr.inode, prefix + name + "/", out);
-    } else {
-      (*out)[prefix + name] = ReadNode(env, view, attr.inode);
-    }
-  }
-}
+constexpr auto Tree = testing::ViewTree;
 
 class RunViewTest : public ::testing::Test {
  protected:

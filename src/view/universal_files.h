@@ -32,6 +32,11 @@ Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const StateMa
 // per param).
 Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param);
 
+// The universal view's top: the root passed through (a tag directory alone
+// shown as a root of it, with `latest`), latest_universal, and
+// <tag>_universal/zero/; the zero directory's inode, *udir the other's.
+Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir);
+
 }  // namespace ucfs
 
 #endif  // UCFS_VIEW_UNIVERSAL_FILES_H_

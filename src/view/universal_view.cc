@@ -124,6 +124,22 @@ Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
   return Status::OK();
 }
 
+Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir) {
+  const std::string utag = UniversalTag(files.tag);
+  if (!files.root.empty()) {
+    view.BackRootBy(files.root);
+  } else {
+    // A tag directory without a root: show it as one, with its tag.
+    UCFS_RETURN_IF_ERROR(view.AddSourceDirectory(kRootInode, files.tag, files.tag_dir).status());
+    UCFS_RETURN_IF_ERROR(
+        view.AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  }
+  UCFS_RETURN_IF_ERROR(
+      view.AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag)).status());
+  UCFS_ASSIGN_OR_RETURN(*udir, view.AddDirectory(kRootInode, utag));
+  return view.AddDirectory(*udir, "zero");
+}
+
 namespace {
 
 // The xattrs of every file of param p's directory.
@@ -218,21 +234,8 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
         env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
   }
 
-  const CheckpointFiles& files = ckpt->files();
-  const std::string utag = UniversalTag(files.tag);
-  if (!files.root.empty()) {
-    view->BackRootBy(files.root);
-  } else {
-    // A tag directory without a root: show it as one, with its tag.
-    UCFS_RETURN_IF_ERROR(view->AddSourceDirectory(kRootInode, files.tag, files.tag_dir).status());
-    UCFS_RETURN_IF_ERROR(
-        view->AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
-  }
-  UCFS_RETURN_IF_ERROR(
-      view->AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag))
-          .status());
-  UCFS_ASSIGN_OR_RETURN(InodeId udir, view->AddDirectory(kRootInode, utag));
-  UCFS_ASSIGN_OR_RETURN(InodeId zero, view->AddDirectory(udir, "zero"));
+  InodeId udir = 0;
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, ckpt->files(), &udir));
 
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
     UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, crc_reader.get()));

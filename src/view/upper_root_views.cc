@@ -24,8 +24,8 @@ std::string Identities(Env& env, const TagListing& tag) {
       out += path + ":gone;";
       return;
     }
-    out += fmt::format("{}:{}:{}:{};", path, st->identity.size, st->identity.mtime_ns,
-                       st->identity.inode);
+    out += fmt::format("{}:{}:{}:{}:{};", path, st->identity.size, st->identity.mtime_ns,
+                       st->identity.ctime_ns, st->identity.inode);
   };
   for (const std::string& p : tag.files.optim_files) add(p);
   for (const std::string& p : tag.files.model_files) add(p);

@@ -66,6 +66,7 @@ class ParallelCheckpoint : public StateMapper {
   // naming the file where the shards disagree on a param, and for patterns
   // no param used (ds_to_universal.py's strict check).
   const Status& merge_status() const { return merge_status_; }
+  // The rules the table was decided by (merge_status() OK).
   const MergeRules& rules() const { return *rules_; }
   // Every shard group's sources, shard 0's first: shard m's source i is
   // source source_base(m) + i.
