@@ -12,6 +12,10 @@
 #include <mutex>
 #include <utility>
 
+#include "ucfs/base/env.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_file.h"
+#include "ucfs/codec/torch_tensor.h"
 #include "ucfs/codec/zip.h"
 #include "ucfs/view/source_files.h"
 
@@ -75,6 +79,10 @@ const nlohmann::json& Oracle(const std::string& fixture) {
     it = parsed.emplace(fixture, std::move(oracle)).first;
   }
   return it->second;
+}
+
+const nlohmann::json& TpOracle(const std::string& fixture) {
+  return Oracle("../tp_fixtures/" + fixture);
 }
 
 const nlohmann::json& ReferenceManifest() {
@@ -295,6 +303,71 @@ std::vector<double> FloatValues(const std::string& bytes, DType dtype) {
         ADD_FAILURE() << "FloatValues: not a floating dtype";
         return out;
     }
+  }
+  return out;
+}
+
+std::map<std::string, SafeTensor> ParseSafetensors(const std::string& file) {
+  std::map<std::string, SafeTensor> out;
+  EXPECT_GE(file.size(), 8u);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(file[static_cast<size_t>(i)]);
+  EXPECT_LE(8 + n, file.size());
+  EXPECT_EQ((8 + n) % 8, 0u) << "data not 8-aligned";
+  const nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
+  EXPECT_EQ(header.at("__metadata__").at("format"), "pt");
+  const std::string data = file.substr(8 + n);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  const std::map<std::string, uint64_t> sizes = {{"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8},
+                                                 {"I64", 8}, {"I32", 4}, {"I16", 2},  {"I8", 1},
+                                                 {"U8", 1},  {"BOOL", 1}};
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    SafeTensor st;
+    st.dtype = t.at("dtype").get<std::string>();
+    st.shape = t.at("shape").get<std::vector<int64_t>>();
+    const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
+    EXPECT_EQ(offsets.size(), 2u);
+    uint64_t numel = 1;
+    for (int64_t d : st.shape) numel *= static_cast<uint64_t>(d);
+    EXPECT_EQ(offsets[1] - offsets[0], numel * sizes.at(st.dtype)) << name;
+    st.bytes = data.substr(offsets[0], offsets[1] - offsets[0]);
+    spans.emplace_back(offsets[0], offsets[1]);
+    out[name] = std::move(st);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = 0;
+  for (const auto& [a, b] : spans) {
+    EXPECT_EQ(a, at) << "gap or overlap in the data";
+    at = b;
+  }
+  EXPECT_EQ(at, data.size()) << "data left over";
+  return out;
+}
+
+BinContents ReadBin(const std::string& file) {
+  BinContents out;
+  MemEnv env;
+  env.WriteFile("/f.bin", file);
+  auto summary = SummarizeTorchFile(env, "/f.bin");
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  if (!summary.ok()) return out;
+  auto doc = pickle::Parse(summary->pickle);
+  EXPECT_TRUE(doc.ok());
+  out.plain_dict = doc->node(doc->root()).kind == pickle::Kind::kDict;
+  const auto items = doc->MappingItems(doc->root());
+  EXPECT_TRUE(items.has_value());
+  if (!items) return out;
+  for (const auto& [k, v] : *items) {
+    auto t = MatchTensor(*doc, v);
+    EXPECT_TRUE(t.ok() && t->has_value());
+    const ZipRecord* rec = summary->Find("data/" + (*t)->storage_key);
+    EXPECT_NE(rec, nullptr);
+    const std::string name(*doc->AsStr(k));
+    out.names.push_back(name);
+    out.tensors[name] = {(*t)->storage_key,
+                         file.substr(rec->data_offset + (*t)->byte_offset(), (*t)->byte_size())};
   }
   return out;
 }

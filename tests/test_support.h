@@ -30,6 +30,8 @@ std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
 // The fixture's ORACLE.json, parsed once per process.
 const nlohmann::json& Oracle(const std::string& fixture);
+// A tensor- or pipeline-parallel fixture's ORACLE.json, parsed once.
+const nlohmann::json& TpOracle(const std::string& fixture);
 
 // A tensor as torch.load saw it.
 struct ReferenceTensor {
@@ -79,6 +81,26 @@ void ViewTree(Env& env, View& view, InodeId dir, const std::string& prefix,
               std::map<std::string, std::string>* out);
 // The names in directory `dir` of `view`, as ReadDir sorts them.
 std::vector<std::string> EntryNames(View& view, InodeId dir);
+
+// A strict safetensors reader: the 8-byte length, a JSON header, and data
+// offsets that tile the data exactly, in order, with nothing left over.
+// Returns name -> (dtype, shape, bytes).
+struct SafeTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+std::map<std::string, SafeTensor> ParseSafetensors(const std::string& file);
+
+// The tensors of a pytorch_model.bin (or a shard of it): name -> (storage
+// key, bytes), and whether its top object is a plain dict (read by ucfs's
+// codec, failing the test where it cannot).
+struct BinContents {
+  bool plain_dict = false;
+  std::vector<std::string> names;
+  std::map<std::string, std::pair<std::string, std::string>> tensors;
+};
+BinContents ReadBin(const std::string& file);
 
 // A fresh (removed) directory path under the test temp dir.
 std::string FreshTempDir(const std::string& name);

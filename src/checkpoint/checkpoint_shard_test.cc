@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -17,11 +16,6 @@ namespace ucfs {
 namespace {
 
 using nlohmann::json;
-
-json Oracle(const std::string& fixture) {
-  std::ifstream in(testing::TpFixtureDir(fixture) + "/ORACLE.json");
-  return json::parse(in);
-}
 
 // The (p, t) slice of a full tensor (row-major, `shape`) that tensor-
 // parallel rank t of T holds, by the param's rule: "rep" whole, "col" (and
@@ -53,7 +47,7 @@ std::vector<std::optional<double>> Slice(const std::vector<double>& full,
 class CheckpointShardTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckpointShardTest, EveryShardGroupIsADataParallelCheckpoint) {
-  const json oracle = Oracle(GetParam());
+  const json& oracle = testing::TpOracle(GetParam());
   auto grid =
       ListParallelCheckpointFiles(*Env::Posix(), testing::TpFixtureDir(GetParam()) + "/checkpoint");
   ASSERT_TRUE(grid.ok()) << grid.status().ToString();

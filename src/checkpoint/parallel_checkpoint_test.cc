@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 
@@ -11,18 +10,13 @@
 namespace ucfs {
 namespace {
 
-nlohmann::json Oracle(const std::string& fixture) {
-  std::ifstream in(testing::TpFixtureDir(fixture) + "/ORACLE.json");
-  return nlohmann::json::parse(in);
-}
-
 class ParallelCheckpointTest : public ::testing::TestWithParam<std::string> {};
 
 // The name table against what DeepSpeed's converter made of the real
 // fixtures (ORACLE.json params): every name once, its full shape, the stage
 // it is merged from and the stages that hold copies.
 TEST_P(ParallelCheckpointTest, TheNameTableIsTheConverters) {
-  const auto oracle = Oracle(GetParam());
+  const auto& oracle = testing::TpOracle(GetParam());
   auto c =
       ParallelCheckpoint::Open(*Env::Posix(), testing::TpFixtureDir(GetParam()) + "/checkpoint");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

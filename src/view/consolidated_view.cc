@@ -141,37 +141,71 @@ std::optional<std::string_view> SafetensorsDType(DType dtype) {
 
 std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
 
+Result<ConsolidatedTensor> BufferTensor(Env& env, const BufferInfo& b, uint32_t source,
+                                        const std::string& path, bool as_saved) {
+  ConsolidatedTensor t;
+  t.name = b.name;
+  t.dtype = as_saved ? b.dtype : DType::kFloat32;
+  t.shape = b.shape;
+  if (b.dtype == DType::kFloat32 || as_saved) {
+    StorageRun run;
+    run.kind = StorageRun::Kind::kSource;
+    run.source = source;
+    run.source_offset = b.extent.offset;
+    run.length = b.extent.length;
+    t.storage.runs.push_back(run);
+    return t;
+  }
+  // Converted on first read; a dtype with no conversion fails now.
+  const uint32_t es = Info(b.dtype).element_size;
+  UCFS_RETURN_IF_ERROR(ToFloat32(b.dtype, std::string(es, '\0'), b.name).status());
+  StorageRun run;
+  run.kind = StorageRun::Kind::kBytes;
+  run.length = b.extent.length / es * 4;
+  run.bytes = std::make_shared<const DeferredBytes>([&env, path, b]() -> Result<std::string> {
+    UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
+    UCFS_ASSIGN_OR_RETURN(std::string raw, file->ReadString(b.extent.offset, b.extent.length));
+    return ToFloat32(b.dtype, raw, b.name);
+  });
+  t.storage.runs.push_back(run);
+  return t;
+}
+
+Status FinishStateDict(const std::vector<TiedParam>& tied_params,
+                       std::vector<ConsolidatedTensor>* tensors) {
+  std::vector<ConsolidatedTensor>& out = *tensors;
+  // A name twice (a buffer listed twice, a buffer or frozen param with a
+  // trainable param's name, an alias naming a tensor) would make a
+  // safetensors header that drops one of them: refused (found by
+  // checkpoint_fuzz).
+  std::map<std::string, int> index;
+  auto add_name = [&](size_t i) -> Status {
+    if (!index.emplace(out[i].name, static_cast<int>(i)).second) {
+      return Status::Corruption("'" + Printable(out[i].name) + "' is twice in the state dict");
+    }
+    return Status::OK();
+  };
+  for (size_t i = 0; i < out.size(); ++i) UCFS_RETURN_IF_ERROR(add_name(i));
+  for (const TiedParam& tied : tied_params) {
+    auto it = index.find(tied.canonical);
+    if (it == index.end()) continue;  // as zero_to_fp32: only params it has
+    ConsolidatedTensor t = out[static_cast<size_t>(it->second)];
+    t.name = tied.alias;
+    t.alias_of = it->second;
+    out.push_back(std::move(t));
+    UCFS_RETURN_IF_ERROR(add_name(out.size() - 1));
+  }
+  for (ConsolidatedTensor& t : out) t.storage.FillRunStarts();
+  return Status::OK();
+}
+
 Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c,
                                                               const StateDictOptions& options) {
   std::vector<ConsolidatedTensor> out;
   for (const BufferInfo& b : c.buffers()) {
-    ConsolidatedTensor t;
-    t.name = b.name;
-    t.dtype = options.buffers_as_saved ? b.dtype : DType::kFloat32;
-    t.shape = b.shape;
-    if (b.dtype == DType::kFloat32 || options.buffers_as_saved) {
-      StorageRun run;
-      run.kind = StorageRun::Kind::kSource;
-      run.source = b.extent.file;
-      run.source_offset = b.extent.offset;
-      run.length = b.extent.length;
-      t.storage.runs.push_back(run);
-    } else {
-      // Converted on first read; a dtype with no conversion fails now.
-      const uint32_t es = Info(b.dtype).element_size;
-      UCFS_RETURN_IF_ERROR(ToFloat32(b.dtype, std::string(es, '\0'), b.name).status());
-      StorageRun run;
-      run.kind = StorageRun::Kind::kBytes;
-      run.length = b.extent.length / es * 4;
-      run.bytes = std::make_shared<const DeferredBytes>(
-          [&env, path = c.sources()[b.extent.file].path, b]() -> Result<std::string> {
-            UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
-            UCFS_ASSIGN_OR_RETURN(std::string raw,
-                                  file->ReadString(b.extent.offset, b.extent.length));
-            return ToFloat32(b.dtype, raw, b.name);
-          });
-      t.storage.runs.push_back(run);
-    }
+    UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t,
+                          BufferTensor(env, b, b.extent.file, c.sources()[b.extent.file].path,
+                                       options.buffers_as_saved));
     out.push_back(std::move(t));
   }
   for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
@@ -218,35 +252,15 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     }
     out.push_back(std::move(t));
   }
-  // A name twice (a buffer listed twice, a buffer or frozen param with a
-  // trainable param's name, an alias naming a tensor) would make a
-  // safetensors header that drops one of them: refused (found by
-  // checkpoint_fuzz).
-  std::map<std::string, int> index;
-  auto add_name = [&](size_t i) -> Status {
-    if (!index.emplace(out[i].name, static_cast<int>(i)).second) {
-      return Status::Corruption("'" + Printable(out[i].name) + "' is twice in the state dict");
-    }
-    return Status::OK();
-  };
-  for (size_t i = 0; i < out.size(); ++i) UCFS_RETURN_IF_ERROR(add_name(i));
-  for (const TiedParam& tied : options.drop_aliases ? std::vector<TiedParam>{} : c.tied_params()) {
-    auto it = index.find(tied.canonical);
-    if (it == index.end()) continue;  // as zero_to_fp32: only params it has
-    ConsolidatedTensor t = out[static_cast<size_t>(it->second)];
-    t.name = tied.alias;
-    t.alias_of = it->second;
-    out.push_back(std::move(t));
-    UCFS_RETURN_IF_ERROR(add_name(out.size() - 1));
-  }
-  for (ConsolidatedTensor& t : out) t.storage.FillRunStarts();
+  UCFS_RETURN_IF_ERROR(
+      FinishStateDict(options.drop_aliases ? std::vector<TiedParam>{} : c.tied_params(), &out));
   return out;
 }
 
 Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
-    std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors) {
+    std::shared_ptr<const StateMapper> mapper, std::vector<ConsolidatedTensor> tensors) {
   std::shared_ptr<SafetensorsContent> content(new SafetensorsContent());
-  content->checkpoint_ = std::move(checkpoint);
+  content->mapper_ = std::move(mapper);
   // Key order as the tensors come (the data is laid out in that order).
   nlohmann::ordered_json fields;
   fields["__metadata__"] = {{"format", "pt"}};
@@ -299,7 +313,7 @@ Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
     const uint64_t start = data_starts_[i];
     const uint64_t a = std::max(begin, start) - start;
     const uint64_t b = std::min(stop, start + data_[i].size()) - start;
-    if (a < b) UCFS_RETURN_IF_ERROR(PlanStorage(*checkpoint_, data_[i], a, b, out));
+    if (a < b) UCFS_RETURN_IF_ERROR(PlanStorage(*mapper_, data_[i], a, b, out));
   }
   return Status::OK();
 }
@@ -319,7 +333,7 @@ std::string IndexJson(uint64_t total, const std::map<std::string, std::string>& 
 // writes it: an OrderedDict up to DeepSpeed 0.15.2, a plain dict of each
 // shard after.
 Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
-    std::shared_ptr<const Checkpoint> checkpoint, const std::vector<ConsolidatedTensor>& tensors,
+    const ConsolidatedSource& source, const std::vector<ConsolidatedTensor>& tensors,
     bool plain_dict, const std::string& file_name) {
   TorchPickleBuilder b;
   pickle::Document& doc = b.doc();
@@ -336,7 +350,7 @@ Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
     doc.AppendPair(dict, doc.AddStr(t.name), tensor);
   }
   doc.set_root(dict);
-  return b.Finish(std::move(checkpoint), ArchivePrefixFor(file_name));
+  return b.Finish(source.mapper, source.style, ArchivePrefixFor(file_name));
 }
 
 // Whether `version` ("0.15.3", "0.16.4+a1b2c3") is at least major.minor.patch.
@@ -404,19 +418,17 @@ std::vector<std::vector<size_t>> SplitLikeHuggingFace(
 // that saved the checkpoint writes them: one pytorch_model.bin up to 0.15.2;
 // from 0.15.3 (its --max_shard_size, default 5GB) past the limit
 // pytorch_model-0000k-of-0000n.bin with pytorch_model.bin.index.json.
-Status AddPytorchModelBins(View& view, InodeId dir, std::shared_ptr<const Checkpoint> checkpoint,
+Status AddPytorchModelBins(View& view, InodeId dir, const ConsolidatedSource& source,
                            const std::vector<ConsolidatedTensor>& tensors,
                            const ConsolidatedOptions& options) {
-  if (!VersionAtLeast(checkpoint->ds_version(), {0, 15, 3})) {
-    UCFS_ASSIGN_OR_RETURN(auto bin,
-                          PytorchModelBin(checkpoint, tensors, false, "pytorch_model.bin"));
+  if (!VersionAtLeast(source.ds_version, {0, 15, 3})) {
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, tensors, false, "pytorch_model.bin"));
     return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
   }
   uint64_t total = 0;
   const auto shards = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &total);
   if (shards.size() <= 1) {
-    UCFS_ASSIGN_OR_RETURN(auto bin,
-                          PytorchModelBin(checkpoint, tensors, true, "pytorch_model.bin"));
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, tensors, true, "pytorch_model.bin"));
     return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
   }
   std::map<std::string, std::string> weight_map;
@@ -432,7 +444,7 @@ Status AddPytorchModelBins(View& view, InodeId dir, std::shared_ptr<const Checkp
       weight_map[t.name] = name;
       shard.push_back(std::move(t));
     }
-    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(checkpoint, shard, true, name));
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, shard, true, name));
     UCFS_RETURN_IF_ERROR(view.AddFile(dir, name, std::move(bin)).status());
   }
   return view
@@ -456,16 +468,24 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
                         ConsolidatedStateDict(env, *checkpoint));
   UCFS_ASSIGN_OR_RETURN(InodeId dir,
                         view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
-  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, checkpoint, tensors, options));
+  const ConsolidatedSource source{checkpoint, checkpoint->container_style(),
+                                  checkpoint->ds_version()};
+  return AddConsolidatedFiles(view, dir, source, tensors, options);
+}
+
+Status AddConsolidatedFiles(View& view, InodeId dir, const ConsolidatedSource& source,
+                            const std::vector<ConsolidatedTensor>& tensors,
+                            const ConsolidatedOptions& options) {
+  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, source, tensors, options));
   UCFS_ASSIGN_OR_RETURN(std::vector<NamedContent> files,
-                        SafetensorsFiles(checkpoint, tensors, options.max_shard_bytes));
+                        SafetensorsFiles(source.mapper, tensors, options.max_shard_bytes));
   for (NamedContent& f : files) {
     UCFS_RETURN_IF_ERROR(view.AddFile(dir, f.name, std::move(f.content)).status());
   }
   return Status::OK();
 }
 
-Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const Checkpoint> checkpoint,
+Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const StateMapper> mapper,
                                                    const std::vector<ConsolidatedTensor>& tensors,
                                                    uint64_t max_shard_bytes) {
   // Split as the .bin files are; safetensors cannot alias, so each tied
@@ -486,16 +506,15 @@ Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const Checkpo
   std::vector<NamedContent> out;
   if (shards.size() <= 1) {
     UCFS_ASSIGN_OR_RETURN(
-        auto st,
-        SafetensorsContent::Make(
-            checkpoint, shards.empty() ? std::vector<ConsolidatedTensor>{} : std::move(shards[0])));
+        auto st, SafetensorsContent::Make(mapper, shards.empty() ? std::vector<ConsolidatedTensor>{}
+                                                                 : std::move(shards[0])));
     out.push_back({"model.safetensors", std::move(st)});
     return out;
   }
   std::map<std::string, std::string> weight_map;  // sorted, as json.dumps(sort_keys=True)
   for (size_t k = 0; k < shards.size(); ++k) {
     for (const ConsolidatedTensor& t : shards[k]) weight_map[t.name] = ShardName(k, shards.size());
-    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(checkpoint, std::move(shards[k])));
+    UCFS_ASSIGN_OR_RETURN(auto st, SafetensorsContent::Make(mapper, std::move(shards[k])));
     out.push_back({ShardName(k, shards.size()), std::move(st)});
   }
   out.push_back({"model.safetensors.index.json",

@@ -18,6 +18,11 @@
 namespace ucfs {
 namespace {
 
+using testing::BinContents;
+using testing::ParseSafetensors;
+using testing::ReadBin;
+using testing::SafeTensor;
+
 using testing::FixtureDir;
 using testing::LoadReference;
 using testing::ReferenceManifest;
@@ -39,53 +44,6 @@ std::string ReadFileOfView(View& view, const Checkpoint& c, InodeId file) {
   std::vector<ReadPiece> pieces;
   EXPECT_TRUE(view.Plan(file, 0, view.GetAttr(file)->size, &pieces).ok());
   return ReadPieces(c, pieces);
-}
-
-// A strict safetensors reader: the 8-byte length, a JSON header, and data
-// offsets that tile the data exactly, in order, with nothing left over.
-// Returns name -> (dtype, shape, bytes).
-struct SafeTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-std::map<std::string, SafeTensor> ParseSafetensors(const std::string& file) {
-  std::map<std::string, SafeTensor> out;
-  EXPECT_GE(file.size(), 8u);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i)
-    n = (n << 8) | static_cast<unsigned char>(file[static_cast<size_t>(i)]);
-  EXPECT_LE(8 + n, file.size());
-  EXPECT_EQ((8 + n) % 8, 0u) << "data not 8-aligned";
-  const nlohmann::json header = nlohmann::json::parse(file.substr(8, n));
-  EXPECT_EQ(header.at("__metadata__").at("format"), "pt");
-  const std::string data = file.substr(8 + n);
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
-  const std::map<std::string, uint64_t> sizes = {{"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8},
-                                                 {"I64", 8}, {"I32", 4}, {"I16", 2},  {"I8", 1},
-                                                 {"U8", 1},  {"BOOL", 1}};
-  for (const auto& [name, t] : header.items()) {
-    if (name == "__metadata__") continue;
-    SafeTensor st;
-    st.dtype = t.at("dtype").get<std::string>();
-    st.shape = t.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
-    EXPECT_EQ(offsets.size(), 2u);
-    uint64_t numel = 1;
-    for (int64_t d : st.shape) numel *= static_cast<uint64_t>(d);
-    EXPECT_EQ(offsets[1] - offsets[0], numel * sizes.at(st.dtype)) << name;
-    st.bytes = data.substr(offsets[0], offsets[1] - offsets[0]);
-    spans.emplace_back(offsets[0], offsets[1]);
-    out[name] = std::move(st);
-  }
-  std::sort(spans.begin(), spans.end());
-  uint64_t at = 0;
-  for (const auto& [a, b] : spans) {
-    EXPECT_EQ(a, at) << "gap or overlap in the data";
-    at = b;
-  }
-  EXPECT_EQ(at, data.size()) << "data left over";
-  return out;
 }
 
 // The header length a safetensors file starts with.
@@ -414,39 +372,6 @@ TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupConsolidatedTest,
                          ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
-
-// The tensors of a pytorch_model.bin (or a shard of it): name -> (storage
-// key, bytes), and whether its top object is a plain dict.
-struct BinContents {
-  bool plain_dict = false;
-  std::vector<std::string> names;
-  std::map<std::string, std::pair<std::string, std::string>> tensors;
-};
-BinContents ReadBin(const std::string& file) {
-  BinContents out;
-  MemEnv env;
-  env.WriteFile("/f.bin", file);
-  auto summary = SummarizeTorchFile(env, "/f.bin");
-  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
-  if (!summary.ok()) return out;
-  auto doc = pickle::Parse(summary->pickle);
-  EXPECT_TRUE(doc.ok());
-  out.plain_dict = doc->node(doc->root()).kind == pickle::Kind::kDict;
-  const auto items = doc->MappingItems(doc->root());
-  EXPECT_TRUE(items.has_value());
-  if (!items) return out;
-  for (const auto& [k, v] : *items) {
-    auto t = MatchTensor(*doc, v);
-    EXPECT_TRUE(t.ok() && t->has_value());
-    const ZipRecord* rec = summary->Find("data/" + (*t)->storage_key);
-    EXPECT_NE(rec, nullptr);
-    const std::string name(*doc->AsStr(k));
-    out.names.push_back(name);
-    out.tensors[name] = {(*t)->storage_key,
-                         file.substr(rec->data_offset + (*t)->byte_offset(), (*t)->byte_size())};
-  }
-  return out;
-}
 
 // From DeepSpeed 0.15.3 zero_to_fp32 writes a plain dict, and past
 // --max_shard_size (5GB) pytorch_model-0000k-of-0000n.bin shards split as

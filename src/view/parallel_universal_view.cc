@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "ucfs/view/parallel_consolidated_view.h"
 #include "ucfs/view/storage_spec.h"
 #include "ucfs/view/torch_pickle_builder.h"
+#include "view/merged_runs.h"
 #include "view/universal_files.h"
 
 namespace ucfs {
@@ -14,70 +16,6 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
-}
-
-StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset, uint64_t length) {
-  StorageRun run;
-  run.kind = StorageRun::Kind::kState;
-  run.shard = shard;
-  run.param = static_cast<uint32_t>(param);
-  run.state = static_cast<uint32_t>(state);
-  run.state_offset = offset;
-  run.length = length;
-  return run;
-}
-
-// The runs of state `s` of merged param `p`: its merge as byte ranges of the
-// slices' states.
-Result<std::vector<StorageRun>> MergedRuns(const ParallelCheckpoint& c, const MergedParam& p,
-                                           size_t s, uint64_t element_size) {
-  const uint32_t tp = c.degrees().tp;
-  const uint64_t slice_bytes = static_cast<uint64_t>(Numel(p.local_shape)) * element_size;
-  auto shard = [&](uint32_t t) { return p.stage * tp + t; };
-  std::vector<StorageRun> runs;
-  switch (p.merge.rule) {
-    case MergeRule::kReplicated:
-      runs.push_back(StateRun(shard(0), p.slices[0], s, 0, slice_bytes));
-      break;
-    case MergeRule::kTwoSubParamsDim0:
-      for (uint64_t half = 0; half < 2; ++half) {
-        for (uint32_t t = 0; t < tp; ++t) {
-          runs.push_back(
-              StateRun(shard(t), p.slices[t], s, half * slice_bytes / 2, slice_bytes / 2));
-        }
-      }
-      break;
-    case MergeRule::kConcat:
-      if (p.merge.cat_dim == 0 || tp == 1) {
-        for (uint32_t t = 0; t < tp; ++t) {
-          runs.push_back(StateRun(shard(t), p.slices[t], s, 0, slice_bytes));
-        }
-      } else {
-        auto il = std::make_shared<Interleave>();
-        for (uint32_t t = 0; t < tp; ++t) {
-          il->slices.push_back({shard(t), static_cast<uint32_t>(p.slices[t])});
-        }
-        il->state = static_cast<uint32_t>(s);
-        il->chunk = element_size;
-        for (size_t d = static_cast<size_t>(p.merge.cat_dim); d < p.local_shape.size(); ++d) {
-          il->chunk *= static_cast<uint64_t>(p.local_shape[d]);
-        }
-        StorageRun run;
-        run.kind = StorageRun::Kind::kInterleaved;
-        run.length = slice_bytes * tp;
-        run.interleave = std::move(il);
-        runs.push_back(std::move(run));
-      }
-      break;
-    case MergeRule::kAverage:
-    case MergeRule::kSubParams:
-      return Status::NotSupported("param '" + p.name + "': its universal_checkpoint_info merge (" +
-                                  (p.merge.rule == MergeRule::kAverage
-                                       ? "parameter_to_average_patterns"
-                                       : "parameter_with_sub_params") +
-                                  ") is not served yet");
-  }
-  return runs;
 }
 
 // The dict's keys before 'param', in the converter's order.
@@ -112,7 +50,7 @@ Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const Para
   for (size_t s = 0; s < lead.states().size(); ++s) {
     const StateInfo& state = lead.states()[s];
     const uint64_t es = Info(state.dtype).element_size;
-    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedRuns(*c, p, s, es));
+    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(*c, p, s, es));
     UCFS_ASSIGN_OR_RETURN(
         std::string pkl,
         UniversalDictPickle(state.dtype, p.shape, static_cast<uint64_t>(Numel(p.storage_shape)),
@@ -181,6 +119,7 @@ Result<std::unique_ptr<View>> BuildParallelUniversalView(
               .status());
     }
   }
+  AddParallelConsolidatedDirOrWarn(env, *view, c);
   return view;
 }
 

@@ -7,6 +7,7 @@
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/lazy_content.h"
+#include "ucfs/view/parallel_consolidated_view.h"
 #include "ucfs/view/rank_file_extras.h"
 #include "ucfs/view/torch_pickle_builder.h"
 
@@ -636,6 +637,9 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
   int64_t mtime = 0;
   for (const auto& s : pc->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);
+  // The grid's sources, for <tag>_fp32; the tag directory's files name
+  // their shard's own.
+  for (const auto& s : pc->sources()) view->AddSource(s);
   // Every (mp, dp) rank file is built anew (the mp_rank_NN model states
   // too, put in place of the saved ones); layer files pass through.
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
@@ -661,6 +665,7 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
         }));
   }
   UCFS_RETURN_IF_ERROR(view->PutExtras(tag_dir, std::move(built)));
+  AddParallelConsolidatedDirOrWarn(env, *view, pc);
   return view;
 }
 

@@ -93,6 +93,14 @@ pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int6
 Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
     std::shared_ptr<const Checkpoint> checkpoint, const std::string& prefix,
     SourceFiles* crc_reader) {
+  const ContainerStyle style = checkpoint->container_style();
+  return Finish(std::shared_ptr<const StateMapper>(std::move(checkpoint)), style, prefix,
+                crc_reader);
+}
+
+Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
+    std::shared_ptr<const StateMapper> mapper, const ContainerStyle& style,
+    const std::string& prefix, SourceFiles* crc_reader) {
   // Number storages as torch.save would: by first appearance in the pickle,
   // which the writer reports. Key strings may be shared between ids, so
   // every name is decided before any is changed; names change the pickle's
@@ -113,8 +121,8 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
   }
   for (const auto& [key, name] : names) doc_.mutable_node(key).text = name;
   UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc_));
-  return TorchFileContent::Make(std::move(checkpoint), prefix, std::move(bytes), std::move(specs),
-                                crc_reader);
+  return TorchFileContent::Make(std::move(mapper), style, prefix, std::move(bytes),
+                                std::move(specs), crc_reader);
 }
 
 namespace {

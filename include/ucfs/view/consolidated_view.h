@@ -24,6 +24,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/state_mapper.h"
 #include "ucfs/view/torch_pickle_builder.h"
 #include "ucfs/view/view.h"
 
@@ -70,6 +71,12 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env,
                                                               const Checkpoint& checkpoint,
                                                               const StateDictOptions& options = {});
 
+// Ends a state dict: refuses a name twice (a safetensors header would drop
+// one), appends each of `tied_params` whose canonical tensor is in it as an
+// alias of that tensor (zero_to_fp32's shared params), fills run starts.
+Status FinishStateDict(const std::vector<TiedParam>& tied_params,
+                       std::vector<ConsolidatedTensor>* tensors);
+
 // A file of a directory ucfs makes.
 struct NamedContent {
   std::string name;
@@ -80,27 +87,48 @@ struct NamedContent {
 // `max_shard_bytes` model-0000k-of-0000n.safetensors and
 // model.safetensors.index.json, split as Hugging Face splits them; a tied
 // alias is a copy in its tensor's shard (safetensors cannot alias).
-Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const Checkpoint> checkpoint,
+// Their state and frozen runs are mapped through `mapper` (a Checkpoint, or
+// a ParallelCheckpoint's shard groups).
+Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const StateMapper> mapper,
                                                    const std::vector<ConsolidatedTensor>& tensors,
                                                    uint64_t max_shard_bytes);
 
 // A safetensors file of `tensors` (each storage's bytes; aliases copied).
 class SafetensorsContent final : public FileContent {
  public:
-  static Result<std::shared_ptr<SafetensorsContent>> Make(
-      std::shared_ptr<const Checkpoint> checkpoint, std::vector<ConsolidatedTensor> tensors);
+  static Result<std::shared_ptr<SafetensorsContent>> Make(std::shared_ptr<const StateMapper> mapper,
+                                                          std::vector<ConsolidatedTensor> tensors);
 
   uint64_t size() const override { return header_.size() + data_size_; }
   Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
 
  private:
   SafetensorsContent() = default;
-  std::shared_ptr<const Checkpoint> checkpoint_;
+  std::shared_ptr<const StateMapper> mapper_;
   std::string header_;  // the length prefix and the JSON header, padded
   std::vector<StorageSpec> data_;
   std::vector<uint64_t> data_starts_;  // offset of data_[i] after the header
   uint64_t data_size_ = 0;
 };
+
+// What the files of a state dict are read through and written as.
+struct ConsolidatedSource {
+  std::shared_ptr<const StateMapper> mapper;  // a Checkpoint, or a ParallelCheckpoint
+  ContainerStyle style;                       // the torch that wrote the checkpoint's
+  std::string ds_version;                     // the DeepSpeed that saved it (.bin sharding)
+};
+
+// `tensors` in directory `dir`: the .bin file(s) zero_to_fp32.py of
+// `source.ds_version` writes, and the same tensors as safetensors.
+Status AddConsolidatedFiles(View& view, InodeId dir, const ConsolidatedSource& source,
+                            const std::vector<ConsolidatedTensor>& tensors,
+                            const ConsolidatedOptions& options);
+
+// Buffer `b` of the state dict, its extent's file source `source` of the
+// view at `path`: float32 (converted on first read through `env`, which
+// must outlive it), or as saved.
+Result<ConsolidatedTensor> BufferTensor(Env& env, const BufferInfo& b, uint32_t source,
+                                        const std::string& path, bool as_saved);
 
 // Adds the <tag>_fp32 directory under `parent`.
 Status AddConsolidatedDir(Env& env, View& view, InodeId parent,

@@ -48,6 +48,12 @@ class TorchPickleBuilder {
   Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const Checkpoint> checkpoint,
                                                    const std::string& prefix,
                                                    SourceFiles* crc_reader = nullptr);
+  // The same, its state runs mapped through `mapper` (a ParallelCheckpoint's
+  // shard groups), laid out in `style`.
+  Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const StateMapper> mapper,
+                                                   const ContainerStyle& style,
+                                                   const std::string& prefix,
+                                                   SourceFiles* crc_reader = nullptr);
 
  private:
   // The one location string of every id ("cpu"), and the one 'storage'.

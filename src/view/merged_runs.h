@@ -1,0 +1,33 @@
+// The bytes of a tensor-parallel param's merged state as runs of its T
+// slices' states: the one place that lays out each universal_checkpoint_info
+// merge rule (tp-pp.md 3.2), shared by the universal view's per-param files
+// and the consolidated weights. Private to src/view/.
+#ifndef UCFS_VIEW_MERGED_RUNS_H_
+#define UCFS_VIEW_MERGED_RUNS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "ucfs/base/status.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
+#include "ucfs/view/storage_spec.h"
+
+namespace ucfs {
+
+// State `state` of `param` merged, over its storage_shape (a vocabulary's
+// padded rows included): a concatenation on dim 0 is the slices' runs one
+// after another, on a later dimension one kInterleaved run, two sub-params
+// the slices' first halves then their second halves, a replicated param
+// slice 0. NotSupported, naming the param, for the merges not served
+// (averaged, SubparamShape).
+Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c,
+                                                const MergedParam& param, size_t state,
+                                                uint64_t element_size);
+
+// The first `length` bytes of `runs` (a vocabulary's merge without its
+// padded rows, which come last).
+std::vector<StorageRun> FirstBytesOf(std::vector<StorageRun> runs, uint64_t length);
+
+}  // namespace ucfs
+
+#endif  // UCFS_VIEW_MERGED_RUNS_H_
