@@ -28,6 +28,20 @@ std::string TestDataDir() { return UCFS_TEST_DATA; }
 std::string FixtureDir(const std::string& name) { return TestDataDir() + "/fixtures/" + name; }
 std::string TpFixtureDir(const std::string& name) { return TestDataDir() + "/tp_fixtures/" + name; }
 
+std::vector<std::string> TpGridFixtureNames() {
+  return {"tp_z1_fp32_t2d2",   "pp_bf16opt_p2t2d2",           "z3_tp_fp32_t2d2",
+          "tp_z1_swiglu_t4d1", "pp_z1_fp32_p2d2_nomodelaxis", "tp_z2_bf16_t2d3",
+          "z3_tp_bf16_t2d3"};
+}
+
+std::vector<std::string> TpFixturesWithExpected() {
+  std::vector<std::string> out;
+  for (const std::string& name : TpGridFixtureNames()) {
+    if (fs::is_directory(TpFixtureDir(name) + "/expected")) out.push_back(name);
+  }
+  return out;
+}
+
 namespace {
 
 // The fixtures whose ORACLE.json names a ZeRO stage `stage3 ? 3 : 1-2`.

@@ -20,6 +20,11 @@ std::string TestDataDir();
 std::string FixtureDir(const std::string& name);
 // A tensor- or pipeline-parallel fixture's directory (tests/data/tp_fixtures).
 std::string TpFixtureDir(const std::string& name);
+// The tensor- and pipeline-parallel fixtures (T > 1 or P > 1), and those of
+// them with a correct universal checkpoint in expected/ (all but ZeRO-3
+// bf16 with TP, whose values ORACLE.json holds).
+std::vector<std::string> TpGridFixtureNames();
+std::vector<std::string> TpFixturesWithExpected();
 // The ZeRO-3 fixtures' names (z3_fp32_ws2, ...).
 std::vector<std::string> FixtureNames();
 // The ZeRO-1 and -2 fixtures' names (z2_tricky_fp32_ws2, ...).

@@ -19,7 +19,8 @@ using nlohmann::json;
 
 // The (p, t) slice of a full tensor (row-major, `shape`) that tensor-
 // parallel rank t of T holds, by the param's rule: "rep" whole, "col" (and
-// "vocab", over the padded rows) a block of rows, "row" a block of columns.
+// "vocab", over the padded rows) a block of rows, "row" a block of columns,
+// "col2" (SwiGLU's [gate; up]) a block of rows of each half.
 // Padding rows beyond the full tensor are not compared (nullopt).
 std::vector<std::optional<double>> Slice(const std::vector<double>& full,
                                          const std::vector<int64_t>& full_shape,
@@ -35,6 +36,10 @@ std::vector<std::optional<double>> Slice(const std::vector<double>& full,
     int64_t fr = r, fc = c;
     if (rule == "col" || rule == "vocab") fr = static_cast<int64_t>(t) * local_shape[0] + r;
     if (rule == "row") fc = static_cast<int64_t>(t) * local_cols + c;
+    if (rule == "col2") {  // two sub-params stacked on dim 0, each split over T
+      const int64_t half = local_shape[0] / 2;
+      fr = (r < half ? 0 : full_shape[0] / 2) + static_cast<int64_t>(t) * half + r % half;
+    }
     if (fr >= full_shape[0]) {
       out.push_back(std::nullopt);
       continue;
@@ -93,8 +98,7 @@ TEST_P(CheckpointShardTest, EveryShardGroupIsADataParallelCheckpoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, CheckpointShardTest,
-                         ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
-                                           "z3_tp_fp32_t2d2"));
+                         ::testing::ValuesIn(testing::TpGridFixtureNames()));
 
 }  // namespace
 }  // namespace ucfs

@@ -124,6 +124,19 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
   return c;
 }
 
+ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
+    std::shared_ptr<const Checkpoint> checkpoint) {
+  ParallelCheckpoint c;
+  c.files_.degrees = {1, 1, checkpoint->world_size()};
+  c.files_.shards.push_back(checkpoint->files());
+  c.source_base_.push_back(0);
+  c.sources_ = checkpoint->sources();
+  c.shards_.push_back(std::move(checkpoint));
+  c.merge_status_ = c.MakeNameTable();
+  if (!c.merge_status_.ok()) c.params_.clear();
+  return c;
+}
+
 Status ParallelCheckpoint::MakeNameTable() {
   ParallelCheckpoint& c = *this;
   const uint32_t tp = c.files_.degrees.tp;

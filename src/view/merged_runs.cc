@@ -31,7 +31,11 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, con
   const uint64_t slice_bytes = Numel(p.local_shape) * element_size;
   auto shard = [&](uint32_t t) { return p.stage * tp + t; };
   std::vector<StorageRun> runs;
-  switch (p.merge.rule) {
+  // At T = 1 every merge but SubparamShape's is the one slice (the mean of
+  // one slice is the slice).
+  const MergeRule rule =
+      tp == 1 && p.merge.rule == MergeRule::kAverage ? MergeRule::kReplicated : p.merge.rule;
+  switch (rule) {
     case MergeRule::kReplicated:
       runs.push_back(StateRun(shard(0), p.slices[0], s, 0, slice_bytes));
       break;
@@ -86,6 +90,17 @@ std::vector<StorageRun> FirstBytesOf(std::vector<StorageRun> runs, uint64_t leng
   }
   runs.resize(kept);
   return runs;
+}
+
+std::vector<UniversalKey> UniversalKeysOf(const ParamMerge& merge) {
+  std::vector<UniversalKey> keys;
+  if (merge.rule == MergeRule::kConcat) keys.push_back({"cat_dim", merge.cat_dim, false});
+  if (merge.rule == MergeRule::kTwoSubParamsDim0) {
+    keys.push_back({"cat_dim", 0, false});
+    keys.push_back({"param_n_sub_params", 2, false});
+  }
+  if (merge.vocab) keys.push_back({"vocab_tensor", 1, true});
+  return keys;
 }
 
 }  // namespace ucfs

@@ -1,7 +1,8 @@
 // The bytes of a tensor-parallel param's merged state as runs of its T
-// slices' states: the one place that lays out each universal_checkpoint_info
-// merge rule (tp-pp.md 3.2), shared by the universal view's per-param files
-// and the consolidated weights. Private to src/view/.
+// slices' states, and the keys of its universal file: the one place that
+// lays out each universal_checkpoint_info merge rule (tp-pp.md 3.2), shared
+// by the universal views' per-param files and the consolidated weights.
+// Private to src/view/.
 #ifndef UCFS_VIEW_MERGED_RUNS_H_
 #define UCFS_VIEW_MERGED_RUNS_H_
 
@@ -11,6 +12,7 @@
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/view/storage_spec.h"
+#include "ucfs/view/torch_pickle_builder.h"
 
 namespace ucfs {
 
@@ -27,6 +29,10 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c,
 // The first `length` bytes of `runs` (a vocabulary's merge without its
 // padded rows, which come last).
 std::vector<StorageRun> FirstBytesOf(std::vector<StorageRun> runs, uint64_t length);
+
+// The keys of the converter's per-param dict before 'param', in its order
+// (cat_dim, param_n_sub_params, vocab_tensor) for `merge`.
+std::vector<UniversalKey> UniversalKeysOf(const ParamMerge& merge);
 
 }  // namespace ucfs
 

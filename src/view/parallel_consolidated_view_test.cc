@@ -102,8 +102,7 @@ TEST_P(ParallelConsolidatedTest, BothViewsServeThemAsBinAndSafetensors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelConsolidatedTest,
-                         ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
-                                           "z3_tp_fp32_t2d2"));
+                         ::testing::ValuesIn(testing::TpGridFixtureNames()));
 
 // Without universal_checkpoint_info a 2-way TP checkpoint's slices have no
 // known merge: the view at a new D still serves its rank files, without

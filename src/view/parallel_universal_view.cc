@@ -18,18 +18,6 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The dict's keys before 'param', in the converter's order.
-std::vector<UniversalKey> KeysOf(const ParamMerge& merge) {
-  std::vector<UniversalKey> keys;
-  if (merge.rule == MergeRule::kConcat) keys.push_back({"cat_dim", merge.cat_dim, false});
-  if (merge.rule == MergeRule::kTwoSubParamsDim0) {
-    keys.push_back({"cat_dim", 0, false});
-    keys.push_back({"param_n_sub_params", 2, false});
-  }
-  if (merge.vocab) keys.push_back({"vocab_tensor", 1, true});
-  return keys;
-}
-
 Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const ParallelCheckpoint>& c,
                       const MergedParam& p, SourceFiles* crc_reader) {
   const uint32_t lead_shard = p.stage * c->degrees().tp;
@@ -54,7 +42,7 @@ Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const Para
     UCFS_ASSIGN_OR_RETURN(
         std::string pkl,
         UniversalDictPickle(state.dtype, p.shape, static_cast<uint64_t>(Numel(p.storage_shape)),
-                            state.requires_grad, KeysOf(p.merge)));
+                            state.requires_grad, UniversalKeysOf(p.merge)));
     StorageSpec storage;
     storage.key = "0";
     storage.runs = std::move(runs);

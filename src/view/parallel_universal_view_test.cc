@@ -6,6 +6,9 @@
 #include <map>
 
 #include "test_support.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_file.h"
+#include "ucfs/codec/torch_tensor.h"
 #include "ucfs/view/reshard_view.h"
 
 namespace ucfs {
@@ -16,6 +19,7 @@ namespace fs = std::filesystem;
 constexpr auto Tree = testing::ViewTree;
 
 class ParallelUniversalViewTest : public ::testing::TestWithParam<std::string> {};
+class ParallelUniversalValuesTest : public ::testing::TestWithParam<std::string> {};
 
 // Byte for byte the universal checkpoint the fixture's expected/ holds
 // (DeepSpeed 0.14.5's converter's output where it is right, and the
@@ -50,8 +54,59 @@ TEST_P(ParallelUniversalViewTest, TreeIsByteIdenticalToTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelUniversalViewTest,
-                         ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
-                                           "z3_tp_fp32_t2d2"));
+                         ::testing::ValuesIn(testing::TpFixturesWithExpected()));
+
+// The tensor under key 'param' of a universal per-param file, and its
+// shape, read by ucfs's codec.
+std::pair<std::vector<int64_t>, std::string> ParamTensor(const std::string& file) {
+  MemEnv env;
+  env.WriteFile("/f.pt", file);
+  auto summary = SummarizeTorchFile(env, "/f.pt");
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  if (!summary.ok()) return {};
+  auto doc = pickle::Parse(summary->pickle);
+  EXPECT_TRUE(doc.ok());
+  if (!doc.ok()) return {};
+  auto t = MatchTensor(*doc, doc->Get(doc->root(), "param"));
+  EXPECT_TRUE(t.ok() && t->has_value());
+  if (!t.ok() || !t->has_value()) return {};
+  const ZipRecord* rec = summary->Find("data/" + (*t)->storage_key);
+  EXPECT_NE(rec, nullptr);
+  if (rec == nullptr) return {};
+  return {(*t)->shape, file.substr(rec->data_offset + (*t)->byte_offset(), (*t)->byte_size())};
+}
+
+// Every fixture, the one without a converter's output too (ZeRO-3 bf16
+// with TP at D = 3): each param's fp32, exp_avg and exp_avg_sq at its full
+// merged shape hold the live engine's values (ORACLE.json, from the oracle's
+// plain-torch reader), element for element.
+TEST_P(ParallelUniversalValuesTest, EveryStateHoldsTheFullMergedValues) {
+  const std::string dir = testing::TpFixtureDir(GetParam());
+  const auto& oracle = testing::TpOracle(GetParam());
+  auto opened = ParallelCheckpoint::Open(*Env::Posix(), dir + "/checkpoint");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto c = std::make_shared<const ParallelCheckpoint>(std::move(opened).value());
+  auto view = BuildParallelUniversalView(*Env::Posix(), c);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  size_t compared = 0;
+  for (const auto& [name, info] : oracle["params"].items()) {
+    for (const char* state : {"fp32", "exp_avg", "exp_avg_sq"}) {
+      SCOPED_TRACE(name + "/" + state);
+      const auto [shape, bytes] = ParamTensor(testing::ReadViewFile(
+          *Env::Posix(), **view,
+          testing::ResolvePath(**view,
+                               "global_step4_universal/zero/" + name + "/" + state + ".pt")));
+      EXPECT_EQ(shape, info["full_shape"].get<std::vector<int64_t>>());
+      EXPECT_EQ(testing::FloatValues(bytes, DType::kFloat32),
+                oracle["expected_full_values"][state][name].get<std::vector<double>>());
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 3 * oracle["params"].size());
+}
+
+INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelUniversalValuesTest,
+                         ::testing::ValuesIn(testing::TpGridFixtureNames()));
 
 // The reshard view at a new D, P and T kept, written out and read back: a
 // grid of the same stages and tensor ranks at D' ranks, whose every param's
@@ -107,7 +162,12 @@ TEST_P(ParallelReshardViewTest, ExportedAtNItIsTheSameCheckpointAtNRanks) {
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelReshardViewTest,
                          ::testing::Values(std::pair<std::string, uint32_t>{"tp_z1_fp32_t2d2", 3},
                                            std::pair<std::string, uint32_t>{"pp_bf16opt_p2t2d2", 1},
-                                           std::pair<std::string, uint32_t>{"z3_tp_fp32_t2d2", 3}));
+                                           std::pair<std::string, uint32_t>{"z3_tp_fp32_t2d2", 3},
+                                           std::pair<std::string, uint32_t>{"tp_z1_swiglu_t4d1", 2},
+                                           std::pair<std::string, uint32_t>{
+                                               "pp_z1_fp32_p2d2_nomodelaxis", 3},
+                                           std::pair<std::string, uint32_t>{"tp_z2_bf16_t2d3", 2},
+                                           std::pair<std::string, uint32_t>{"z3_tp_bf16_t2d3", 4}));
 
 }  // namespace
 }  // namespace ucfs

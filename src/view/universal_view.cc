@@ -1,10 +1,14 @@
 #include "ucfs/view/universal_view.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "ucfs/checkpoint/merge_rules.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/torch_pickle_builder.h"
+#include "view/merged_runs.h"
 #include "view/universal_files.h"
 
 namespace ucfs {
@@ -157,8 +161,11 @@ std::vector<Xattr> ParamXattrs(const Checkpoint& c, size_t p) {
 }
 
 // <state>.pt of param p: its state s, whole.
+// `merged`: the param's universal_checkpoint_info rule (a Megatron run at
+// T = 1), or null.
 Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const Checkpoint>& ckpt,
-                                                    size_t p, size_t s, SourceFiles* crc_reader) {
+                                                    size_t p, size_t s, const MergedParam* merged,
+                                                    SourceFiles* crc_reader) {
   const ParamInfo& param = ckpt->params()[p];
   const StateInfo& state = ckpt->states()[s];
   const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
@@ -168,11 +175,15 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const 
   // ds_to_universal merges with, makes no 0-dim tensors).
   std::vector<int64_t> shape = param.shape;
   if (shape.empty()) shape = {1};
-  UCFS_ASSIGN_OR_RETURN(std::string pkl,
-                        flat_groups
-                            ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
-                            : BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)},
-                                               state.requires_grad));
+  Result<std::string> pkl =
+      !flat_groups
+          ? BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)}, state.requires_grad)
+      : merged == nullptr
+          ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
+          // The vocabulary's rows cut to original_vocab_size, its storage whole.
+          : UniversalDictPickle(state.dtype, merged->shape.empty() ? shape : merged->shape,
+                                param.numel, state.requires_grad, UniversalKeysOf(merged->merge));
+  UCFS_RETURN_IF_ERROR(pkl.status());
   StorageSpec storage;
   storage.key = "0";
   StorageRun run;
@@ -181,19 +192,19 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const 
   run.param = static_cast<uint32_t>(p);
   run.state = static_cast<uint32_t>(s);
   storage.runs.push_back(run);
-  return TorchFileContent::Make(ckpt, state.name, std::move(pkl), {storage}, crc_reader);
+  return TorchFileContent::Make(ckpt, state.name, std::move(pkl).value(), {storage}, crc_reader);
 }
 
 // zero/<param>/: a file per state, and at ZeRO-1/2 step.pt.
 Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const Checkpoint>& ckpt,
-                         size_t p, SourceFiles* crc_reader) {
+                         size_t p, const MergedParam* merged, SourceFiles* crc_reader) {
   const ParamInfo& param = ckpt->params()[p];
   UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param));
   UCFS_ASSIGN_OR_RETURN(InodeId pdir, view.AddDirectory(zero, param.name));
   const std::vector<Xattr> param_xattrs = ParamXattrs(*ckpt, p);
   for (size_t s = 0; s < ckpt->states().size(); ++s) {
     const StateInfo& state = ckpt->states()[s];
-    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, crc_reader));
+    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, merged, crc_reader));
     std::vector<Xattr> xattrs = param_xattrs;
     xattrs.push_back({"user.ucfs.state", state.name});
     xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
@@ -237,8 +248,27 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   InodeId udir = 0;
   UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, ckpt->files(), &udir));
 
+  // A Megatron-DeepSpeed run saved at T = 1 carries universal_checkpoint_info,
+  // by whose rules the converter writes each ZeRO-1/2 param's dict (ZeRO-3's
+  // bare tensors take none at T = 1).
+  std::optional<ParallelCheckpoint> rules;
+  if (ckpt->partitioning() == Partitioning::kFlatGroup) {
+    auto info = ReadUniversalInfo(ckpt->rank0_model());
+    const std::string& model0 = ckpt->files().model_files[0];
+    if (!info.ok()) return info.status().Annotate(model0).WithFile(model0);
+    if (info->has_value()) {
+      rules = ParallelCheckpoint::OfDataParallel(ckpt);
+      UCFS_RETURN_IF_ERROR(rules->merge_status());
+      // One shard group: its name table is the checkpoint's params, in order.
+      if (rules->params().size() != ckpt->params().size()) {
+        return Status::Corruption(model0 + ": a param name is in param_shapes twice")
+            .WithFile(model0);
+      }
+    }
+  }
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
-    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, crc_reader.get()));
+    const MergedParam* merged = rules ? &rules->params()[p] : nullptr;
+    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, crc_reader.get()));
   }
 
   UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));

@@ -244,6 +244,31 @@ TEST_P(FlatGroupUniversalViewTest, RandomRangesMatchWholeFileReads) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, FlatGroupUniversalViewTest,
                          ::testing::ValuesIn(testing::FlatGroupFixtureNames()));
 
+// A Megatron-DeepSpeed run saved at T = 1 (tensor-parallel in name only:
+// mp_rank_00) carries universal_checkpoint_info, whose rules the converter
+// lays each param's dict out by: the vocabulary cut to original_vocab_size
+// rows with vocab_tensor (its storage keeps the padded row), Megatron's
+// T = 1 patterns having no replicated or row-parallel lists. Byte for byte
+// DeepSpeed 0.14.5's output (deepspeed_universal/; right for a load at
+// T = 1).
+TEST(UniversalView, AMegatronRunAtOneTensorRankIsLaidOutByItsPatterns) {
+  Env& env = *Env::Posix();
+  const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2");
+  Mounted m = Build(env, dir + "/checkpoint", /*crc=*/true);
+  const std::string ref_dir = dir + "/deepspeed_universal";
+  const std::string utag = "global_step4_universal";
+  const std::vector<std::string> theirs = TreeBelow(ref_dir + "/" + utag);
+  ASSERT_EQ(ViewTreeBelow(*m.view, Resolve(*m.view, utag), ""), theirs);
+  size_t files = 0;
+  for (const std::string& rel : theirs) {
+    if (rel.back() == '/') continue;
+    EXPECT_EQ(ReadAll(env, *m.view, utag + "/" + rel), ReadFile(ref_dir + "/" + utag + "/" + rel))
+        << rel;
+    ++files;
+  }
+  EXPECT_EQ(files, 28u * 4 + 2);
+}
+
 TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   Env& env = *Env::Posix();
   Mounted m = Build(env, FixtureDir("z3_fp32_ws2") + "/checkpoint", false);

@@ -55,6 +55,12 @@ class ParallelCheckpoint : public StateMapper {
   static Result<ParallelCheckpoint> Open(Env& env, const std::string& path,
                                          const CheckpointOptions& options = {});
 
+  // A data-parallel checkpoint as the 1 × 1 × D grid it is: a run saved by
+  // Megatron-DeepSpeed at T = 1 carries universal_checkpoint_info too, and
+  // the converter merges its params by those rules (a vocabulary cut, a
+  // replicated param without cat_dim).
+  static ParallelCheckpoint OfDataParallel(std::shared_ptr<const Checkpoint> checkpoint);
+
   const ParallelCheckpointFiles& files() const { return files_; }
   const ParallelDegrees& degrees() const { return files_.degrees; }
   // Shard group m = p * T + t.
