@@ -14,7 +14,9 @@ namespace ucfs {
 Result<Checkpoint> CheckpointBuilder::Build(const std::string& path,
                                             const CheckpointOptions& options) {
   UCFS_ASSIGN_OR_RETURN(CheckpointFiles files, DiscoverCheckpoint(env_, path, options.tag));
-  return BuildFrom(std::move(files));
+  UCFS_ASSIGN_OR_RETURN(Checkpoint c, BuildFrom(std::move(files)));
+  c.supplied_universal_info_ = options.universal_info;
+  return c;
 }
 
 Result<Checkpoint> CheckpointBuilder::BuildFrom(CheckpointFiles files) {

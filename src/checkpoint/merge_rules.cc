@@ -1,6 +1,8 @@
 #include "ucfs/checkpoint/merge_rules.h"
 
 #include <array>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace ucfs {
@@ -111,6 +113,72 @@ Result<std::optional<UniversalInfo>> ReadUniversalInfo(const Document& doc) {
     }
   }
   return std::optional<UniversalInfo>(std::move(info));
+}
+
+namespace {
+
+// Lays the supplied JSON over `info`, key by key.
+Status ApplySupplied(const SuppliedUniversalInfo& supplied, UniversalInfo* info) {
+  const nlohmann::json j = nlohmann::json::parse(supplied.json, nullptr, false);
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(supplied.path + ": " + why).WithFile(supplied.path);
+  };
+  if (j.is_discarded() || !j.is_object()) {
+    return bad("not a JSON object of universal_checkpoint_info keys");
+  }
+  const std::map<std::string, std::vector<std::string>*> lists = {
+      {"pipeline_replicated_parameter_patterns", &info->pipeline_replicated},
+      {"tp_replicated_parameter_patterns", &info->tp_replicated},
+      {"parameter_to_average_patterns", &info->to_average},
+      {"parameter_with_2_sub_params_cat_dim_0", &info->two_sub_params_cat_dim_0},
+      {"parameter_with_row_parallelism_patterns", &info->row_parallel},
+      {"vocabulary_parameter_patterns", &info->vocabulary},
+  };
+  for (const auto& [key, value] : j.items()) {
+    if (auto it = lists.find(key); it != lists.end()) {
+      if (!value.is_array()) return bad("'" + key + "' is not a list of patterns");
+      it->second->clear();
+      for (const auto& pattern : value) {
+        if (!pattern.is_string()) return bad("'" + key + "' holds a pattern that is not a string");
+        it->second->push_back(pattern.get<std::string>());
+      }
+    } else if (key == "original_vocab_size" || key == "padded_vocab_size") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 1) {
+        return bad("'" + key + "' is not a positive integer");
+      }
+      (key == "original_vocab_size" ? info->original_vocab_size : info->padded_vocab_size) =
+          value.get<int64_t>();
+    } else if (key == "universal_checkpoint_version") {
+      if (!value.is_number()) return bad("'" + key + "' is not a number");
+      info->version = value.get<double>();
+    } else {
+      return bad(
+          "'" + Printable(key) + "' is no universal_checkpoint_info key ucfs takes" +
+          (key == "parameter_with_sub_params" ? " (SubparamShape merges are not served)" : ""));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document& model_states,
+                                                          const SuppliedUniversalInfo* supplied) {
+  UCFS_ASSIGN_OR_RETURN(std::optional<UniversalInfo> info, ReadUniversalInfo(model_states));
+  if (supplied == nullptr) return info;
+  UniversalInfo merged = info.value_or(UniversalInfo{});
+  UCFS_RETURN_IF_ERROR(ApplySupplied(*supplied, &merged));
+  return std::optional<UniversalInfo>(std::move(merged));
+}
+
+std::optional<std::string> UnsafeAtAnotherTensorDegree(const UniversalInfo& info,
+                                                       uint32_t saved_tp) {
+  if (saved_tp != 1 || !info.row_parallel.empty()) return std::nullopt;
+  return "saved at 1 tensor-parallel rank, its universal_checkpoint_info has no "
+         "parameter_with_row_parallelism_patterns (Megatron-DeepSpeed writes them only when "
+         "saving at T > 1): the universal checkpoint concatenates row-parallel weights on dim 0, "
+         "and DeepSpeed resuming it at T > 1 splits them there, silently wrong. Load it at T = 1, "
+         "or supply the patterns with --universal-info FILE";
 }
 
 Result<MergeRules> MergeRules::Compile(UniversalInfo info) {

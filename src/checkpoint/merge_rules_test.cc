@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -18,8 +17,7 @@ class FixtureMergeRulesTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureMergeRulesTest, EveryParamGetsTheConvertersRule) {
   const std::string dir = testing::TpFixtureDir(GetParam());
-  std::ifstream in(dir + "/ORACLE.json");
-  const auto oracle = nlohmann::json::parse(in);
+  const auto& oracle = testing::TpOracle(GetParam());
   auto grid = ListParallelCheckpointFiles(*Env::Posix(), dir + "/checkpoint");
   ASSERT_TRUE(grid.ok());
   auto shard = Checkpoint::OpenShard(*Env::Posix(), grid->shards[0]);
@@ -27,8 +25,9 @@ TEST_P(FixtureMergeRulesTest, EveryParamGetsTheConvertersRule) {
   auto info = ReadUniversalInfo(shard->rank0_model());
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   ASSERT_TRUE(info->has_value());
-  EXPECT_EQ((*info)->original_vocab_size, 13);
-  EXPECT_EQ((*info)->padded_vocab_size, 16);
+  const auto& saved = oracle["universal_checkpoint_info_saved"];
+  EXPECT_EQ((*info)->original_vocab_size, saved["original_vocab_size"].get<int64_t>());
+  EXPECT_EQ((*info)->padded_vocab_size, saved["padded_vocab_size"].get<int64_t>());
   auto rules = MergeRules::Compile(std::move(**info));
   ASSERT_TRUE(rules.ok()) << rules.status().ToString();
   for (const auto& [name, param] : oracle["params"].items()) {
@@ -38,6 +37,8 @@ TEST_P(FixtureMergeRulesTest, EveryParamGetsTheConvertersRule) {
     SCOPED_TRACE(name + " (" + tp + ")");
     if (tp == "rep") {
       EXPECT_EQ(merge->rule, MergeRule::kReplicated);
+    } else if (tp == "col2") {  // SwiGLU's [gate; up]
+      EXPECT_EQ(merge->rule, MergeRule::kTwoSubParamsDim0);
     } else {
       EXPECT_EQ(merge->rule, MergeRule::kConcat);
       EXPECT_EQ(merge->cat_dim, tp == "row" ? 1 : 0);
@@ -50,8 +51,41 @@ TEST_P(FixtureMergeRulesTest, EveryParamGetsTheConvertersRule) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, FixtureMergeRulesTest,
-                         ::testing::Values("tp_z1_fp32_t2d2", "pp_bf16opt_p2t2d2",
-                                           "z3_tp_fp32_t2d2"));
+                         ::testing::ValuesIn(testing::TpGridFixtureNames()));
+
+// Megatron-DeepSpeed at T = 1 saves no replicated or row-parallel
+// patterns: flagged, and the patterns a user supplies (--universal-info)
+// replace the saved lists key by key, the rest kept.
+TEST(SuppliedUniversalInfo, ReplacesTheSavedListsItNames) {
+  const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2");
+  auto c = Checkpoint::Open(*Env::Posix(), dir + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto saved = ResolveUniversalInfo(c->rank0_model(), nullptr);
+  ASSERT_TRUE(saved.ok() && saved->has_value());
+  EXPECT_TRUE((*saved)->row_parallel.empty());
+  ASSERT_TRUE(UnsafeAtAnotherTensorDegree(**saved, 1));
+  EXPECT_NE(UnsafeAtAnotherTensorDegree(**saved, 1)->find("--universal-info"), std::string::npos);
+  EXPECT_FALSE(UnsafeAtAnotherTensorDegree(**saved, 2));  // saved at T > 1: Megatron's lists
+  SuppliedUniversalInfo supplied{dir + "/universal_info_rows.json",
+                                 testing::ReadFile(dir + "/universal_info_rows.json")};
+  auto patched = ResolveUniversalInfo(c->rank0_model(), &supplied);
+  ASSERT_TRUE(patched.ok()) << patched.status().ToString();
+  EXPECT_EQ((*patched)->row_parallel.size(), 2u);
+  EXPECT_EQ((*patched)->tp_replicated.size(), 9u);
+  EXPECT_EQ((*patched)->vocabulary, (*saved)->vocabulary);
+  EXPECT_EQ((*patched)->original_vocab_size, 13);
+  EXPECT_FALSE(UnsafeAtAnotherTensorDegree(**patched, 1));
+  // What is not DeepSpeed's is refused, naming the file and the key.
+  for (const char* bad :
+       {"[1]", "{\"no_such_key\": []}", "{\"tp_replicated_parameter_patterns\": 3}",
+        "{\"vocabulary_parameter_patterns\": [1]}", "{\"original_vocab_size\": -2}", "not json"}) {
+    SCOPED_TRACE(bad);
+    SuppliedUniversalInfo wrong{"/p.json", bad};
+    auto r = ResolveUniversalInfo(c->rank0_model(), &wrong);
+    EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(r.status().file(), "/p.json");
+  }
+}
 
 MergeRules Rules(UniversalInfo info) {
   auto rules = MergeRules::Compile(std::move(info));

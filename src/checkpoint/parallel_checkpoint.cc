@@ -119,6 +119,7 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
     const auto& own = c.shards_.back()->sources();
     c.sources_.insert(c.sources_.end(), own.begin(), own.end());
   }
+  c.supplied_info_ = options.universal_info;
   c.merge_status_ = c.MakeNameTable();
   if (!c.merge_status_.ok()) c.params_.clear();  // no half a table
   return c;
@@ -131,6 +132,7 @@ ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
   c.files_.shards.push_back(checkpoint->files());
   c.source_base_.push_back(0);
   c.sources_ = checkpoint->sources();
+  c.supplied_info_ = checkpoint->supplied_universal_info();
   c.shards_.push_back(std::move(checkpoint));
   c.merge_status_ = c.MakeNameTable();
   if (!c.merge_status_.ok()) c.params_.clear();
@@ -142,14 +144,19 @@ Status ParallelCheckpoint::MakeNameTable() {
   const uint32_t tp = c.files_.degrees.tp;
   const Checkpoint& first = *c.shards_[0];
   const std::string& first_model = first.files().model_files[0];
-  auto info = ReadUniversalInfo(first.rank0_model());
-  if (!info.ok()) return info.status().Annotate(first_model).WithFile(first_model);
+  auto info = ResolveUniversalInfo(first.rank0_model(), c.supplied_info_.get());
+  if (!info.ok()) {
+    if (c.supplied_info_ && info.status().file() == c.supplied_info_->path) return info.status();
+    return info.status().Annotate(first_model).WithFile(first_model);
+  }
+  if (info->has_value()) c.unsafe_ = UnsafeAtAnotherTensorDegree(**info, tp);
   if (!info->has_value() && tp > 1) {
     return Status::NotSupported(
                first_model + ": no universal_checkpoint_info, so how its " + std::to_string(tp) +
                " tensor-parallel slices merge is unknown (Megatron-DeepSpeed saves it; "
                "ds_to_universal.py --inject_missing_state concatenates every param on dim 0, which "
-               "doubles replicated ones: DeepSpeed #6503)")
+               "doubles replicated ones: DeepSpeed #6503); supply the patterns with "
+               "--universal-info FILE")
         .WithFile(first_model);
   }
   auto rules = MergeRules::Compile(info->value_or(UniversalInfo{}));

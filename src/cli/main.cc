@@ -176,6 +176,7 @@ int RunMount(MountArgs a, int verbosity) {
   request.crc = a.crc;
   request.world_size = a.world_size;
   request.sub_group_size = a.sub_group_size;
+  if (a.universal_info) request.universal_info = fs::absolute(*a.universal_info, ec).string();
   request.copy_rank_files = !a.no_rank_file_copies;
   for (const std::string& layer : a.layers) {
     request.layers.push_back(fs::absolute(layer, ec).lexically_normal().string());
@@ -370,6 +371,11 @@ CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
   mount->add_option("--sub-group-size", a->sub_group_size,
                     "The run's zero_optimization.sub_group_size, when its ds_config has none "
                     "(default 1000000000)");
+  mount->add_option(
+      "--universal-info", a->universal_info,
+      "A JSON file of universal_checkpoint_info keys (the pattern lists, "
+      "original_vocab_size, ...) laid over the saved ones, for a checkpoint saved "
+      "without them (a TP run without it, a T = 1 run without row-parallel patterns)");
   mount->add_option("--upper", a->upper,
                     "Make the mount writable: whatever is written (new checkpoints, a rewritten "
                     "`latest`) lands in this directory (created if missing); the source is never "
@@ -421,6 +427,8 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosi
       ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
   export_cmd->add_option("--sub-group-size", a->view.sub_group_size,
                          "The run's zero_optimization.sub_group_size, when its ds_config has none");
+  export_cmd->add_option("--universal-info", a->view.universal_info,
+                         "A JSON file of universal_checkpoint_info keys laid over the saved ones");
   export_cmd
       ->add_option("--layer", a->view.layers,
                    "An earlier mount's --upper directory, laid over CKPT (repeat, oldest first)")

@@ -25,6 +25,7 @@ struct MountArgs {
   std::string log_file;
   std::optional<uint32_t> world_size;
   std::optional<uint64_t> sub_group_size;
+  std::optional<std::string> universal_info;  // --universal-info FILE
   std::optional<std::string> upper;
   // Earlier mounts' upper directories, read-only under this one's, oldest
   // first (cli/view_setup.h: ViewRequest::layers).

@@ -34,12 +34,13 @@ struct UcfsOption {
   std::string_view value;  // empty: a flag that takes no value
   std::string_view help;
 };
-constexpr std::array<UcfsOption, 14> kUcfsOptions = {{
+constexpr std::array<UcfsOption, 15> kUcfsOptions = {{
     {"world_size", "N", "--world-size N: the checkpoint as saved with N ranks"},
     {"upper", "DIR", "--upper DIR: writable, writes land in DIR"},
     {"layer", "DIR", "--layer DIR: an earlier upper, read under it (repeat)"},
     {"tag", "TAG", "--tag TAG: another tag than `latest` names"},
     {"sub_group_size", "N", "--sub-group-size N: the run's sub_group_size"},
+    {"universal_info", "FILE", "--universal-info FILE: universal_checkpoint_info keys"},
     {"cache_dir", "DIR", "--cache-dir DIR: where the index lives"},
     {"weights_dtype", "DTYPE", "--weights-dtype DTYPE: the HF weights' dtype"},
     {"no_cache", "", "--no-cache: neither read nor write the index"},
@@ -153,6 +154,8 @@ Status ApplyOption(const std::string& opt, HelperRequest& r, bool& read_only) {
     auto n = ParseUnsigned(value);
     if (!n || *n == 0) return Status::InvalidArgument(opt + ": must be a positive number");
     r.mount.sub_group_size = *n;
+  } else if (key == "universal_info") {
+    r.mount.universal_info = value;
   } else if (key == "upper") {
     r.mount.upper = value;
   } else if (key == "layer") {
@@ -271,6 +274,7 @@ std::string EquivalentCommand(const HelperRequest& r) {
   for (const std::string& layer : m.layers) add("--layer", layer);
   if (m.tag) add("--tag", *m.tag);
   if (m.sub_group_size) add("--sub-group-size", std::to_string(*m.sub_group_size));
+  if (m.universal_info) add("--universal-info", *m.universal_info);
   if (m.cache_dir) add("--cache-dir", *m.cache_dir);
   if (m.weights_dtype) add("--weights-dtype", *m.weights_dtype);
   if (m.no_cache) add("--no-cache");

@@ -8,10 +8,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/index.h"
+#include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/overlay/layered_env.h"
@@ -24,6 +27,20 @@
 #include "ucfs/view/upper_root_views.h"
 
 namespace ucfs::cli {
+
+Result<std::shared_ptr<const SuppliedUniversalInfo>> ReadSuppliedUniversalInfo(
+    const std::optional<std::string>& path) {
+  if (!path) return std::shared_ptr<const SuppliedUniversalInfo>();
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) {
+    return Status::InvalidArgument("--universal-info " + *path + ": cannot be read")
+        .WithFile(*path);
+  }
+  auto info = std::make_shared<SuppliedUniversalInfo>();
+  info->path = *path;
+  info->json.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::shared_ptr<const SuppliedUniversalInfo>(std::move(info));
+}
 
 Result<CheckpointEnv> OpenCheckpointEnv(const std::string& path) {
   CheckpointEnv out;
@@ -164,11 +181,12 @@ Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::
   return out;
 }
 
-// A tensor- and pipeline-parallel checkpoint: its universal view
-// (src/design/model-parallelism.md); the other views are not served yet.
+// A tensor- and pipeline-parallel checkpoint: its universal view, or the
+// view at a new D (src/design/model-parallelism.md); both with <tag>_fp32.
 Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out, const std::string& path) {
   CheckpointOptions options;
   options.tag = r.tag;
+  UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(r.universal_info));
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint opened,
                         ParallelCheckpoint::Open(*out.env, path, options));
   out.parallel = std::make_shared<const ParallelCheckpoint>(std::move(opened));
@@ -184,6 +202,7 @@ Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out, const 
                           BuildParallelUniversalView(*out.env, out.parallel, view_options));
     out.layout_roots = {"latest_universal", UniversalTag(files.tag)};
   }
+  out.consolidated_root = ConsolidatedDirName(files.tag);
   for (const std::string& dir : {files.root, files.tag_dir}) {
     if (!dir.empty()) out.source_dirs.push_back(dir);
   }
@@ -264,6 +283,7 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   CheckpointOptions options;
   options.tag = r.tag;
   options.source = index.get();
+  UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(r.universal_info));
   UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env, source.path, options));
   out.checkpoint = std::make_shared<const Checkpoint>(std::move(ckpt));
   out.index_note = index ? fmt::format("{} rank files from the index, {} read", index->cache_hits(),

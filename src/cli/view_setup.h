@@ -11,6 +11,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/view/upper_root_views.h"
@@ -34,6 +35,9 @@ struct ViewRequest {
   bool crc = false;
   std::optional<uint32_t> world_size;  // the reshard view; else the universal view
   std::optional<uint64_t> sub_group_size;
+  // A JSON file of universal_checkpoint_info keys laid over the saved ones
+  // (--universal-info: merge_rules.h SuppliedUniversalInfo).
+  std::optional<std::string> universal_info;
   // Copies of the frameworks' per-rank files for new ranks
   // (view/rank_file_extras.h).
   bool copy_rank_files = true;
@@ -51,6 +55,11 @@ struct ViewRequest {
   // saved into it get views (OpenedView::upper_views).
   std::optional<std::string> upper;
 };
+
+// --universal-info FILE read (null without one); InvalidArgument naming the
+// file where it cannot be read.
+Result<std::shared_ptr<const SuppliedUniversalInfo>> ReadSuppliedUniversalInfo(
+    const std::optional<std::string>& path);
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32" as a dtype;
 // InvalidArgument naming what is accepted.

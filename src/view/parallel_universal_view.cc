@@ -72,6 +72,7 @@ Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const Para
 Result<std::unique_ptr<View>> BuildParallelUniversalView(
     Env& env, std::shared_ptr<const ParallelCheckpoint> c, const UniversalViewOptions& options) {
   UCFS_RETURN_IF_ERROR(c->merge_status());
+  WarnIfUnsafeAtAnotherTensorDegree(*c);
   int64_t mtime = 0;
   for (const auto& s : c->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);

@@ -133,7 +133,7 @@ TEST_F(RunViewTest, EveryTagServesWhatItsOwnMountWould) {
                         Case{"accelerate", "pytorch_model", "z3_fp32_ws2"},
                         Case{"accelerate", "pytorch_model_1", "z3_bf16_ws2"}}) {
     SCOPED_TRACE(c.root + "/" + c.tag);
-    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr});
+    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr, nullptr});
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto shared = std::make_shared<const Checkpoint>(std::move(ckpt).value());
     auto alone = BuildUniversalView(env_, shared, options.universal);
@@ -232,7 +232,7 @@ TEST_F(RunViewTest, ReshardModeServesEveryTagAtN) {
        {Case{"checkpoint-4", "global_step4"}, Case{"checkpoint-8", "global_step4"},
         Case{"accelerate", "pytorch_model"}, Case{"accelerate", "pytorch_model_1"}}) {
     SCOPED_TRACE(c.root + "/" + c.tag);
-    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr});
+    auto ckpt = Checkpoint::Open(env_, "/run/" + c.root, {c.tag, nullptr, nullptr});
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
     auto alone = BuildReshardView(env_, std::make_shared<const Checkpoint>(std::move(ckpt).value()),
                                   *options.reshard);

@@ -9,6 +9,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/torch_file_content.h"
 
@@ -36,6 +37,10 @@ Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param);
 // shown as a root of it, with `latest`), latest_universal, and
 // <tag>_universal/zero/; the zero directory's inode, *udir the other's.
 Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir);
+
+// Warns (the user, once per view built) where a universal checkpoint of
+// `c` would resume wrongly at another tensor-parallel degree.
+void WarnIfUnsafeAtAnotherTensorDegree(const ParallelCheckpoint& c);
 
 }  // namespace ucfs
 

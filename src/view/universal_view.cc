@@ -1,5 +1,7 @@
 #include "ucfs/view/universal_view.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -128,6 +130,12 @@ Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
   return Status::OK();
 }
 
+void WarnIfUnsafeAtAnotherTensorDegree(const ParallelCheckpoint& c) {
+  if (!c.unsafe_at_another_tensor_degree()) return;
+  spdlog::warn("{}: {}", TerminalSafe(c.shard(0).files().model_files[0]),
+               *c.unsafe_at_another_tensor_degree());
+}
+
 Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir) {
   const std::string utag = UniversalTag(files.tag);
   if (!files.root.empty()) {
@@ -253,12 +261,16 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   // bare tensors take none at T = 1).
   std::optional<ParallelCheckpoint> rules;
   if (ckpt->partitioning() == Partitioning::kFlatGroup) {
-    auto info = ReadUniversalInfo(ckpt->rank0_model());
+    auto info = ResolveUniversalInfo(ckpt->rank0_model(), ckpt->supplied_universal_info().get());
     const std::string& model0 = ckpt->files().model_files[0];
-    if (!info.ok()) return info.status().Annotate(model0).WithFile(model0);
+    if (!info.ok()) {
+      return info.status().file().empty() ? info.status().Annotate(model0).WithFile(model0)
+                                          : info.status();
+    }
     if (info->has_value()) {
       rules = ParallelCheckpoint::OfDataParallel(ckpt);
       UCFS_RETURN_IF_ERROR(rules->merge_status());
+      WarnIfUnsafeAtAnotherTensorDegree(*rules);
       // One shard group: its name table is the checkpoint's params, in order.
       if (rules->params().size() != ckpt->params().size()) {
         return Status::Corruption(model0 + ": a param name is in param_shapes twice")

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "test_support.h"
+#include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/view/torch_pickle_builder.h"
 
@@ -267,6 +268,33 @@ TEST(UniversalView, AMegatronRunAtOneTensorRankIsLaidOutByItsPatterns) {
     ++files;
   }
   EXPECT_EQ(files, 28u * 4 + 2);
+}
+
+// With the row-parallel and replicated patterns supplied (--universal-info)
+// it is the universal checkpoint Megatron's T > 1 lists make of it (the
+// converter's output for the same run saved with them, expected/), which
+// DeepSpeed resumes at T = 2 (tests/deepspeed/tpp_check.sh).
+TEST(UniversalView, SuppliedPatternsMakeItSafeAtAnotherTensorDegree) {
+  Env& env = *Env::Posix();
+  const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2");
+  CheckpointOptions options;
+  options.universal_info = std::make_shared<const SuppliedUniversalInfo>(SuppliedUniversalInfo{
+      dir + "/universal_info_rows.json", ReadFile(dir + "/universal_info_rows.json")});
+  auto opened = Checkpoint::Open(env, dir + "/checkpoint", options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto ckpt = std::make_shared<const Checkpoint>(std::move(opened).value());
+  UniversalViewOptions view_options;
+  view_options.compute_crc = true;
+  auto view = BuildUniversalView(env, ckpt, view_options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  const std::string ref_dir = dir + "/expected/global_step4_universal";
+  const std::vector<std::string> theirs = TreeBelow(ref_dir);
+  ASSERT_EQ(ViewTreeBelow(**view, Resolve(**view, "global_step4_universal"), ""), theirs);
+  for (const std::string& rel : theirs) {
+    if (rel.back() == '/') continue;
+    EXPECT_EQ(ReadAll(env, **view, "global_step4_universal/" + rel), ReadFile(ref_dir + "/" + rel))
+        << rel;
+  }
 }
 
 TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {

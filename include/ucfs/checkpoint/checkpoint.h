@@ -121,10 +121,14 @@ struct TiedParam {
   std::string canonical;
 };
 
+struct SuppliedUniversalInfo;
+
 struct CheckpointOptions {
   std::optional<std::string> tag;
   // Where rank files are summarised from; nullptr reads them directly.
   TorchFileSource* source = nullptr;
+  // universal_checkpoint_info laid over the saved one (merge_rules.h).
+  std::shared_ptr<const SuppliedUniversalInfo> universal_info;
 };
 
 class Checkpoint : public StateMapper {
@@ -191,6 +195,11 @@ class Checkpoint : public StateMapper {
   Status MapShardFrozen(uint32_t shard, size_t frozen, uint64_t begin, uint64_t end,
                         std::vector<Extent>* out) const override;
 
+  // What the user supplied of universal_checkpoint_info (null: none).
+  const std::shared_ptr<const SuppliedUniversalInfo>& supplied_universal_info() const {
+    return supplied_universal_info_;
+  }
+
   // Rank 0's parsed data.pkl of the optimizer and model-states files.
   const pickle::Document& rank0_optim() const { return *rank0_optim_; }
   const pickle::Document& rank0_model() const { return *rank0_model_; }
@@ -246,6 +255,7 @@ class Checkpoint : public StateMapper {
   std::vector<Slot> frozen_slots_;
   std::shared_ptr<const pickle::Document> rank0_optim_;
   std::shared_ptr<const pickle::Document> rank0_model_;
+  std::shared_ptr<const SuppliedUniversalInfo> supplied_universal_info_;
   std::shared_ptr<const TorchFileSummary> rank0_optim_summary_;
   std::shared_ptr<const TorchFileSummary> rank0_model_summary_;
   ContainerStyle container_style_;

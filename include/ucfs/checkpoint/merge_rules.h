@@ -61,6 +61,29 @@ struct UniversalInfo {
 // it has none. Corruption naming the key that is not what DeepSpeed saves.
 Result<std::optional<UniversalInfo>> ReadUniversalInfo(const pickle::Document& doc);
 
+// universal_checkpoint_info a user supplies (ucfs --universal-info FILE)
+// for a checkpoint saved without it, or without lists it needs (Megatron
+// writes the replicated and row-parallel ones only when it saves at T > 1):
+// a JSON object with the saved dict's keys, each key present replacing the
+// saved one.
+struct SuppliedUniversalInfo {
+  std::string path;  // named in messages
+  std::string json;
+};
+
+// The model-states pickle's universal_checkpoint_info with `supplied` laid
+// over it (null: as saved); nullopt where neither has one. InvalidArgument
+// naming the supplied file for a key or value DeepSpeed does not save.
+Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document& model_states,
+                                                          const SuppliedUniversalInfo* supplied);
+
+// Why `info` would merge wrongly for a load at another tensor-parallel
+// degree than `saved_tp`: saved at T = 1 without row-parallel patterns, the
+// converter concatenates a row-parallel weight on dim 0 and the loader
+// splits it there (DeepSpeed resumes silently wrong). nullopt where safe.
+std::optional<std::string> UnsafeAtAnotherTensorDegree(const UniversalInfo& info,
+                                                       uint32_t saved_tp);
+
 enum class MergeRule : uint8_t { kReplicated, kAverage, kTwoSubParamsDim0, kSubParams, kConcat };
 
 struct ParamMerge {

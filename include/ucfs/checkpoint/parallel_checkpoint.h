@@ -72,6 +72,9 @@ class ParallelCheckpoint : public StateMapper {
   // naming the file where the shards disagree on a param, and for patterns
   // no param used (ds_to_universal.py's strict check).
   const Status& merge_status() const { return merge_status_; }
+  // Why the table would merge wrongly for a load at another T
+  // (UnsafeAtAnotherTensorDegree), or nullopt.
+  const std::optional<std::string>& unsafe_at_another_tensor_degree() const { return unsafe_; }
   // The rules the table was decided by (merge_status() OK).
   const MergeRules& rules() const { return *rules_; }
   // Every shard group's sources, shard 0's first: shard m's source i is
@@ -93,6 +96,8 @@ class ParallelCheckpoint : public StateMapper {
   std::vector<SourceFile> sources_;
   std::vector<uint32_t> source_base_;
   Status merge_status_;
+  std::shared_ptr<const SuppliedUniversalInfo> supplied_info_;
+  std::optional<std::string> unsafe_;
 
   Status MakeNameTable();
 };
