@@ -360,6 +360,17 @@ std::map<std::string, SafeTensor> ParseSafetensors(const std::string& file) {
   return out;
 }
 
+void RemoveDictKey(pickle::Document* doc, pickle::NodeId dict, std::string_view key) {
+  pickle::Node& node = doc->mutable_node(dict);
+  for (size_t i = node.list_items; i + 1 < node.items.size(); i += 2) {
+    if (doc->AsStr(node.items[i]) == key) {
+      node.items.erase(node.items.begin() + static_cast<std::ptrdiff_t>(i),
+                       node.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+      return;
+    }
+  }
+}
+
 BinContents ReadBin(const std::string& file) {
   BinContents out;
   MemEnv env;

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ucfs/checkpoint/checkpoint.h"
@@ -53,6 +54,9 @@ ReferenceTensor LoadReference(const nlohmann::json& entry);
 // hostile or inconsistent inputs from real ones).
 std::string RepackTorchFile(const std::string& bytes,
                             const std::function<void(pickle::Document*)>& edit);
+
+// Removes key `key` (and its value) from dict `dict` of `doc`, if there.
+void RemoveDictKey(pickle::Document* doc, pickle::NodeId dict, std::string_view key);
 
 // A torch.save file's bytes with a stored record `relative_name` holding
 // `data` added right after data.pkl (where torch >= 2.1 puts `byteorder`).

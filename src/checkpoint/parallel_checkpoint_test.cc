@@ -67,14 +67,7 @@ class BrokenParallelCheckpointTest : public ::testing::Test {
 
 TEST_F(BrokenParallelCheckpointTest, NoPatternsAtTwoTensorRanksIsRefused) {
   EditInfo([](pickle::Document* d, pickle::NodeId) {
-    pickle::Node& root = d->mutable_node(d->root());
-    for (size_t i = root.list_items; i + 1 < root.items.size(); i += 2) {
-      if (d->AsStr(root.items[i]) == "universal_checkpoint_info") {
-        root.items.erase(root.items.begin() + static_cast<std::ptrdiff_t>(i),
-                         root.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
-        break;
-      }
-    }
+    testing::RemoveDictKey(d, d->root(), "universal_checkpoint_info");
   });
   // The shard groups open (a view at a new D needs no merge); the name
   // table cannot be made, and says why.

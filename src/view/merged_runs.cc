@@ -3,14 +3,10 @@
 #include <memory>
 #include <utility>
 
+#include "ucfs/codec/torch_tensor.h"
+
 namespace ucfs {
 namespace {
-
-uint64_t Numel(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
 
 StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset, uint64_t length) {
   StorageRun run;
@@ -28,7 +24,7 @@ StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset,
 Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, const MergedParam& p,
                                                 size_t s, uint64_t element_size) {
   const uint32_t tp = c.degrees().tp;
-  const uint64_t slice_bytes = Numel(p.local_shape) * element_size;
+  const uint64_t slice_bytes = NumelOf(p.local_shape) * element_size;
   auto shard = [&](uint32_t t) { return p.stage * tp + t; };
   std::vector<StorageRun> runs;
   // At T = 1 every merge but SubparamShape's is the one slice (the mean of

@@ -6,18 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "ucfs/codec/torch_tensor.h"
 #include "view/merged_runs.h"
 
 namespace ucfs {
-namespace {
-
-uint64_t Numel(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
-}  // namespace
 
 Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
                                                                       const ParallelCheckpoint& c) {
@@ -72,7 +64,7 @@ Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
     t.dtype = fp32.dtype;
     t.shape = param.shape;
     t.requires_grad = fp32.requires_grad;
-    t.storage.runs = FirstBytesOf(std::move(runs), Numel(param.shape) * es);
+    t.storage.runs = FirstBytesOf(std::move(runs), NumelOf(param.shape) * es);
     out.push_back(std::move(t));
   }
   std::vector<TiedParam> tied;

@@ -113,14 +113,7 @@ TEST(ParallelConsolidated, NoMergeNoConsolidatedWeightsButTheViewServes) {
       env.CopyTreeFrom(testing::TpFixtureDir("tp_z1_fp32_t2d2") + "/checkpoint", "/ck").ok());
   const std::string model0 = "/ck/global_step4/mp_rank_00_model_states.pt";
   env.WriteFile(model0, testing::RepackTorchFile(*env.Contents(model0), [](pickle::Document* d) {
-                  pickle::Node& root = d->mutable_node(d->root());
-                  for (size_t i = root.list_items; i + 1 < root.items.size(); i += 2) {
-                    if (d->AsStr(root.items[i]) == "universal_checkpoint_info") {
-                      root.items.erase(root.items.begin() + static_cast<std::ptrdiff_t>(i),
-                                       root.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
-                      break;
-                    }
-                  }
+                  testing::RemoveDictKey(d, d->root(), "universal_checkpoint_info");
                 }));
   auto c = Open(env, "/ck");
   ASSERT_TRUE(c);

@@ -280,6 +280,11 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   }
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
     const MergedParam* merged = rules ? &rules->params()[p] : nullptr;
+    if (merged != nullptr && merged->merge.rule == MergeRule::kSubParams) {
+      return Status::NotSupported("param '" + Printable(merged->name) +
+                                  "': its universal_checkpoint_info merge "
+                                  "(parameter_with_sub_params) is not served yet");
+    }
     UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, crc_reader.get()));
   }
 

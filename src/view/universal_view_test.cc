@@ -197,6 +197,22 @@ std::vector<std::string> ViewTreeBelow(View& view, InodeId dir, const std::strin
   return out;
 }
 
+// That directory `utag` of `view` holds exactly the files of `ref_dir`/
+// `utag`, byte for byte; how many files it compared.
+size_t ExpectTreeIsTheReference(Env& env, View& view, const std::string& ref_dir,
+                                const std::string& utag) {
+  const std::vector<std::string> theirs = TreeBelow(ref_dir + "/" + utag);
+  EXPECT_EQ(ViewTreeBelow(view, Resolve(view, utag), ""), theirs);
+  size_t files = 0;
+  for (const std::string& rel : theirs) {
+    if (rel.back() == '/') continue;
+    EXPECT_EQ(ReadAll(env, view, utag + "/" + rel), ReadFile(ref_dir + "/" + utag + "/" + rel))
+        << rel;
+    ++files;
+  }
+  return files;
+}
+
 class FlatGroupUniversalViewTest : public ::testing::TestWithParam<std::string> {};
 
 // ZeRO-1/2: the universal tree holds exactly the reference's files
@@ -210,15 +226,7 @@ TEST_P(FlatGroupUniversalViewTest, TreeIsByteIdenticalToTheReference) {
   const std::string ref_dir = FixtureDir(GetParam()) + "/expected";
   EXPECT_EQ(ReadAll(env, *m.view, "latest_universal"), ReadFile(ref_dir + "/latest_universal"));
   const std::string utag = "global_step4_universal";
-  const std::vector<std::string> theirs = TreeBelow(ref_dir + "/" + utag);
-  ASSERT_EQ(ViewTreeBelow(*m.view, Resolve(*m.view, utag), ""), theirs);
-  size_t files = 0;
-  for (const std::string& rel : theirs) {
-    if (rel.back() == '/') continue;
-    EXPECT_EQ(ReadAll(env, *m.view, utag + "/" + rel), ReadFile(ref_dir + "/" + utag + "/" + rel))
-        << rel;
-    ++files;
-  }
+  const size_t files = ExpectTreeIsTheReference(env, *m.view, ref_dir, utag);
   // 12 params x {fp32, exp_avg, exp_avg_sq, step}, optimizer_state.pt, the model states.
   EXPECT_EQ(files, 12u * 4 + 2);
 }
@@ -258,15 +266,7 @@ TEST(UniversalView, AMegatronRunAtOneTensorRankIsLaidOutByItsPatterns) {
   Mounted m = Build(env, dir + "/checkpoint", /*crc=*/true);
   const std::string ref_dir = dir + "/deepspeed_universal";
   const std::string utag = "global_step4_universal";
-  const std::vector<std::string> theirs = TreeBelow(ref_dir + "/" + utag);
-  ASSERT_EQ(ViewTreeBelow(*m.view, Resolve(*m.view, utag), ""), theirs);
-  size_t files = 0;
-  for (const std::string& rel : theirs) {
-    if (rel.back() == '/') continue;
-    EXPECT_EQ(ReadAll(env, *m.view, utag + "/" + rel), ReadFile(ref_dir + "/" + utag + "/" + rel))
-        << rel;
-    ++files;
-  }
+  const size_t files = ExpectTreeIsTheReference(env, *m.view, ref_dir, utag);
   EXPECT_EQ(files, 28u * 4 + 2);
 }
 
@@ -287,14 +287,8 @@ TEST(UniversalView, SuppliedPatternsMakeItSafeAtAnotherTensorDegree) {
   view_options.compute_crc = true;
   auto view = BuildUniversalView(env, ckpt, view_options);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  const std::string ref_dir = dir + "/expected/global_step4_universal";
-  const std::vector<std::string> theirs = TreeBelow(ref_dir);
-  ASSERT_EQ(ViewTreeBelow(**view, Resolve(**view, "global_step4_universal"), ""), theirs);
-  for (const std::string& rel : theirs) {
-    if (rel.back() == '/') continue;
-    EXPECT_EQ(ReadAll(env, **view, "global_step4_universal/" + rel), ReadFile(ref_dir + "/" + rel))
-        << rel;
-  }
+  EXPECT_EQ(ExpectTreeIsTheReference(env, **view, dir + "/expected", "global_step4_universal"),
+            28u * 4 + 2);
 }
 
 TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
