@@ -163,8 +163,11 @@ Status ApplySupplied(const SuppliedUniversalInfo& supplied, UniversalInfo* info)
 }  // namespace
 
 Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document& model_states,
+                                                          const std::string& model_states_file,
                                                           const SuppliedUniversalInfo* supplied) {
-  UCFS_ASSIGN_OR_RETURN(std::optional<UniversalInfo> info, ReadUniversalInfo(model_states));
+  auto saved = ReadUniversalInfo(model_states);
+  if (!saved.ok()) return saved.status().Annotate(model_states_file).WithFile(model_states_file);
+  std::optional<UniversalInfo> info = std::move(saved).value();
   if (supplied == nullptr) return info;
   UniversalInfo merged = info.value_or(UniversalInfo{});
   UCFS_RETURN_IF_ERROR(ApplySupplied(*supplied, &merged));

@@ -60,7 +60,7 @@ TEST(SuppliedUniversalInfo, ReplacesTheSavedListsItNames) {
   const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2");
   auto c = Checkpoint::Open(*Env::Posix(), dir + "/checkpoint");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto saved = ResolveUniversalInfo(c->rank0_model(), nullptr);
+  auto saved = ResolveUniversalInfo(c->rank0_model(), "model", nullptr);
   ASSERT_TRUE(saved.ok() && saved->has_value());
   EXPECT_TRUE((*saved)->row_parallel.empty());
   ASSERT_TRUE(UnsafeAtAnotherTensorDegree(**saved, 1));
@@ -68,7 +68,7 @@ TEST(SuppliedUniversalInfo, ReplacesTheSavedListsItNames) {
   EXPECT_FALSE(UnsafeAtAnotherTensorDegree(**saved, 2));  // saved at T > 1: Megatron's lists
   SuppliedUniversalInfo supplied{dir + "/universal_info_rows.json",
                                  testing::ReadFile(dir + "/universal_info_rows.json")};
-  auto patched = ResolveUniversalInfo(c->rank0_model(), &supplied);
+  auto patched = ResolveUniversalInfo(c->rank0_model(), "model", &supplied);
   ASSERT_TRUE(patched.ok()) << patched.status().ToString();
   EXPECT_EQ((*patched)->row_parallel.size(), 2u);
   EXPECT_EQ((*patched)->tp_replicated.size(), 9u);
@@ -81,7 +81,7 @@ TEST(SuppliedUniversalInfo, ReplacesTheSavedListsItNames) {
         "{\"vocabulary_parameter_patterns\": [1]}", "{\"original_vocab_size\": -2}", "not json"}) {
     SCOPED_TRACE(bad);
     SuppliedUniversalInfo wrong{"/p.json", bad};
-    auto r = ResolveUniversalInfo(c->rank0_model(), &wrong);
+    auto r = ResolveUniversalInfo(c->rank0_model(), "model", &wrong);
     EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
     EXPECT_EQ(r.status().file(), "/p.json");
   }

@@ -144,11 +144,8 @@ Status ParallelCheckpoint::MakeNameTable() {
   const uint32_t tp = c.files_.degrees.tp;
   const Checkpoint& first = *c.shards_[0];
   const std::string& first_model = first.files().model_files[0];
-  auto info = ResolveUniversalInfo(first.rank0_model(), c.supplied_info_.get());
-  if (!info.ok()) {
-    if (c.supplied_info_ && info.status().file() == c.supplied_info_->path) return info.status();
-    return info.status().Annotate(first_model).WithFile(first_model);
-  }
+  auto info = ResolveUniversalInfo(first.rank0_model(), first_model, c.supplied_info_.get());
+  if (!info.ok()) return info.status();
   if (info->has_value()) c.unsafe_ = UnsafeAtAnotherTensorDegree(**info, tp);
   if (!info->has_value() && tp > 1) {
     return Status::NotSupported(

@@ -189,8 +189,10 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const 
       : merged == nullptr
           ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
           // The vocabulary's rows cut to original_vocab_size, its storage whole.
-          : UniversalDictPickle(state.dtype, merged->shape.empty() ? shape : merged->shape,
-                                param.numel, state.requires_grad, UniversalKeysOf(merged->merge));
+          // (A 0-dim param stays 0-dim where replicated, as the converter's slice
+          // 0; no rule concatenates one: the name table refused it.)
+          : UniversalDictPickle(state.dtype, merged->shape, param.numel, state.requires_grad,
+                                UniversalKeysOf(merged->merge));
   UCFS_RETURN_IF_ERROR(pkl.status());
   StorageSpec storage;
   storage.key = "0";
@@ -261,13 +263,11 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   // bare tensors take none at T = 1).
   std::optional<ParallelCheckpoint> rules;
   if (ckpt->partitioning() == Partitioning::kFlatGroup) {
-    auto info = ResolveUniversalInfo(ckpt->rank0_model(), ckpt->supplied_universal_info().get());
     const std::string& model0 = ckpt->files().model_files[0];
-    if (!info.ok()) {
-      return info.status().file().empty() ? info.status().Annotate(model0).WithFile(model0)
-                                          : info.status();
-    }
-    if (info->has_value()) {
+    UCFS_ASSIGN_OR_RETURN(
+        std::optional<UniversalInfo> info,
+        ResolveUniversalInfo(ckpt->rank0_model(), model0, ckpt->supplied_universal_info().get()));
+    if (info) {
       rules = ParallelCheckpoint::OfDataParallel(ckpt);
       UCFS_RETURN_IF_ERROR(rules->merge_status());
       WarnIfUnsafeAtAnotherTensorDegree(*rules);

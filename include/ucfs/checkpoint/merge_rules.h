@@ -71,10 +71,13 @@ struct SuppliedUniversalInfo {
   std::string json;
 };
 
-// The model-states pickle's universal_checkpoint_info with `supplied` laid
-// over it (null: as saved); nullopt where neither has one. InvalidArgument
-// naming the supplied file for a key or value DeepSpeed does not save.
+// The universal_checkpoint_info of the model-states pickle (read from
+// `model_states_file`) with `supplied` laid over it (null: as saved);
+// nullopt where neither has one. Errors name the file that is wrong: the
+// model states' Corruption, the supplied file's InvalidArgument for a key
+// or value DeepSpeed does not save.
 Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document& model_states,
+                                                          const std::string& model_states_file,
                                                           const SuppliedUniversalInfo* supplied);
 
 // Why `info` would merge wrongly for a load at another tensor-parallel
