@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "checkpoint/inspect_format.h"
 #include "ucfs/checkpoint/partition.h"
 
 namespace ucfs {
 namespace {
 
-bool FlatGroups(const Checkpoint& c) { return c.partitioning() == Partitioning::kFlatGroup; }
+using inspect::ContainerText;
+using inspect::FlatGroups;
+using inspect::FormatStep;
+using inspect::GroupsText;
+using inspect::Table;
 
 // A ZeRO-3 frozen param's fragment sizes.
 std::vector<uint64_t> ValidPerRank(uint64_t numel, uint32_t world) {
@@ -29,72 +34,6 @@ std::string RunLength(const std::vector<uint64_t>& v) {
     i = j;
   }
   return out;
-}
-
-std::string FormatStep(const Checkpoint& c) {
-  for (const auto& s :
-       c.scalar_states().empty() ? std::vector<ScalarState>{} : c.scalar_states()[0]) {
-    if (s.name == "step") {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%g", s.value);
-      return buf;
-    }
-  }
-  return "-";
-}
-
-// Renders rows as left-aligned columns.
-std::string Table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
-  std::vector<size_t> width;
-  auto display_width = [](const std::string& s) {
-    size_t w = 0;
-    for (unsigned char ch : s) w += (ch & 0xc0) != 0x80;  // count UTF-8 code points
-    return w;
-  };
-  for (const auto& row : rows) {
-    if (width.size() < row.size()) width.resize(row.size());
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line = indent;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line.append(width[i] - display_width(row[i]) + 2, ' ');
-    }
-    out += line + "\n";
-  }
-  return out;
-}
-
-// ZeRO-3: "2 param group(s), 5 sub-group(s), sub_group_size 100";
-// ZeRO-1/2: "2 param group(s) of 831, 105 elements, partitions of 416, 54".
-std::string GroupsText(const Checkpoint& c) {
-  std::string out = std::to_string(c.param_group_count()) + " param group(s)";
-  if (FlatGroups(c)) {
-    std::string numels, partitions;
-    for (const SubGroupInfo& sg : c.sub_groups()) {
-      numels += (numels.empty() ? "" : ", ") + std::to_string(sg.numel);
-      partitions += (partitions.empty() ? "" : ", ") + std::to_string(sg.partition_numel);
-    }
-    return out + " of " + numels + " elements, in partitions of " + partitions + " per rank";
-  }
-  return out + ", " + std::to_string(c.sub_groups().size()) + " sub-group(s)" +
-         (c.configured_sub_group_size()
-              ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
-              : "");
-}
-
-// How rank 0's optimizer file was written: "torch >= 2.7 zip, 4096-byte
-// alignment", "torch legacy (non-zip)".
-std::string ContainerText(const Checkpoint& c) {
-  if (c.rank0_optim_summary().legacy) return "torch legacy (non-zip) format";
-  const ContainerStyle& style = c.container_style();
-  std::string text = std::string(StyleName(style)) + " zip";
-  if (style.alignment != ContainerStyle{}.alignment) {
-    text += ", " + std::to_string(style.alignment) + "-byte alignment";
-  }
-  return text;
 }
 
 }  // namespace

@@ -109,17 +109,28 @@ Status ParallelCheckpoint::MapShardFrozen(uint32_t shard, size_t frozen, uint64_
 
 Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string& path,
                                                     const CheckpointOptions& options) {
-  ParallelCheckpoint c;
-  UCFS_ASSIGN_OR_RETURN(c.files_, ListParallelCheckpointFiles(env, path, options.tag));
-  UCFS_RETURN_IF_ERROR(CheckNoParallelFileMissing(c.files_));
-  for (const CheckpointFiles& shard : c.files_.shards) {
+  UCFS_ASSIGN_OR_RETURN(ParallelCheckpointFiles files,
+                        ListParallelCheckpointFiles(env, path, options.tag));
+  UCFS_RETURN_IF_ERROR(CheckNoParallelFileMissing(files));
+  std::vector<std::shared_ptr<const Checkpoint>> shards;
+  for (const CheckpointFiles& shard : files.shards) {
     UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::OpenShard(env, shard, options.source));
-    c.shards_.push_back(std::make_shared<const Checkpoint>(std::move(opened)));
-    c.source_base_.push_back(static_cast<uint32_t>(c.sources_.size()));
-    const auto& own = c.shards_.back()->sources();
-    c.sources_.insert(c.sources_.end(), own.begin(), own.end());
+    shards.push_back(std::make_shared<const Checkpoint>(std::move(opened)));
   }
-  c.supplied_info_ = options.universal_info;
+  return FromShards(std::move(files), std::move(shards), options.universal_info);
+}
+
+ParallelCheckpoint ParallelCheckpoint::FromShards(
+    ParallelCheckpointFiles files, std::vector<std::shared_ptr<const Checkpoint>> shards,
+    std::shared_ptr<const SuppliedUniversalInfo> supplied) {
+  ParallelCheckpoint c;
+  c.files_ = std::move(files);
+  c.shards_ = std::move(shards);
+  for (const auto& shard : c.shards_) {
+    c.source_base_.push_back(static_cast<uint32_t>(c.sources_.size()));
+    c.sources_.insert(c.sources_.end(), shard->sources().begin(), shard->sources().end());
+  }
+  c.supplied_info_ = std::move(supplied);
   c.merge_status_ = c.MakeNameTable();
   if (!c.merge_status_.ok()) c.params_.clear();  // no half a table
   return c;
@@ -127,16 +138,11 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
 
 ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
     std::shared_ptr<const Checkpoint> checkpoint) {
-  ParallelCheckpoint c;
-  c.files_.degrees = {1, 1, checkpoint->world_size()};
-  c.files_.shards.push_back(checkpoint->files());
-  c.source_base_.push_back(0);
-  c.sources_ = checkpoint->sources();
-  c.supplied_info_ = checkpoint->supplied_universal_info();
-  c.shards_.push_back(std::move(checkpoint));
-  c.merge_status_ = c.MakeNameTable();
-  if (!c.merge_status_.ok()) c.params_.clear();
-  return c;
+  ParallelCheckpointFiles files;
+  files.degrees = {1, 1, checkpoint->world_size()};
+  files.shards.push_back(checkpoint->files());
+  auto supplied = checkpoint->supplied_universal_info();
+  return FromShards(std::move(files), {std::move(checkpoint)}, std::move(supplied));
 }
 
 Status ParallelCheckpoint::MakeNameTable() {
@@ -145,6 +151,7 @@ Status ParallelCheckpoint::MakeNameTable() {
   const Checkpoint& first = *c.shards_[0];
   const std::string& first_model = first.files().model_files[0];
   auto info = ResolveUniversalInfo(first.rank0_model(), first_model, c.supplied_info_.get());
+  c.has_universal_info_ = !info.ok() || info->has_value();
   if (!info.ok()) return info.status();
   if (info->has_value()) c.unsafe_ = UnsafeAtAnotherTensorDegree(**info, tp);
   if (!info->has_value() && tp > 1) {

@@ -18,13 +18,13 @@
 #include <iostream>
 
 #include "cli/export_command.h"
+#include "cli/inspect_command.h"
 #include "cli/mount_args.h"
 #include "cli/mount_helper.h"
 #include "cli/verify_command.h"
 #include "cli/view_setup.h"
 #include "fuse/fuse_server.h"
 #include "ucfs/checkpoint/checkpoint.h"
-#include "ucfs/checkpoint/inspect_report.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
@@ -67,63 +67,6 @@ void SetUpLogging(int verbosity, const std::string& log_file, bool daemon) {
 int Fail(const char* command, const ucfs::Status& s) {
   std::fprintf(stderr, "ucfs %s: %s\n", command, ucfs::TerminalSafe(s.message()).c_str());
   return kExitCheckpointError;
-}
-
-// inspect of a run directory: every tag of every root, one report each.
-int RunInspectRun(ucfs::Env& env, const std::string& path, bool json) {
-  auto roots = ucfs::FindRoots(env, path);
-  if (!roots.ok()) return Fail("inspect", roots.status());
-  auto reports = nlohmann::ordered_json::array();
-  int status = 0;
-  for (const ucfs::RootListing& root : *roots) {
-    for (const ucfs::TagListing& tag : root.tags) {
-      ucfs::CheckpointOptions options;
-      options.tag = tag.name;
-      auto ckpt = ucfs::Checkpoint::Open(env, root.dir, options);
-      if (!ckpt.ok()) {
-        status = kExitCheckpointError;
-        std::fprintf(stderr, "ucfs inspect: %s\n",
-                     ucfs::TerminalSafe(ckpt.status().message()).c_str());
-        reports.push_back(
-            {{"root", root.dir}, {"tag", tag.name}, {"error", ckpt.status().message()}});
-        continue;
-      }
-      if (json) {
-        reports.push_back(
-            {{"root", root.dir}, {"tag", tag.name}, {"report", ucfs::InspectJson(*ckpt)}});
-      } else {
-        std::cout << "== " << ucfs::TerminalSafe(root.dir) << "  (tag "
-                  << ucfs::TerminalSafe(tag.name) << ")\n"
-                  << ucfs::InspectText(*ckpt) << "\n";
-      }
-    }
-  }
-  if (json) {
-    nlohmann::ordered_json out = {{"run", path}, {"checkpoints", std::move(reports)}};
-    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  }
-  return status;
-}
-
-int RunInspect(const std::string& path, const std::optional<std::string>& tag, bool json) {
-  ucfs::CheckpointOptions options;
-  options.tag = tag;
-  auto source = ucfs::cli::OpenCheckpointEnv(path);
-  if (!source.ok()) return Fail("inspect", source.status());
-  if (!tag && !ucfs::IsCheckpointDirectory(*source->env, source->path) &&
-      source->env->IsDirectory(source->path)) {
-    return RunInspectRun(*source->env, source->path, json);
-  }
-  auto ckpt = ucfs::Checkpoint::Open(*source->env, source->path, options);
-  if (!ckpt.ok()) return Fail("inspect", ckpt.status());
-  if (json) {
-    std::cout << ucfs::InspectJson(*ckpt).dump(2, ' ', false,
-                                               nlohmann::json::error_handler_t::replace)
-              << "\n";
-  } else {
-    std::cout << ucfs::InspectText(*ckpt);
-  }
-  return 0;
 }
 
 // Prints a torch.save file's pickle without executing it.
@@ -295,14 +238,8 @@ int RunUmount(const std::string& mountpoint) {
   return kExitCheckpointError;
 }
 
-struct InspectArgs {
-  std::string path;
-  std::optional<std::string> tag;
-  bool json = false;
-};
-
 // Each subcommand and its options; `verbosity` counts every -v of any of them.
-CLI::App* AddInspectCommand(CLI::App& app, InspectArgs* a, int* verbosity) {
+CLI::App* AddInspectCommand(CLI::App& app, ucfs::cli::InspectArgs* a, int* verbosity) {
   CLI::App* inspect = app.add_subcommand("inspect",
                                          "Describe a ZeRO-3 checkpoint: world size, dtype, "
                                          "step, groups, and every parameter");
@@ -313,6 +250,9 @@ CLI::App* AddInspectCommand(CLI::App& app, InspectArgs* a, int* verbosity) {
       ->required();
   inspect->add_option("--tag", a->tag, "Tag directory to read instead of the one `latest` names");
   inspect->add_flag("--json", a->json, "Print JSON for scripts");
+  inspect->add_option("--universal-info", a->universal_info,
+                      "A JSON file of universal_checkpoint_info keys laid over the saved ones "
+                      "(how the name table would merge with them)");
   inspect->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
   return inspect;
 }
@@ -468,7 +408,7 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More log output (repeat for more)");
 
-  InspectArgs in;
+  ucfs::cli::InspectArgs in;
   CLI::App* inspect = AddInspectCommand(app, &in, &verbosity);
   ucfs::cli::VerifyArgs va;
   CLI::App* verify = AddVerifyCommand(app, &va, &verbosity);
@@ -492,7 +432,7 @@ int main(int argc, char** argv) {
     return RunMount(std::move(m), verbosity);
   }
   SetUpLogging(verbosity, "", false);
-  if (*inspect) return RunInspect(in.path, in.tag, in.json);
+  if (*inspect) return ucfs::cli::RunInspect(in);
   if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);
   if (*umount) return RunUmount(umount_path);

@@ -60,6 +60,11 @@ class ParallelCheckpoint : public StateMapper {
   // the converter merges its params by those rules (a vocabulary cut, a
   // replicated param without cat_dim).
   static ParallelCheckpoint OfDataParallel(std::shared_ptr<const Checkpoint> checkpoint);
+  // The grid of `files` from its shard groups, opened already (by mp rank;
+  // `ucfs verify` opens them one by one, to report each one's problems).
+  static ParallelCheckpoint FromShards(ParallelCheckpointFiles files,
+                                       std::vector<std::shared_ptr<const Checkpoint>> shards,
+                                       std::shared_ptr<const SuppliedUniversalInfo> supplied);
 
   const ParallelCheckpointFiles& files() const { return files_; }
   const ParallelDegrees& degrees() const { return files_.degrees; }
@@ -75,6 +80,13 @@ class ParallelCheckpoint : public StateMapper {
   // Why the table would merge wrongly for a load at another T
   // (UnsafeAtAnotherTensorDegree), or nullopt.
   const std::optional<std::string>& unsafe_at_another_tensor_degree() const { return unsafe_; }
+  // Whether the run saved universal_checkpoint_info or --universal-info
+  // supplied it, readable or not (merge_status() says).
+  bool has_universal_info() const { return has_universal_info_; }
+  // What --universal-info supplied (null: the saved info alone).
+  const std::shared_ptr<const SuppliedUniversalInfo>& supplied_universal_info() const {
+    return supplied_info_;
+  }
   // The rules the table was decided by (merge_status() OK).
   const MergeRules& rules() const { return *rules_; }
   // Every shard group's sources, shard 0's first: shard m's source i is
@@ -98,6 +110,7 @@ class ParallelCheckpoint : public StateMapper {
   Status merge_status_;
   std::shared_ptr<const SuppliedUniversalInfo> supplied_info_;
   std::optional<std::string> unsafe_;
+  bool has_universal_info_ = false;
 
   Status MakeNameTable();
 };
