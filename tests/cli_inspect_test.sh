@@ -61,6 +61,41 @@ check "a run with a broken tag exits 1" test $? -eq 1
 check "naming the missing file" grep -q 'global_step2/zero_pp_rank_2_mp_rank_00_optim_states.pt: missing' "$tmp/err"
 check "and still reports the other tags" test "$(grep -c '^== ' "$tmp/out")" -eq 2
 
+# Tensor- and pipeline-parallel grids.
+tp="$fixtures/../tp_fixtures"
+"$ucfs" inspect "$tp/pp_bf16opt_p2t2d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "inspect of a TP/PP grid exits 0" test $? -eq 0
+check "it prints the grid" grep -q '^grid        2 pipeline stages x 2 tensor-parallel ranks x 2 data-parallel ranks (8 ranks)$' "$tmp/out"
+check "and each param's merge" grep -qE '^  2.self_attention.dense.weight +0 +\[8, 4\] +cat dim 1 \(row parallel\) +\[8, 8\]$' "$tmp/out"
+check "and the tied embedding's stages" grep -qE '^  tied_modules.embed.word_embeddings.weight +0,1 .*vocab rows cut to 13 +\[13, 8\]$' "$tmp/out"
+"$ucfs" inspect --json "$tp/z3_tp_fp32_t2d2/checkpoint" >"$tmp/json"
+check "inspect --json of a grid has its degrees and shard groups" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+sys.exit(0 if j['degrees'] == {'pp': 1, 'tp': 2, 'dp': 2} and len(j['shard_groups']) == 2
+         and j['universal']['available'] else 1)"
+"$ucfs" inspect "$tp/tp1_z1_megatron_d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "a T = 1 Megatron run inspects with exit 0" test $? -eq 0
+check "flagged unsafe to load at T > 1" grep -q '^WARNING    unsafe to load at another tensor-parallel degree' "$tmp/out"
+"$ucfs" inspect --universal-info "$tp/tp1_z1_megatron_d2/universal_info_rows.json" \
+  "$tp/tp1_z1_megatron_d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "with the row-parallel patterns supplied, no warning" test "$(grep -c WARNING "$tmp/out")" -eq 0
+printf '{"parameter_with_row_parallelism_patterns": 3}' >"$tmp/bad.json"
+"$ucfs" inspect --universal-info "$tmp/bad.json" "$tp/tp1_z1_megatron_d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "a bad --universal-info still inspects" test $? -eq 0
+check "saying what is wrong with the file" grep -q "unavailable: .*$tmp/bad.json" "$tmp/out"
+mkdir -p "$tmp/grid"
+cp -r "$tp/pp_bf16opt_p2t2d2/checkpoint/global_step4" "$tmp/grid/"
+printf global_step4 >"$tmp/grid/latest"
+rm "$tmp/grid/global_step4/layer_03-model_01-model_states.pt"
+"$ucfs" inspect "$tmp/grid" >"$tmp/out" 2>"$tmp/err"
+check "a grid missing a layer file exits 1" test $? -eq 1
+check "naming it" grep -q 'global_step4/layer_03-model_01-model_states.pt: missing' "$tmp/err"
+rm "$tmp/grid/global_step4/bf16_zero_pp_rank_1_mp_rank_03_optim_states.pt"
+"$ucfs" inspect "$tmp/grid" >"$tmp/out" 2>"$tmp/err"
+check "a grid missing an mp rank's file exits 1" test $? -eq 1
+check "naming it" grep -q 'bf16_zero_pp_rank_1_mp_rank_03_optim_states.pt: missing' "$tmp/err"
+
 "$ucfs" >"$tmp/out" 2>&1
 check "no subcommand exits 2" test $? -eq 2
 "$ucfs" --version >"$tmp/out"
