@@ -97,8 +97,7 @@ json UniversalJson(const ParallelCheckpoint& g) {
     u["version"] = info.version ? json(*info.version) : json(nullptr);
     u["original_vocab_size"] =
         info.original_vocab_size ? json(*info.original_vocab_size) : json(nullptr);
-    u["padded_vocab_size"] =
-        info.padded_vocab_size ? json(*info.padded_vocab_size) : json(nullptr);
+    u["padded_vocab_size"] = info.padded_vocab_size ? json(*info.padded_vocab_size) : json(nullptr);
   }
   u["available"] = ok;
   u["error"] = ok ? json(nullptr) : json(g.merge_status().message());
@@ -150,8 +149,7 @@ std::string UniversalText(const ParallelCheckpoint& g) {
   std::string out = Table(head, "");
   if (g.params().empty()) return out;
   out += "\nuniversal params: " + std::to_string(g.params().size()) + "\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"name", "stage", "local shape", "merge", "shape"}};
+  std::vector<std::vector<std::string>> rows = {{"name", "stage", "local shape", "merge", "shape"}};
   for (const MergedParam& p : g.params()) {
     rows.push_back({Printable(p.name), StagesText(p), ShapeString(p.local_shape),
                     MergeText(p, g.rules().info()), ShapeString(p.shape)});

@@ -88,8 +88,8 @@ INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelInspectTest,
                          ::testing::ValuesIn(testing::TpGridFixtureNames()));
 
 std::shared_ptr<const Checkpoint> OpenTp1() {
-  auto c = Checkpoint::Open(*Env::Posix(),
-                            testing::TpFixtureDir("tp1_z1_megatron_d2") + "/checkpoint");
+  auto c =
+      Checkpoint::Open(*Env::Posix(), testing::TpFixtureDir("tp1_z1_megatron_d2") + "/checkpoint");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.ok() ? std::make_shared<const Checkpoint>(std::move(c).value()) : nullptr;
 }

@@ -61,8 +61,7 @@ int RunInspectRun(Env& env, const std::string& path, const InspectArgs& a,
       if (a.json) {
         reports.push_back({{"root", root.dir}, {"tag", tag.name}, {"report", InspectJson(*grid)}});
       } else {
-        std::cout << "== " << TerminalSafe(root.dir) << "  (tag " << TerminalSafe(tag.name)
-                  << ")\n"
+        std::cout << "== " << TerminalSafe(root.dir) << "  (tag " << TerminalSafe(tag.name) << ")\n"
                   << InspectText(*grid) << "\n";
       }
     }

@@ -270,6 +270,8 @@ CLI::App* AddVerifyCommand(CLI::App& app, ucfs::cli::VerifyArgs* a, int* verbosi
       ->required();
   verify->add_option("--tag", a->tag, "Tag directory to check instead of the one `latest` names");
   verify->add_flag("--json", a->json, "Print JSON for scripts");
+  verify->add_option("--universal-info", a->universal_info,
+                     "A JSON file of universal_checkpoint_info keys laid over the saved ones");
   verify->add_option("-j,--threads", a->threads, "Scan threads (default: one per CPU)")
       ->check(CLI::Range(1u, 1024u));
   verify->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");

@@ -7,6 +7,7 @@
 
 #include "cli/progress.h"
 #include "cli/view_setup.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/run_layout.h"
 
 namespace ucfs::cli {
@@ -51,10 +52,13 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string VerifyText(const VerifyReport& r) {
   std::string out;
+  const bool grid = r.degrees.mp() > 1;
   out += "checkpoint  " + TerminalSafe(r.tag_dir) + "\n";
-  out += "world size  " + std::to_string(r.world_size) + "\n";
+  if (grid) out += "grid        " + DescribeDegrees(r.degrees) + "\n";
+  out += "world size  " + std::to_string(r.world_size) + (grid ? " (data-parallel)" : "") + "\n";
   out += "step        " + (r.step ? Step(*r.step) : std::string("-")) + "\n";
-  out += "rank files  " + std::to_string(r.files_checked) + "\n";
+  out += (grid ? "files       " : "rank files  ") + std::to_string(r.files_checked) +
+         (grid ? " (rank and layer files)" : "") + "\n";
   if (r.scanned) {
     out += "scanned     " + Plural(r.params, "param", "params") + " x " +
            Plural(r.states.size(), "state", "states") + " (" + TerminalSafe(Join(r.states, ", ")) +
@@ -62,24 +66,41 @@ std::string VerifyText(const VerifyReport& r) {
   } else {
     out += "scanned     nothing: the NaN/Inf scan needs the checkpoint to open as a whole\n";
   }
+  if (r.bytes_compared > 0) {
+    out += "replicas    " + Progress::Bytes(static_cast<double>(r.bytes_compared)) +
+           " of tensor-parallel replicated params' copies compared\n";
+  }
+  if (!r.warnings.empty()) out += "\n";
+  for (const VerifyProblem& w : r.warnings) {
+    out += "WARNING: " + TerminalSafe(w.file) + ": " + TerminalSafe(w.message) + "\n";
+  }
   if (!r.problems.empty()) out += "\n";
   for (const VerifyProblem& p : r.problems)
     out += TerminalSafe(p.file) + ": " + TerminalSafe(p.message) + "\n";
   if (!r.nonfinite.empty()) {
     std::vector<std::vector<std::string>> rows{{"param", "state", "NaN", "Inf", "ranks"}};
+    if (grid) rows[0].insert(rows[0].begin(), "mp_rank");
     for (const NonFiniteCount& n : r.nonfinite) {
       std::vector<std::string> ranks;
       for (const auto& pr : n.ranks) ranks.push_back(std::to_string(pr.rank));
       rows.push_back({Printable(n.param), Printable(n.state), std::to_string(n.nan),
                       std::to_string(n.inf), Join(ranks, " ")});
+      if (grid) rows.back().insert(rows.back().begin(), std::to_string(n.mp_rank));
     }
     out += "\nNaN/Inf by param and state (padding excluded):\n" + Table(rows);
   }
   out += "\n";
   if (r.ok()) {
-    out += "OK: " + Plural(r.files_checked, "rank file", "rank files") + ", world size " +
-           std::to_string(r.world_size) + ", step " + (r.step ? Step(*r.step) : "-") +
-           ", no NaN or Inf in " + Progress::Bytes(static_cast<double>(r.bytes_scanned)) + "\n";
+    out +=
+        "OK: " +
+        (grid ? Plural(r.files_checked, "file", "files") + ", " + DescribeDegrees(r.degrees)
+              : Plural(r.files_checked, "rank file", "rank files") + ", world size " +
+                    std::to_string(r.world_size)) +
+        ", step " + (r.step ? Step(*r.step) : "-") + ", no NaN or Inf in " +
+        Progress::Bytes(static_cast<double>(r.bytes_scanned)) +
+        (r.bytes_compared > 0 ? ", replicated params' copies equal" : "") +
+        (r.warnings.empty() ? "" : " (" + Plural(r.warnings.size(), "warning", "warnings") + ")") +
+        "\n";
   } else {
     out += Plural(r.problems.size(), "problem", "problems") + "\n";
   }
@@ -91,6 +112,7 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   json j;
   j["tag_dir"] = r.tag_dir;
   j["ok"] = r.ok();
+  j["degrees"] = {{"pp", r.degrees.pp}, {"tp", r.degrees.tp}, {"dp", r.degrees.dp}};
   j["world_size"] = r.world_size;
   j["step"] = r.step ? json(*r.step) : json(nullptr);
   j["files_checked"] = r.files_checked;
@@ -98,9 +120,12 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   j["states"] = r.states;
   j["scanned"] = r.scanned;
   j["bytes_scanned"] = r.bytes_scanned;
-  j["problems"] = json::array();
-  for (const VerifyProblem& p : r.problems) {
-    j["problems"].push_back({{"file", p.file}, {"kind", KindName(p.kind)}, {"message", p.message}});
+  j["bytes_compared"] = r.bytes_compared;
+  for (const char* key : {"problems", "warnings"}) {
+    j[key] = json::array();
+    for (const VerifyProblem& p : key == std::string("problems") ? r.problems : r.warnings) {
+      j[key].push_back({{"file", p.file}, {"kind", KindName(p.kind)}, {"message", p.message}});
+    }
   }
   j["nonfinite"] = json::array();
   for (const NonFiniteCount& n : r.nonfinite) {
@@ -112,7 +137,8 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
                        {"inf", pr.inf},
                        {"first_element", pr.first_element}});
     }
-    j["nonfinite"].push_back({{"param", n.param},
+    j["nonfinite"].push_back({{"mp_rank", n.mp_rank},
+                              {"param", n.param},
                               {"state", n.state},
                               {"nan", n.nan},
                               {"inf", n.inf},
@@ -123,7 +149,8 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
 
 // verify of a run directory: every tag of every root, each scanned as
 // `ucfs verify ROOT --tag TAG` would; fails if any fails.
-static int RunVerifyRun(const VerifyArgs& a, Env& env, const std::string& path) {
+static int RunVerifyRun(const VerifyArgs& a, const VerifyOptions& base, Env& env,
+                        const std::string& path) {
   using json = nlohmann::ordered_json;
   auto roots = FindRoots(env, path);
   if (!roots.ok()) {
@@ -137,6 +164,7 @@ static int RunVerifyRun(const VerifyArgs& a, Env& env, const std::string& path) 
       VerifyOptions options;
       options.tag = tag.name;
       options.threads = a.threads;
+      options.universal_info = base.universal_info;
       auto report = Verify(env, root.dir, options);
       if (!report.ok()) {
         all_ok = false;
@@ -169,6 +197,12 @@ int RunVerify(const VerifyArgs& a) {
   VerifyOptions options;
   options.tag = a.tag;
   options.threads = a.threads;
+  auto supplied = ReadSuppliedUniversalInfo(a.universal_info);
+  if (!supplied.ok()) {
+    std::fprintf(stderr, "ucfs verify: %s\n", TerminalSafe(supplied.status().message()).c_str());
+    return 1;
+  }
+  options.universal_info = *supplied;
   options.on_scan_start = [&](uint64_t total) {
     progress = std::make_unique<Progress>("verifying", total);
   };
@@ -176,7 +210,7 @@ int RunVerify(const VerifyArgs& a) {
   auto source = OpenCheckpointEnv(a.checkpoint);
   if (source.ok() && !a.tag && !IsCheckpointDirectory(*source->env, source->path) &&
       source->env->IsDirectory(source->path)) {
-    return RunVerifyRun(a, *source->env, source->path);
+    return RunVerifyRun(a, options, *source->env, source->path);
   }
   auto report = source.ok() ? Verify(*source->env, source->path, options)
                             : Result<VerifyReport>(source.status());

@@ -363,7 +363,7 @@ class NonFiniteScan {
       const std::string& path = c.sources()[file].path;
       if (report_->nonfinite.empty() || report_->nonfinite.back().param != param.name ||
           report_->nonfinite.back().state != c.states()[s].name) {
-        report_->nonfinite.push_back({param.name, c.states()[s].name, 0, 0, {}});
+        report_->nonfinite.push_back({0, param.name, c.states()[s].name, 0, 0, {}});
       }
       NonFiniteCount& n = report_->nonfinite.back();
       n.nan += t.nan;

@@ -8,18 +8,15 @@
 #include <functional>
 #include <string>
 
+#include "tools/file_checks.h"
 #include "ucfs/base/env.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/tools/verify.h"
 
 namespace ucfs {
 
-// Where the scan reports what it could not read, and each param state's
-// NaN and Inf per rank (message: what is wrong with `file`).
-using ProblemSink =
-    std::function<void(VerifyProblem::Kind kind, const std::string& file, std::string message)>;
-
-// Fills report->scanned, bytes_scanned and nonfinite, reporting through
+// Fills report->scanned, bytes_scanned and nonfinite, reporting what it
+// could not read and each param state's NaN and Inf per rank through
 // `problem` (called from one thread at a time). `tag_dir` is what a problem
 // of the checkpoint as a whole is reported against.
 void ScanNonFinite(Env& env, const Checkpoint& c, const VerifyOptions& options,

@@ -1,6 +1,17 @@
 // Verify: everything ucfs can check about a checkpoint before anyone trusts
 // it, all problems at once rather than the first.
 //
+// A tensor- and pipeline-parallel checkpoint is checked as the grid it is:
+// each shard group (p, t) as the data-parallel checkpoint below, every
+// layer file (present for every tensor-parallel rank, readable, its
+// tensors inside their records), the steps of all shard groups against
+// each other, the universal name table (ParallelCheckpoint: the shards
+// agreeing on each param, the patterns matching as the converter demands),
+// and the copies of each tensor-parallel replicated param (a LayerNorm's
+// weight) against each other, element for element, in every state:
+// ds_to_universal.py asserts they are equal and keeps tensor-parallel rank
+// 0's, as ucfs's universal view does.
+//
 // Every rank file is looked at on its own: present, a readable torch.save
 // zip with a parsable data.pkl, every tensor inside its storage record,
 // partition_count / dp_world_size agreeing with the other files, the Adam
@@ -18,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +37,8 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/codec/torch_tensor.h"
 
 namespace ucfs {
@@ -38,6 +52,8 @@ struct VerifyOptions {
   std::function<void(uint64_t total_bytes)> on_scan_start;
   // Called from the scan workers (any thread) as bytes are checked.
   std::function<void(uint64_t bytes)> on_bytes;
+  // universal_checkpoint_info keys laid over the saved ones (--universal-info).
+  std::shared_ptr<const SuppliedUniversalInfo> universal_info;
 };
 
 struct VerifyProblem {
@@ -49,6 +65,11 @@ struct VerifyProblem {
     kStep,        // the Adam step differs between ranks or sub-groups
     kStructure,   // the rank files do not make one ZeRO-3 checkpoint (Checkpoint::Open)
     kNonFinite,   // NaN or Inf in a master weight or optimizer state
+    kUniversal,   // no universal checkpoint can be made: the shards or patterns contradict
+    kReplica,     // a tensor-parallel replicated param's copies differ between ranks
+    // Warnings (VerifyReport::warnings), which leave the checkpoint OK:
+    kUnsafeAtAnotherTensorDegree,  // a universal load at another T would be wrong
+    kNoUniversalLayout,            // T > 1 without universal_checkpoint_info
   };
   Kind kind;
   std::string file;     // the file concerned (the tag directory if none is)
@@ -60,6 +81,7 @@ std::string_view KindName(VerifyProblem::Kind kind);
 
 // NaN/Inf found in one state of one parameter.
 struct NonFiniteCount {
+  uint32_t mp_rank = 0;  // the shard group's (0 unless tensor- or pipeline-parallel)
   std::string param;
   std::string state;  // "fp32", "exp_avg", ...
   uint64_t nan = 0;
@@ -76,23 +98,29 @@ struct NonFiniteCount {
 
 struct VerifyReport {
   std::string tag_dir;
-  uint32_t world_size = 0;          // what most rank files say
+  ParallelDegrees degrees;          // P x T x D; D is world_size
+  uint32_t world_size = 0;          // data-parallel: what most rank files say
   std::optional<double> step;       // the Adam step most ranks have; none before the first step
-  uint64_t files_checked = 0;       // rank files found and looked at
-  size_t params = 0;                // trainable params in the model (0 if it could not be built)
+  uint64_t files_checked = 0;       // rank (and layer) files found and looked at
+  // Trainable params in the model (0 if it could not be built); of a grid,
+  // its universal params (each shard group's summed without the table).
+  size_t params = 0;
   std::vector<std::string> states;  // per-element states scanned: "fp32", "exp_avg", ...
   bool scanned = false;             // the NaN/Inf scan ran (it needs the model)
   uint64_t bytes_scanned = 0;
+  uint64_t bytes_compared = 0;      // of replicated params' copies (tensor-parallel grids)
   std::vector<VerifyProblem> problems;
-  std::vector<NonFiniteCount> nonfinite;  // by param, then state
+  std::vector<VerifyProblem> warnings;    // the checkpoint is still OK
+  std::vector<NonFiniteCount> nonfinite;  // by shard group, param, then state
 
   bool ok() const { return problems.empty(); }
 };
 
 // Checks the checkpoint at `path` (a root with `latest`, or a tag
 // directory). Fails only when there is no checkpoint to check (no such
-// directory, no `latest` and no rank files, a bad --tag); everything wrong
-// with the checkpoint itself is a problem in the report.
+// directory, no `latest` and no rank files, a bad --tag, file names that
+// make no grid); everything wrong with the checkpoint itself is a problem
+// in the report.
 Result<VerifyReport> Verify(Env& env, const std::string& path, const VerifyOptions& options = {});
 
 // The NaN and Inf among `count` little-endian elements of a floating-point
