@@ -74,4 +74,33 @@ ok = (j['ok'] is False and by['checkpoint-4']['report']['ok'] is True and bad['o
       and any('zero_pp_rank_1_mp_rank_00_optim_states.pt' in p['file'] for p in bad['problems']))
 sys.exit(0 if ok else print(json.dumps(j)[:2000]) or 1)"
 
+# Tensor- and pipeline-parallel grids.
+tp="$fixtures/../tp_fixtures"
+"$ucfs" verify "$tp/pp_bf16opt_p2t2d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "verify of a TP/PP grid exits 0" test $? -eq 0
+check "it names the grid" grep -q '^grid        2 pipeline stages x 2 tensor-parallel ranks x 2 data-parallel ranks$' "$tmp/out"
+check "and checks every rank and layer file" grep -q '^files       20 (rank and layer files)$' "$tmp/out"
+check "and the replicated params' copies" grep -q "^OK: .*replicated params' copies equal$" "$tmp/out"
+"$ucfs" verify "$tp/tp1_z1_megatron_d2/checkpoint" >"$tmp/out" 2>"$tmp/err"
+check "a T = 1 Megatron run verifies with exit 0" test $? -eq 0
+check "with the warning that it is unsafe at another T" grep -q '^WARNING: .*mp_rank_00_model_states.pt: saved at 1 tensor-parallel rank' "$tmp/out"
+check "counted on the OK line" grep -q '^OK: .*(1 warning)$' "$tmp/out"
+"$ucfs" verify --json --universal-info "$tp/tp1_z1_megatron_d2/universal_info_rows.json" \
+  "$tp/tp1_z1_megatron_d2/checkpoint" >"$tmp/json" 2>"$tmp/err"
+check "--universal-info clears the warning" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+sys.exit(0 if j['ok'] and j['warnings'] == [] and j['degrees'] == {'pp': 1, 'tp': 1, 'dp': 2} else 1)"
+mkdir -p "$tmp/grid"
+cp -r "$tp/tp_z1_fp32_t2d2/checkpoint/global_step4" "$tmp/grid/"
+printf global_step4 >"$tmp/grid/latest"
+rm "$tmp/grid/global_step4/zero_pp_rank_1_mp_rank_01_optim_states.pt"
+"$ucfs" verify --json "$tmp/grid" >"$tmp/json" 2>"$tmp/err"
+check "a grid missing an mp rank's file fails verify" test $? -eq 1
+check "naming the file" /usr/bin/python3 -c "
+import json, sys
+j = json.load(open('$tmp/json'))
+sys.exit(0 if [(p['kind'], p['file'].rsplit('/', 1)[1]) for p in j['problems']]
+         == [('missing', 'zero_pp_rank_1_mp_rank_01_optim_states.pt')] else print(j['problems']) or 1)"
+
 exit $fail
