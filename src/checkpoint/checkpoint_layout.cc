@@ -363,8 +363,9 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   return Status::NotSupported(grid.shards[0].tag_dir +
                               ": a tensor- or pipeline-parallel checkpoint (" +
                               DescribeDegrees(grid.degrees) + ", by " + evidence +
-                              "): of these ucfs serves the universal view only so far (`ucfs "
-                              "mount` or `ucfs export` without --world-size)");
+                              "): mount, export, inspect or verify its root or tag directory "
+                              "itself (in a run directory, ucfs serves data-parallel "
+                              "checkpoints only so far)");
 }
 
 Status CheckNoParallelFileMissing(const ParallelCheckpointFiles& files) {
