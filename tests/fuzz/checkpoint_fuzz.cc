@@ -100,6 +100,7 @@
 #include <utility>
 #include <vector>
 
+#include "mutation_support.h"
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
@@ -138,11 +139,15 @@ using ucfs::pickle::Kind;
 using ucfs::pickle::kNoNode;
 using ucfs::pickle::Node;
 using ucfs::pickle::NodeId;
+using ucfs_fuzz::Archive;
 using ucfs_fuzz::CheckGenerated;
 using ucfs_fuzz::Fail;
 using ucfs_fuzz::kMaxRecordBytes;
 using ucfs_fuzz::kReadBudget;
+using ucfs_fuzz::ParseArchive;
+using ucfs_fuzz::Program;
 using ucfs_fuzz::Reader;
+using ucfs_fuzz::Serialize;
 using ucfs_fuzz::StringFile;
 using ucfs_fuzz::UniversalForm;
 
@@ -176,102 +181,6 @@ struct Stats {
   }
 };
 Stats g_stats;
-
-// ---------------------------------------------------------------------------
-// The program's bytes.
-
-class Program {
- public:
-  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return pos_ >= size_; }
-  uint8_t U8() { return pos_ < size_ ? data_[pos_++] : 0; }
-  uint16_t U16() {
-    const uint16_t lo = U8();
-    return static_cast<uint16_t>(lo | (U8() << 8));
-  }
-  uint64_t U64() {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{U8()} << (8 * i);
-    return v;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-// ---------------------------------------------------------------------------
-// Torch files as records plus a parsed data.pkl.
-
-struct Archive {
-  std::vector<std::pair<std::string, std::string>> records;  // full name -> bytes
-  size_t pickle = 0;                                         // index of data.pkl
-  std::string prefix;
-  Document doc;
-  bool dirty = false;
-
-  // The record "<prefix>/data/<key>", or nullptr.
-  std::string* Storage(std::string_view key) {
-    const std::string name = prefix + "/data/" + std::string(key);
-    for (auto& [n, bytes] : records) {
-      if (n == name) return &bytes;
-    }
-    return nullptr;
-  }
-  // A new storage record, before `version` as torch orders them.
-  void AddStorage(const std::string& key, std::string bytes) {
-    auto at = records.end();
-    if (!records.empty() && records.back().first.ends_with("/version")) --at;
-    records.insert(at, {prefix + "/data/" + key, std::move(bytes)});
-  }
-};
-
-std::optional<Archive> ParseArchive(const std::string& bytes) {
-  StringFile file(bytes);
-  auto zip = ucfs::ZipArchive::Open(file);
-  if (!zip.ok()) return std::nullopt;
-  Archive ar;
-  ar.prefix = zip->prefix();
-  bool found = false;
-  for (const ucfs::ZipRecord& rec : zip->records()) {
-    auto data = ucfs::ZipArchive::ReadRecord(file, rec, kMaxRecordBytes);
-    if (!data.ok()) return std::nullopt;
-    if (!found && rec.name.ends_with("/data.pkl")) {
-      ar.pickle = ar.records.size();
-      found = true;
-    }
-    ar.records.emplace_back(rec.name, std::move(*data));
-  }
-  if (!found) return std::nullopt;
-  ucfs::pickle::ParseLimits limits;
-  limits.max_nodes = uint64_t{1} << 20;
-  auto doc = ucfs::pickle::Parse(ar.records[ar.pickle].second, limits);
-  if (!doc.ok()) return std::nullopt;
-  ar.doc = std::move(*doc);
-  return ar;
-}
-
-// The torch.save zip of `ar` with its edited pickle; nullopt when the
-// Document cannot be written (the edit is then dropped).
-std::optional<std::string> Serialize(Archive& ar) {
-  if (ar.dirty) {
-    auto pkl = ucfs::pickle::Write(ar.doc);
-    if (!pkl.ok()) return std::nullopt;
-    ar.records[ar.pickle].second = std::move(*pkl);
-  }
-  std::vector<ucfs::ZipEntrySpec> specs;
-  for (const auto& [name, bytes] : ar.records) {
-    ucfs::ZipEntrySpec spec;
-    spec.name = name;
-    spec.size = bytes.size();
-    spec.inline_data = bytes;
-    specs.push_back(std::move(spec));
-  }
-  auto layout = ucfs::ZipLayout::Plan(std::move(specs));
-  if (!layout.ok()) return std::nullopt;
-  return layout->generated();  // every entry inline: this is the whole file
-}
 
 // ---------------------------------------------------------------------------
 // The fixtures, read once.

@@ -12,6 +12,9 @@ Usage: make_corpus.py FIXTURES_DIR OUT_DIR
                    mutation programs for checkpoint_fuzz (checkpoint_fuzz.cc
                    describes their format): every fixture unmutated, and one
                    program for each kind of edit the target knows
+  OUT_DIR/grid/    mutation programs for grid_fuzz (over ../tp_fixtures):
+                   every grid unmutated, and programs that remove and rename
+                   its files and edit its universal_checkpoint_info
 
 Seeds are named by the SHA-1 of their contents, as libFuzzer names the inputs
 it adds, so identical fixtures (the checkpoints repeat many files) collapse
@@ -198,6 +201,52 @@ def checkpoint_programs():
     return progs
 
 
+# --- grid_fuzz programs (grid_fuzz.cc's decoder). Fixtures in sorted order:
+# 0 pp_bf16opt_p2t2d2 (20 files in its tag directory: 8 optimizer, 4
+# model-states, then 8 layer files), 3 tp_z1_fp32_t2d2, 7 z3_tp_fp32_t2d2.
+G_REMOVE, G_RENAME, G_COPY, G_PATTERN, G_INFO, G_SHAPE, G_INT, G_FLIP, G_TRUNCATE = range(9)
+GRID_FIXTURES = 8
+# Renames: of a rank file 0 mp rank, 1 dp rank, 2 prefix, 3 kind; of a
+# layer file 0 layer, 1 tensor-parallel rank, 2 no model axis.
+RANK_MP, RANK_DP, RANK_PREFIX, RANK_KIND = 0, 1, 2, 3
+LAYER_NUMBER, LAYER_TP, LAYER_NO_AXIS = 0, 1, 2
+INFO_LISTS, PATTERNS, INFO_KEYS = 6, 9, 9
+
+
+def grid_programs():
+    """(name, bytes) of every grid_fuzz seed."""
+    progs = []
+    for f in range(GRID_FIXTURES):
+        progs.append(("grid %d" % f, bytes([f])))
+        progs.append(("grid %d tag dir, CRCs" % f, bytes([f | TAG_DIR | CRC])))
+    for k in range(0, 20, 3):
+        progs.append(("remove file %d" % k, bytes([0, G_REMOVE, k])))
+    progs.append(("remove the last layer file", bytes([0, G_REMOVE, 19])))
+    progs.append(("rename to mp rank 5", bytes([3, G_RENAME, 1, RANK_MP, 5])))
+    progs.append(("rename to dp rank 4", bytes([3, G_RENAME, 0, RANK_DP, 4])))
+    progs.append(("rename without bf16_", bytes([0, G_RENAME, 2, RANK_PREFIX, 0])))
+    progs.append(("rename optim as model", bytes([7, G_RENAME, 1, RANK_KIND, 0])))
+    progs.append(("layer file of another T", bytes([0, G_RENAME, 19, LAYER_TP, 2])))
+    progs.append(("copy a layer file to T = 3", bytes([0, G_COPY, 19, LAYER_TP, 2])))
+    progs.append(("layer file without model axis", bytes([0, G_COPY, 12, LAYER_NO_AXIS, 0])))
+    progs.append(("layer file of another layer", bytes([0, G_RENAME, 12, LAYER_NUMBER, 7])))
+    progs.append(("an extra mp rank", bytes([3, G_COPY, 1, RANK_MP, 2])))
+    for lst in range(INFO_LISTS):
+        for which in range(PATTERNS):
+            progs.append(("pattern %d in list %d" % (which, lst),
+                          bytes([3, G_PATTERN, lst, which, lst & 1])))
+    for key in range(INFO_KEYS):
+        for which in (0, 1, 2, 3 << 2, 4 << 2, 5 << 2):
+            progs.append(("info key %d value %d" % (key, which),
+                          bytes([0 if key % 2 else 3, G_INFO, key, which, 1])))
+    for f in (0, 4, 8, 9):
+        progs.append(("shape of file %d" % f, bytes([0, G_SHAPE, f, 1, 0, 4])))
+        progs.append(("int of file %d" % f, bytes([3, G_INT, f, 7, 0, 4])))
+    progs.append(("flip a byte", bytes([7, G_FLIP, 1]) + (1234).to_bytes(8, "little") + b"\x10"))
+    progs.append(("truncate a layer file", bytes([0, G_TRUNCATE, 15]) + (600).to_bytes(8, "little")))
+    return progs
+
+
 def files_below(root, suffixes):
     """Every regular file below root ending in one of suffixes, sorted."""
     found = []
@@ -293,9 +342,14 @@ def main(argv):
             if write_seed(checkpoint_out, program):
                 programs += 1
 
+    grid_out = os.path.join(out, "grid")
+    reset_dir(grid_out)
+    grids = sum(write_seed(grid_out, program) for _, program in grid_programs())
+
     print("make_corpus.py: %d pickle seeds in %s, %d zip seeds in %s, %d checkpoint "
-          "programs in %s" % (pickles, pickle_out, zips, zip_out, programs, checkpoint_out))
-    return 0 if pickles and zips and programs else 1
+          "programs in %s, %d grid programs in %s"
+          % (pickles, pickle_out, zips, zip_out, programs, checkpoint_out, grids, grid_out))
+    return 0 if pickles and zips and programs and grids else 1
 
 
 if __name__ == "__main__":
