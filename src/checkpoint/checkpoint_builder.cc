@@ -7,6 +7,7 @@
 
 #include "ucfs/base/checked_math.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/codec/zip.h"
 
 namespace ucfs {
@@ -15,6 +16,9 @@ Result<Checkpoint> CheckpointBuilder::Build(const std::string& path,
                                             const CheckpointOptions& options) {
   UCFS_ASSIGN_OR_RETURN(CheckpointFiles files, DiscoverCheckpoint(env_, path, options.tag));
   UCFS_ASSIGN_OR_RETURN(Checkpoint c, BuildFrom(std::move(files)));
+  // One mp rank here: the run's other ranks' files would be missing.
+  UCFS_RETURN_IF_ERROR(
+      CheckParallelDimensions({1, 1, c.world_size()}, c.rank0_model(), c.files().model_files[0]));
   c.supplied_universal_info_ = options.universal_info;
   return c;
 }

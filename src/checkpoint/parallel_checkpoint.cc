@@ -107,6 +107,29 @@ Status ParallelCheckpoint::MapShardFrozen(uint32_t shard, size_t frozen, uint64_
   return Status::OK();
 }
 
+Status CheckParallelDimensions(const ParallelDegrees& degrees, const pickle::Document& model_states,
+                               const std::string& file) {
+  const pickle::NodeId dims =
+      model_states.Get(model_states.root(), "checkpoint_parallel_dimensions");
+  if (dims == pickle::kNoNode) return Status::OK();
+  const auto pp = model_states.AsInt(model_states.Get(dims, "pp_degree"));
+  const auto tp = model_states.AsInt(model_states.Get(dims, "tp_degree"));
+  if (!pp || !tp) {
+    return Status::Corruption(file +
+                              ": checkpoint_parallel_dimensions has no int pp_degree and tp_degree")
+        .WithFile(file);
+  }
+  if (*pp == degrees.pp && *tp == degrees.tp) return Status::OK();
+  const std::string saved =
+      *pp >= 1 && *tp >= 1 && *pp <= UINT32_MAX && *tp <= UINT32_MAX
+          ? DescribeDegrees({static_cast<uint32_t>(*pp), static_cast<uint32_t>(*tp), degrees.dp})
+          : "pp_degree " + std::to_string(*pp) + ", tp_degree " + std::to_string(*tp);
+  return Status::Corruption(file + ": checkpoint_parallel_dimensions says the run saved " + saved +
+                            ", but the files here make " + DescribeDegrees(degrees) +
+                            " (a pipeline stage's or a tensor-parallel rank's files missing?)")
+      .WithFile(file);
+}
+
 Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string& path,
                                                     const CheckpointOptions& options) {
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpointFiles files,
@@ -115,6 +138,8 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
   std::vector<std::shared_ptr<const Checkpoint>> shards;
   for (const CheckpointFiles& shard : files.shards) {
     UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::OpenShard(env, shard, options.source));
+    UCFS_RETURN_IF_ERROR(CheckParallelDimensions(files.degrees, opened.rank0_model(),
+                                                 opened.files().model_files[0]));
     shards.push_back(std::make_shared<const Checkpoint>(std::move(opened)));
   }
   return FromShards(std::move(files), std::move(shards), options.universal_info);

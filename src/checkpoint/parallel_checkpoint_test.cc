@@ -94,5 +94,62 @@ TEST_F(BrokenParallelCheckpointTest, APatternNoParamMatchesIsRefused) {
       << s.ToString();
 }
 
+// DeepSpeed >= 0.19.5's checkpoint_parallel_dimensions in every model-states
+// file: the degrees the file names make, or an error naming the file.
+void AddParallelDimensions(MemEnv& env, const std::string& file, int64_t pp, int64_t tp) {
+  env.WriteFile(file, testing::RepackTorchFile(*env.Contents(file), [&](pickle::Document* d) {
+                  const pickle::NodeId dims = d->AddDict({d->AddStr("pp_degree"), d->AddInt(pp),
+                                                          d->AddStr("tp_degree"), d->AddInt(tp)});
+                  d->AppendPair(d->root(), d->AddStr("checkpoint_parallel_dimensions"), dims);
+                }));
+}
+
+TEST_F(BrokenParallelCheckpointTest, ParallelDimensionsAgreeingWithTheFilesOpen) {
+  for (const char* m : {"00", "01"}) {
+    AddParallelDimensions(env_, std::string("/ck/global_step4/mp_rank_") + m + "_model_states.pt",
+                          1, 2);
+  }
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->merge_status().ok()) << c->merge_status().ToString();
+}
+
+TEST_F(BrokenParallelCheckpointTest, ParallelDimensionsOfALargerGridAreRefused) {
+  const std::string model1 = "/ck/global_step4/mp_rank_01_model_states.pt";
+  AddParallelDimensions(env_, kModel0, 1, 2);
+  AddParallelDimensions(env_, model1, 2, 2);
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().file(), model1);
+  EXPECT_NE(c.status().message().find(
+                "checkpoint_parallel_dimensions says the run saved 2 pipeline stages x 2 "
+                "tensor-parallel ranks x 2 data-parallel ranks, but the files here make 1 "
+                "pipeline stage x 2 tensor-parallel ranks x 2 data-parallel ranks"),
+            std::string::npos)
+      << c.status().ToString();
+}
+
+// A data-parallel-looking checkpoint whose run saved at T = 2: the other
+// tensor-parallel rank's files are all missing.
+TEST(ParallelDimensions, ADataParallelCheckpointOfATensorParallelRunIsRefused) {
+  const std::string model0 = "/ck/global_step4/mp_rank_00_model_states.pt";
+  for (int64_t tp : {1, 2}) {
+    MemEnv env;
+    ASSERT_TRUE(
+        env.CopyTreeFrom(testing::TpFixtureDir("tp1_z1_megatron_d2") + "/checkpoint", "/ck").ok());
+    AddParallelDimensions(env, model0, 1, tp);
+    auto c = Checkpoint::Open(env, "/ck");
+    if (tp == 1) {
+      EXPECT_TRUE(c.ok()) << c.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().file(), model0);
+    EXPECT_NE(c.status().message().find("says the run saved 1 pipeline stage x 2 tensor-parallel"),
+              std::string::npos)
+        << c.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -73,6 +73,13 @@ class GridVerifier {
     report_.degrees.dp = report_.world_size;
     CheckLayerFiles();
     CheckStepsAcrossShards();
+    for (const auto& shard : opened) {
+      if (!shard) continue;
+      const std::string& model = shard->files().model_files[0];
+      if (Status s = CheckParallelDimensions(grid_.degrees, shard->rank0_model(), model); !s.ok()) {
+        Problem(Kind::kStructure, model, s.MessageAbout(model));
+      }
+    }
     if (std::find(opened.begin(), opened.end(), nullptr) == opened.end()) {
       CheckUniversal(
           ParallelCheckpoint::FromShards(grid_, std::move(opened), options_.universal_info));

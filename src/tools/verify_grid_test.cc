@@ -258,5 +258,25 @@ TEST_F(BrokenGridTest, APatternNoParamMatchesIsAProblem) {
   EXPECT_NE(universal[0]->message.find("language_model.no_such_param"), std::string::npos);
 }
 
+// checkpoint_parallel_dimensions (DeepSpeed >= 0.19.5) of a larger grid than
+// the files make: named in the file that says so.
+TEST_F(BrokenGridTest, ParallelDimensionsOfALargerGrid) {
+  Load("tp_z1_fp32_t2d2");
+  const std::string model1 = Tag("mp_rank_01_model_states.pt");
+  Edit(model1, [](Document* d) {
+    d->AppendPair(
+        d->root(), d->AddStr("checkpoint_parallel_dimensions"),
+        d->AddDict({d->AddStr("pp_degree"), d->AddInt(2), d->AddStr("tp_degree"), d->AddInt(2)}));
+  });
+  const VerifyReport r = Run();
+  ASSERT_EQ(r.problems.size(), 1u) << Describe(r);
+  EXPECT_EQ(r.problems[0].kind, Kind::kStructure);
+  EXPECT_EQ(r.problems[0].file, model1);
+  EXPECT_NE(r.problems[0].message.find("checkpoint_parallel_dimensions says the run saved 2 "
+                                       "pipeline stages"),
+            std::string::npos)
+      << r.problems[0].message;
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -46,6 +46,14 @@ struct MergedParam {
   std::vector<uint32_t> copies_on;
 };
 
+// DeepSpeed >= 0.19.5 saves the grid's degrees in every model-states file
+// (`checkpoint_parallel_dimensions`: {'pp_degree': P, 'tp_degree': T}).
+// Corruption naming `file` where they are not the degrees the file names
+// make (a pipeline stage's or a tensor-parallel rank's files all missing
+// look like a smaller grid), or are not ints; OK where absent.
+Status CheckParallelDimensions(const ParallelDegrees& degrees, const pickle::Document& model_states,
+                               const std::string& file);
+
 class ParallelCheckpoint : public StateMapper {
  public:
   // The tag DiscoverCheckpoint would find, every file of its grid present,
