@@ -16,11 +16,12 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
   for (const DirEntry& e : entries) {
     // A link to a tag is shown as a link: the tag is served under its own name.
     if (!e.is_dir || e.is_symlink) continue;
-    // A directory of optimizer rank files is a tag, complete or not.
-    auto files = ListCheckpointFiles(env, dir, e.name);
-    // A tensor- or pipeline-parallel tag is a tag, not served (yet): said.
-    const bool unserved = !files.ok() && files.status().code() == Status::Code::kNotSupported;
-    if (!files.ok() && !unserved) continue;
+    // A directory of optimizer rank files is a tag, complete or not; a
+    // tensor- and pipeline-parallel one too (its grid of files).
+    auto grid = ListParallelCheckpointFiles(env, dir, e.name);
+    // A tag ucfs does not serve (a layer file beside ZeRO-3 files): said.
+    const bool unserved = !grid.ok() && grid.status().code() == Status::Code::kNotSupported;
+    if (!grid.ok() && !unserved) continue;
     TagListing tag;
     tag.name = e.name;
     tag.dir = JoinPath(dir, e.name);
@@ -29,12 +30,13 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
       tag.access = st->access;
     }
     if (unserved) {
-      tag.problem = files.status().message();
+      tag.problem = grid.status().message();
     } else {
-      Status complete = CheckNoRankFileMissing(*files);
+      Status complete = CheckNoParallelFileMissing(*grid);
       tag.complete = complete.ok();
       tag.problem = complete.ok() ? "" : complete.message();
-      tag.files = std::move(files).value();
+      tag.files = grid->shards[0];
+      tag.grid = std::move(grid).value();
     }
     root.tags.push_back(std::move(tag));
   }

@@ -55,11 +55,14 @@ class RunDecorator {
 
  private:
   // The data-parallel size the root's per-rank files were saved at:
-  // latest's tag's, or the first complete tag's.
+  // latest's tag's, or the first complete tag's. A tensor- or pipeline-
+  // parallel tag's frameworks number their per-rank files by global rank
+  // over P x T x D, which no data-parallel copy maps: they are shown as
+  // saved.
   static uint32_t SavedWorldSize(const RootListing& root) {
     uint32_t saved = 0;
     for (const TagListing& tag : root.tags) {
-      if (!tag.complete) continue;
+      if (!tag.complete || tag.grid.degrees.mp() > 1) continue;
       if (saved == 0 || (root.latest && tag.name == *root.latest)) saved = tag.files.world_size;
     }
     return saved;

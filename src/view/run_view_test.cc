@@ -8,7 +8,9 @@
 
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/view/hf_weights.h"
+#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/universal_view.h"
@@ -321,6 +323,60 @@ TEST_F(RunViewTest, HfWeightsBesideConfigJsonOpenLatestsTagOnly) {
   EXPECT_EQ(ReadNode(env_, v, Resolve(v, "checkpoint-4/model.safetensors")), want);
   Names(v, Resolve(v, "accelerate"));
   EXPECT_EQ(source.summarized(), 3);
+}
+
+// Tensor- and pipeline-parallel tags in a run directory: each served with
+// what its own mount would show, universal views and the view at a new D;
+// the run's per-rank files of such a root are shown as saved.
+TEST(RunViewGridTest, GridTagsServeWhatTheirOwnMountWould) {
+  MemEnv env;
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::TpFixtureDir("tp_z1_fp32_t2d2") + "/checkpoint", "/run/tp").ok());
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::TpFixtureDir("pp_bf16opt_p2t2d2") + "/checkpoint", "/run/pp").ok());
+  env.WriteFile("/run/pp/rng_state_0.pth", "rng0");
+  for (const std::string root : {"tp", "pp"}) {
+    SCOPED_TRACE(root);
+    auto grid = ParallelCheckpoint::Open(env, "/run/" + root);
+    ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+    auto shared = std::make_shared<const ParallelCheckpoint>(std::move(grid).value());
+    {
+      RunViewOptions options;
+      auto view = BuildRunView(env, "/run", options);
+      ASSERT_TRUE(view.ok()) << view.status().ToString();
+      auto alone = BuildParallelUniversalView(env, shared, options.universal);
+      ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+      for (const std::string dir : {"global_step4_universal", "global_step4_fp32"}) {
+        std::map<std::string, std::string> ours, theirs;
+        Tree(env, **view, Resolve(**view, root + "/" + dir), "", &ours);
+        Tree(env, **alone, Resolve(**alone, dir), "", &theirs);
+        EXPECT_FALSE(ours.empty()) << dir;
+        EXPECT_EQ(ours, theirs) << dir;
+      }
+      EXPECT_EQ(ReadNode(env, **view, Resolve(**view, root + "/latest_universal")),
+                "global_step4_universal");
+    }
+    RunViewOptions options;
+    options.reshard = ReshardOptions{};
+    options.reshard->world_size = 3;
+    options.extra_views = false;
+    auto view = BuildRunView(env, "/run", options);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    auto alone = BuildParallelReshardView(env, shared, *options.reshard);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    std::map<std::string, std::string> ours, theirs;
+    Tree(env, **view, Resolve(**view, root + "/global_step4"), "", &ours);
+    Tree(env, **alone, Resolve(**alone, "global_step4"), "", &theirs);
+    EXPECT_EQ(ours, theirs);
+    const uint32_t mp = shared->degrees().mp();
+    size_t optim = 0;
+    for (const auto& [path, bytes] : ours) optim += path.ends_with("optim_states.pt");
+    EXPECT_EQ(optim, 3u * mp);
+    if (root == "pp") {
+      EXPECT_EQ(Names(**view, Resolve(**view, "pp")),
+                (std::vector<std::string>{"global_step4", "latest", "rng_state_0.pth"}));
+    }
+  }
 }
 
 }  // namespace

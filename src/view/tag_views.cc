@@ -6,6 +6,8 @@
 
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/view/consolidated_view.h"
+#include "ucfs/view/parallel_universal_view.h"
+#include "ucfs/view/reshard_view.h"
 
 namespace ucfs {
 
@@ -21,9 +23,13 @@ Result<View::GraftTarget> TagViews::Directory(Built& built, const std::string& n
 }
 
 Status TagViews::Build(Built& built) {
-  UCFS_RETURN_IF_ERROR(Opened().status());
+  UCFS_RETURN_IF_ERROR(OpenOnce());
   std::unique_ptr<View> view;
-  if (built.reshard) {
+  if (grid_ && built.reshard) {
+    UCFS_ASSIGN_OR_RETURN(view, BuildParallelReshardView(env_, grid_, *options_.reshard));
+  } else if (grid_) {
+    UCFS_ASSIGN_OR_RETURN(view, BuildParallelUniversalView(env_, grid_, options_.universal));
+  } else if (built.reshard) {
     UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env_, checkpoint_, *options_.reshard));
   } else {
     UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env_, checkpoint_, options_.universal));
@@ -36,6 +42,13 @@ Status TagViews::Open() {
   CheckpointOptions open;
   open.tag = tag_;
   open.source = options_.source;
+  if (auto files = ListParallelCheckpointFiles(env_, root_, tag_);
+      files.ok() && files->degrees.mp() > 1) {
+    UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint grid, ParallelCheckpoint::Open(env_, root_, open));
+    grid_ = std::make_shared<const ParallelCheckpoint>(std::move(grid));
+    spdlog::info("{}: tag {} opened ({})", root_, tag_, DescribeDegrees(grid_->degrees()));
+    return Status::OK();
+  }
   UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env_, root_, open));
   checkpoint_ = std::make_shared<const Checkpoint>(std::move(ckpt));
   spdlog::info("{}: tag {} opened ({} params, world size {})", root_, tag_,

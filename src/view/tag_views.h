@@ -15,6 +15,7 @@
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/hf_weights.h"
@@ -25,7 +26,9 @@ namespace ucfs {
 
 // One tag's views, built the first time a directory of theirs is looked
 // into: the checkpoint once, then its universal view (with the
-// consolidated weights) or its reshard view, each once.
+// consolidated weights) or its reshard view, each once. A tensor- and
+// pipeline-parallel tag opens as its grid, with the grid's views (its
+// per-rank files are shown as saved: run_view.cc).
 class TagViews {
  public:
   TagViews(Env& env, std::string root, std::string tag, const RunViewOptions& options)
@@ -36,10 +39,16 @@ class TagViews {
     return Directory(universal_, ConsolidatedDirName(tag_));
   }
   Result<View::GraftTarget> Resharded() { return Directory(resharded_, tag_); }
-  // The tag's checkpoint, opened once for all its views.
+  // The tag's checkpoint, opened once for all its views; NotSupported for
+  // a tensor- or pipeline-parallel one (its views are the grid's).
   Result<std::shared_ptr<const Checkpoint>> Opened() {
-    std::call_once(opened_, [this] { opened_status_ = Open(); });
-    UCFS_RETURN_IF_ERROR(opened_status_);
+    UCFS_RETURN_IF_ERROR(OpenOnce());
+    if (!checkpoint_) {
+      return Status::NotSupported(JoinPath(root_, tag_) +
+                                  ": a tensor- or pipeline-parallel checkpoint (" +
+                                  DescribeDegrees(grid_->degrees()) + "): its merged weights are " +
+                                  ConsolidatedDirName(tag_) + "/");
+    }
     return checkpoint_;
   }
 
@@ -54,6 +63,10 @@ class TagViews {
 
   Result<View::GraftTarget> Directory(Built& built, const std::string& name);
   Status Build(Built& built);
+  Status OpenOnce() {
+    std::call_once(opened_, [this] { opened_status_ = Open(); });
+    return opened_status_;
+  }
   Status Open();
 
   Env& env_;
@@ -62,7 +75,9 @@ class TagViews {
   const RunViewOptions options_;
   std::once_flag opened_;
   Status opened_status_;
-  std::shared_ptr<const Checkpoint> checkpoint_;  // set in opened_
+  // Set in opened_: the data-parallel checkpoint, or the grid.
+  std::shared_ptr<const Checkpoint> checkpoint_;
+  std::shared_ptr<const ParallelCheckpoint> grid_;
   Built universal_{false};
   Built resharded_{true};
 };

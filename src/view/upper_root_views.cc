@@ -27,8 +27,11 @@ std::string Identities(Env& env, const TagListing& tag) {
     out += fmt::format("{}:{}:{}:{}:{};", path, st->identity.size, st->identity.mtime_ns,
                        st->identity.ctime_ns, st->identity.inode);
   };
-  for (const std::string& p : tag.files.optim_files) add(p);
-  for (const std::string& p : tag.files.model_files) add(p);
+  for (const CheckpointFiles& shard : tag.grid.shards) {
+    for (const std::string& p : shard.optim_files) add(p);
+    for (const std::string& p : shard.model_files) add(p);
+  }
+  for (const auto& [key, p] : tag.grid.layer_files) add(p);
   return out;
 }
 

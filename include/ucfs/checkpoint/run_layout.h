@@ -33,7 +33,10 @@ struct TagListing {
   // else `problem` says which is missing.
   bool complete = false;
   std::string problem;
-  CheckpointFiles files;  // complete: what DiscoverCheckpoint found
+  CheckpointFiles files;  // complete: what DiscoverCheckpoint found (a grid's shard group 0)
+  // A tensor- or pipeline-parallel tag's grid (degrees.mp() > 1), else a
+  // 1 x 1 x D grid of `files` alone.
+  ParallelCheckpointFiles grid;
 };
 
 struct RootListing {
