@@ -363,9 +363,8 @@ Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
   return Status::NotSupported(grid.shards[0].tag_dir +
                               ": a tensor- or pipeline-parallel checkpoint (" +
                               DescribeDegrees(grid.degrees) + ", by " + evidence +
-                              "): mount, export, inspect or verify its root or tag directory "
-                              "itself (in a run directory, ucfs serves data-parallel "
-                              "checkpoints only so far)");
+                              "), whose shard groups open one by one (ParallelCheckpoint), "
+                              "not as one data-parallel checkpoint");
 }
 
 Status CheckNoParallelFileMissing(const ParallelCheckpointFiles& files) {

@@ -150,8 +150,9 @@ ReshardOptions ReshardOf(const ViewRequest& r) {
   return reshard;
 }
 
-RunViewOptions RunOptions(const ViewRequest& r, TorchFileSource* index) {
+Result<RunViewOptions> RunOptions(const ViewRequest& r, TorchFileSource* index) {
   RunViewOptions options;
+  UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(r.universal_info));
   options.hf_weights->dtype = r.weights_dtype;
   options.source = index;
   options.universal.compute_crc = r.crc;
@@ -171,7 +172,8 @@ Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::
                                 "--tag takes one of its roots (such as " +
                                 first.dir + "); every tag of a run is served");
   }
-  UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, RunOptions(r, out.index.get())));
+  UCFS_ASSIGN_OR_RETURN(RunViewOptions options, RunOptions(r, out.index.get()));
+  UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, options));
   out.source_dirs = {path};
   out.description =
       std::string("run directory (every root's ") +
@@ -261,8 +263,9 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     UCFS_ASSIGN_OR_RETURN(out, OpenRunView(r, std::move(out), source.path));
     out.source_dirs.insert(out.source_dirs.end(), r.layers.begin(), r.layers.end());
     if (!out.upper_dir.empty()) {
+      UCFS_ASSIGN_OR_RETURN(RunViewOptions run_options, RunOptions(r, out.index.get()));
       out.upper_views =
-          std::make_shared<UpperRootViews>(out.view, *out.env, RunOptions(r, out.index.get()));
+          std::make_shared<UpperRootViews>(out.view, *out.env, std::move(run_options));
     }
     return out;
   }
@@ -314,8 +317,8 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     if (!r.no_cache) {
       out.index = std::make_shared<LazyIndex>(env, index_dir);
     }
-    UCFS_RETURN_IF_ERROR(
-        AddOtherTagViews(*out.view, env, files.root, tag, RunOptions(r, out.index.get())));
+    UCFS_ASSIGN_OR_RETURN(RunViewOptions run_options, RunOptions(r, out.index.get()));
+    UCFS_RETURN_IF_ERROR(AddOtherTagViews(*out.view, env, files.root, tag, run_options));
   }
   for (const std::string& dir : {files.root, files.tag_dir}) {
     if (!dir.empty()) out.source_dirs.push_back(dir);

@@ -379,5 +379,33 @@ TEST(RunViewGridTest, GridTagsServeWhatTheirOwnMountWould) {
   }
 }
 
+// --universal-info reaches every tag of a run: a T = 1 Megatron run's
+// universal files laid out with the supplied row-parallel patterns, as its
+// own mount with the flag lays them out (and not as without it).
+TEST(RunViewGridTest, SuppliedUniversalInfoReachesEveryTag) {
+  MemEnv env;
+  const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2");
+  ASSERT_TRUE(env.CopyTreeFrom(dir + "/checkpoint", "/run/megatron").ok());
+  RunViewOptions options;
+  options.universal_info = std::make_shared<const SuppliedUniversalInfo>(SuppliedUniversalInfo{
+      dir + "/universal_info_rows.json", testing::ReadFile(dir + "/universal_info_rows.json")});
+  auto view = BuildRunView(env, "/run", options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  std::map<std::string, std::string> ours;
+  Tree(env, **view, Resolve(**view, "megatron/global_step4_universal"), "", &ours);
+  for (const bool supplied : {true, false}) {
+    CheckpointOptions open;
+    if (supplied) open.universal_info = options.universal_info;
+    auto ckpt = Checkpoint::Open(env, "/run/megatron", open);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+    auto alone = BuildUniversalView(
+        env, std::make_shared<const Checkpoint>(std::move(ckpt).value()), options.universal);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    std::map<std::string, std::string> theirs;
+    Tree(env, **alone, Resolve(**alone, "global_step4_universal"), "", &theirs);
+    EXPECT_EQ(ours == theirs, supplied);
+  }
+}
+
 }  // namespace
 }  // namespace ucfs

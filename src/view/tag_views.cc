@@ -42,6 +42,7 @@ Status TagViews::Open() {
   CheckpointOptions open;
   open.tag = tag_;
   open.source = options_.source;
+  open.universal_info = options_.universal_info;
   if (auto files = ListParallelCheckpointFiles(env_, root_, tag_);
       files.ok() && files->degrees.mp() > 1) {
     UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint grid, ParallelCheckpoint::Open(env_, root_, open));

@@ -36,6 +36,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
+#include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/view/hf_weights.h"
 #include "ucfs/view/reshard_view.h"
@@ -50,6 +51,9 @@ struct RunViewOptions {
   // directly.
   TorchFileSource* source = nullptr;
   UniversalViewOptions universal;
+  // universal_checkpoint_info keys laid over every tag's saved ones
+  // (--universal-info).
+  std::shared_ptr<const SuppliedUniversalInfo> universal_info;
   // Every complete tag at this world size.
   std::optional<ReshardOptions> reshard;
   bool extra_views = true;
