@@ -20,9 +20,11 @@ ucfs=$(readlink -f "$1")
 shift
 oracle=${ORACLE_DIR:-$(cd "$here/../../.." && pwd)/shared/oracle}
 mnt=$(mktemp -d "${TMPDIR:-/tmp}/ucfs_tpp_check.XXXXXX")
+run=$(mktemp -d "${TMPDIR:-/tmp}/ucfs_tpp_run.XXXXXX")
 cleanup() {
   if mountpoint -q "$mnt"; then "$ucfs" umount "$mnt" || true; fi
   rmdir "$mnt"
+  rm -rf "$run"
 }
 trap cleanup EXIT
 
@@ -30,12 +32,14 @@ trap cleanup EXIT
 # fixture's name. Native loads keep P and T: the mount is --world-size D.
 # extra: a file of the fixture passed as --universal-info, or FAIL where
 # DeepSpeed must not resume right (a T = 1 run's patterns without the
-# row-parallel ones, loaded at T = 2: what ucfs warns of).
+# row-parallel ones, loaded at T = 2: what ucfs warns of), or RUN: the
+# checkpoint as a root inside a run directory, the run directory mounted.
 checks=("universal:tp_z1_fp32_t2d2:1,1,2" "universal:pp_bf16opt_p2t2d2:2,1,3"
         "universal:z3_tp_fp32_t2d2:1,2,3" "native:tp_z1_fp32_t2d2:1,2,1"
         "native:pp_bf16opt_p2t2d2:2,2,1" "native:z3_tp_fp32_t2d2:1,2,3"
         "universal:tp_z1_swiglu_t4d1:1,2,2" "universal:z3_tp_bf16_t2d3:1,2,2"
-        "universal:tp1_z1_megatron_d2:1,2,1:universal_info_rows.json")
+        "universal:tp1_z1_megatron_d2:1,2,1:universal_info_rows.json"
+        "universal:tp_z1_fp32_t2d2:1,1,2:RUN" "native:pp_bf16opt_p2t2d2:2,2,1:RUN")
 if [ "$full" = 1 ]; then
   checks+=("universal:tp_z1_fp32_t2d2:1,4,1" "universal:tp_z1_fp32_t2d2:1,2,3"
            "universal:pp_bf16opt_p2t2d2:1,2,3" "universal:pp_bf16opt_p2t2d2:2,2,1"
@@ -53,13 +57,21 @@ for entry in "${checks[@]}"; do
   IFS=: read -r mode fixture topology more <<< "$entry"
   extra=()
   [ "$mode" = native ] && extra=(--world-size "${topology##*,}")
-  [ -n "$more" ] && [ "$more" != FAIL ] && extra+=(--universal-info "$fixtures/$fixture/$more")
-  "$ucfs" mount --no-cache "${extra[@]}" "$fixtures/$fixture/checkpoint" "$mnt" ||
+  source=$fixtures/$fixture/checkpoint ckpt=$mnt
+  if [ "$more" = RUN ]; then
+    # A run directory: the checkpoint one level down, beside a log.
+    rm -rf "${run:?}"/* && mkdir -p "$run/logs" && cp -r "$source" "$run/ckpt" &&
+      printf 'step 4\n' >"$run/logs/train.log" || exit 1
+    source=$run ckpt=$mnt/ckpt
+  elif [ -n "$more" ] && [ "$more" != FAIL ]; then
+    extra+=(--universal-info "$fixtures/$fixture/$more")
+  fi
+  "$ucfs" mount --no-cache "${extra[@]}" "$source" "$mnt" ||
     { echo "tpp_check: mount of $fixture failed" >&2; exit 1; }
-  echo "== DeepSpeed resumes ($mode, P,T,D=$topology) from the mounted $fixture ${extra[*]}"
+  echo "== DeepSpeed resumes ($mode, P,T,D=$topology) from the mounted $fixture ${extra[*]}${more:+ ($more)}"
   for attempt in 1 2; do
     last=$(cd "$oracle/tpp" && /usr/bin/python3 load_check_tpp.py --fixture "$fixtures/$fixture" \
-             --ckpt "$mnt" --mode "$mode" --topology "$topology" --quiet 2>&1 | tail -1)
+             --ckpt "$ckpt" --mode "$mode" --topology "$topology" --quiet 2>&1 | tail -1)
     # A rank of the harness that crashed (gloo on a loaded 2-core machine,
     # about 1 run in 20) judged nothing: run it once more. A value that
     # differs is never run again.
