@@ -42,17 +42,24 @@ Result<SubParamShape> ReadSubParamShape(const Document& doc, NodeId node) {
     std::vector<int64_t> sizes;
     if (auto one = doc.AsInt(d)) {
       sizes.push_back(*one);
-    } else if (auto many = doc.SequenceItems(d)) {
+    } else if (auto many = doc.SequenceItems(d); many && doc.node(d).kind == pickle::Kind::kTuple) {
+      // (The converter takes a dimension's sizes only as a tuple.)
       for (NodeId m : *many) {
         auto size = doc.AsInt(m);
         if (!size) return Wrong(kKey, "shaped by numbers");
         sizes.push_back(*size);
       }
     } else {
-      return Wrong(kKey, "shaped by numbers");
+      return Wrong(kKey, "shaped by numbers and tuples of numbers");
     }
     out.shape.push_back(std::move(sizes));
   }
+  auto saved = std::make_shared<Document>();
+  std::vector<NodeId> copied;
+  out.saved_patterns = saved->CopyFrom(doc, doc.Get(node, "patterns"), &copied);
+  out.saved_shape = saved->CopyFrom(doc, doc.Get(node, "shape"), &copied);
+  out.saved_partition_dim = saved->CopyFrom(doc, doc.Get(node, "partition_dim"), &copied);
+  out.saved = std::move(saved);
   if (*dim < 0 || *dim >= static_cast<int64_t>(out.shape.size())) {
     return Wrong(kKey, "partitioned along one of its dimensions");
   }
@@ -152,9 +159,11 @@ Status ApplySupplied(const SuppliedUniversalInfo& supplied, UniversalInfo* info)
       if (!value.is_number()) return bad("'" + key + "' is not a number");
       info->version = value.get<double>();
     } else {
-      return bad(
-          "'" + Printable(key) + "' is no universal_checkpoint_info key ucfs takes" +
-          (key == "parameter_with_sub_params" ? " (SubparamShape merges are not served)" : ""));
+      return bad("'" + Printable(key) + "' is no universal_checkpoint_info key ucfs takes" +
+                 (key == "parameter_with_sub_params"
+                      ? " (SubparamShape is taken from the model states only: the converter tells "
+                        "tuples from lists, JSON does not)"
+                      : ""));
     }
   }
   return Status::OK();

@@ -1,7 +1,10 @@
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 
 #include <map>
+#include <optional>
 #include <utility>
+
+#include "ucfs/base/checked_math.h"
 
 namespace ucfs {
 namespace {
@@ -39,18 +42,29 @@ Status MergedShapes(const UniversalInfo& info, uint32_t tp, const std::string& f
       break;
     case MergeRule::kSubParams: {
       const SubParamShape& s = *p->merge.sub_param_shape;
+      // Sizes from the pickle: summed and multiplied checked (the local
+      // shape's numel is bounded already).
       std::vector<int64_t> full;
       for (const auto& sizes : s.shape) {
-        int64_t sum = 0;
-        for (int64_t d : sizes) sum += d;
-        full.push_back(sum);
+        std::optional<int64_t> sum = 0;
+        for (int64_t d : sizes) sum = d < 1 || !sum ? std::nullopt : CheckedAdd(*sum, d);
+        if (!sum) return fail("has a SubparamShape dimension that is not a positive size");
+        full.push_back(*sum);
+      }
+      for (int64_t size : s.shape[static_cast<size_t>(s.partition_dim)]) {
+        if (size % tp != 0) {
+          return fail("has a sub-param of " + std::to_string(size) +
+                      " along its SubparamShape's partition_dim, which does not split over " +
+                      std::to_string(tp) + " tensor-parallel ranks");
+        }
       }
       std::vector<int64_t> part = full;
       part[static_cast<size_t>(s.partition_dim)] /= tp;
-      int64_t local_numel = 1, part_numel = 1;
-      for (int64_t d : local) local_numel *= d;
-      for (int64_t d : part) part_numel *= d;
-      if (local_numel != part_numel) {
+      std::optional<int64_t> local_numel = 1, part_numel = 1;
+      for (int64_t d : local)
+        local_numel = local_numel ? CheckedMul(*local_numel, d) : std::nullopt;
+      for (int64_t d : part) part_numel = part_numel ? CheckedMul(*part_numel, d) : std::nullopt;
+      if (!local_numel || !part_numel || *local_numel != *part_numel) {
         return fail("is not a slice of its SubparamShape " + ShapeText(full) + " at " +
                     std::to_string(tp) + " tensor-parallel ranks");
       }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 
 #include "test_support.h"
@@ -150,6 +151,32 @@ TEST(ParallelInspect, PlainDataParallelCheckpointHasNoUniversalSection) {
       ParallelCheckpoint::OfDataParallel(std::make_shared<const Checkpoint>(std::move(c).value()));
   EXPECT_EQ(InspectJson(grid), plain);
   EXPECT_EQ(InspectText(grid), InspectText(grid.shard(0)));
+}
+
+// The merges Megatron never asks for: inspect names them, with the
+// SubparamShape and the shapes the merge gives.
+TEST(ParallelInspect, AveragedAndSubParamMerges) {
+  auto grid = ParallelCheckpoint::Open(
+      *Env::Posix(), testing::TpFixtureDir("tp_z1_fp32_t2d2_merges") + "/checkpoint");
+  ASSERT_TRUE(grid.ok()) << grid.status().ToString();
+  ASSERT_TRUE(grid->merge_status().ok()) << grid->merge_status().ToString();
+  const auto j = nlohmann::json::parse(InspectJson(*grid).dump());
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& p : j["universal"]["params"]) by_name[p["name"]] = p;
+  const std::string layers = "language_model.encoder.layers.";
+  for (const char* l : {"0", "1"}) {
+    const auto& bias = by_name[layers + l + ".self_attention.query_key_value.bias"];
+    EXPECT_EQ(bias["merge"], "average") << bias;
+    EXPECT_EQ(bias["shape"], nlohmann::json({12})) << bias;  // the local shape, as the mean's
+  }
+  const auto& qkv = by_name[layers + "0.self_attention.query_key_value.weight"];
+  EXPECT_EQ(qkv["merge"], "sub_params") << qkv;
+  EXPECT_EQ(qkv["sub_param_shape"]["shape"], nlohmann::json({{8, 8, 8}, {8}})) << qkv;
+  EXPECT_EQ(qkv["shape"], nlohmann::json({24, 8}));
+  const auto& h4h = by_name[layers + "1.mlp.dense_h_to_4h.weight"];
+  EXPECT_EQ(h4h["sub_param_shape"]["partition_dim"], 1) << h4h;
+  EXPECT_EQ(h4h["shape"], nlohmann::json({32, 8}));  // SubparamShape's (32, (4, 4))
+  EXPECT_NE(InspectText(*grid).find("sub-params, cat dim 1"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
+#include "ucfs/view/source_files.h"
 #include "ucfs/view/storage_spec.h"
 #include "ucfs/view/torch_pickle_builder.h"
 
@@ -19,12 +20,14 @@ namespace ucfs {
 // State `state` of `param` merged, over its storage_shape (a vocabulary's
 // padded rows included): a concatenation on dim 0 is the slices' runs one
 // after another, on a later dimension one kInterleaved run, two sub-params
-// the slices' first halves then their second halves, a replicated param
-// slice 0. NotSupported, naming the param, for the merges not served
-// (averaged, SubparamShape).
+// the slices' first halves then their second halves, SubparamShape's
+// sub-params each gathered from every slice in turn, a replicated param
+// slice 0, an averaged one a kComputed run (AverageSlices) reading through
+// `files` (null: NotSupported, naming the param).
 Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c,
                                                 const MergedParam& param, size_t state,
-                                                uint64_t element_size);
+                                                uint64_t element_size,
+                                                const std::shared_ptr<SourceFiles>& files);
 
 // The first `length` bytes of `runs` (a vocabulary's merge without its
 // padded rows, which come last).

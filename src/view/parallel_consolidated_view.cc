@@ -55,10 +55,12 @@ Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
       out.push_back(std::move(t));
     }
   }
+  const auto files =
+      std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
   for (const MergedParam& param : c.params()) {
     const StateInfo& fp32 = c.shard(param.stage * degrees.tp).states()[0];
     const uint64_t es = Info(fp32.dtype).element_size;
-    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(c, param, 0, es));
+    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(c, param, 0, es, files));
     ConsolidatedTensor t;
     t.name = param.name;
     t.dtype = fp32.dtype;

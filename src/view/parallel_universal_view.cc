@@ -18,8 +18,10 @@ int64_t Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// `files` reads the sources of averaged merges.
 Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const ParallelCheckpoint>& c,
-                      const MergedParam& p, SourceFiles* crc_reader) {
+                      const MergedParam& p, const std::shared_ptr<SourceFiles>& files,
+                      SourceFiles* crc_reader) {
   const uint32_t lead_shard = p.stage * c->degrees().tp;
   const Checkpoint& lead = c->shard(lead_shard);
   const ParamInfo& local = lead.params()[p.slices[0]];
@@ -38,7 +40,7 @@ Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const Para
   for (size_t s = 0; s < lead.states().size(); ++s) {
     const StateInfo& state = lead.states()[s];
     const uint64_t es = Info(state.dtype).element_size;
-    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(*c, p, s, es));
+    UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(*c, p, s, es, files));
     UCFS_ASSIGN_OR_RETURN(
         std::string pkl,
         UniversalDictPickle(state.dtype, p.shape, static_cast<uint64_t>(Numel(p.storage_shape)),
@@ -85,8 +87,10 @@ Result<std::unique_ptr<View>> BuildParallelUniversalView(
   const Checkpoint& first = c->shard(0);
   InodeId udir = 0;
   UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, first.files(), &udir));
+  const auto files =
+      std::make_shared<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
   for (const MergedParam& p : c->params()) {
-    UCFS_RETURN_IF_ERROR(AddMergedParam(*view, zero, c, p, crc_reader.get()));
+    UCFS_RETURN_IF_ERROR(AddMergedParam(*view, zero, c, p, files, crc_reader.get()));
   }
   // Shard group 0's sources are the grid's first: its own indices hold.
   std::shared_ptr<const Checkpoint> shard0(c, &first);

@@ -55,6 +55,10 @@ TEST_P(ParallelUniversalViewTest, TreeIsByteIdenticalToTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelUniversalViewTest,
                          ::testing::ValuesIn(testing::TpFixturesWithExpected()));
+// The merges Megatron never asks for (make_merge_rules_fixture.py): an
+// averaged param, SubparamShape along dim 0 and, viewed anew, along dim 1.
+INSTANTIATE_TEST_SUITE_P(MergeRules, ParallelUniversalViewTest,
+                         ::testing::Values("tp_z1_fp32_t2d2_merges"));
 
 // The tensor under key 'param' of a universal per-param file, and its
 // shape, read by ucfs's codec.

@@ -194,7 +194,9 @@ Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>&
   std::vector<pickle::NodeId> kv;
   for (const UniversalKey& k : keys) {
     kv.push_back(doc.AddStr(k.name));
-    kv.push_back(k.is_bool ? doc.AddBool(k.value != 0) : doc.AddInt(k.value));
+    kv.push_back(k.make      ? k.make(doc)
+                 : k.is_bool ? doc.AddBool(k.value != 0)
+                             : doc.AddInt(k.value));
   }
   kv.push_back(doc.AddStr("param"));
   UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,

@@ -10,6 +10,7 @@
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/torch_pickle_builder.h"
+#include "view/average_slices.h"
 #include "view/merged_runs.h"
 #include "view/universal_files.h"
 
@@ -173,6 +174,7 @@ std::vector<Xattr> ParamXattrs(const Checkpoint& c, size_t p) {
 // T = 1), or null.
 Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const Checkpoint>& ckpt,
                                                     size_t p, size_t s, const MergedParam* merged,
+                                                    const std::shared_ptr<SourceFiles>& files,
                                                     SourceFiles* crc_reader) {
   const ParamInfo& param = ckpt->params()[p];
   const StateInfo& state = ckpt->states()[s];
@@ -201,20 +203,32 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const 
   run.length = bytes;
   run.param = static_cast<uint32_t>(p);
   run.state = static_cast<uint32_t>(s);
+  if (merged != nullptr && merged->merge.rule == MergeRule::kAverage) {
+    // The converter's mean of one slice, 0 + s0: not the slice's bytes
+    // where it holds -0.0.
+    if (state.dtype != DType::kFloat32) {
+      return Status::NotSupported("param '" + Printable(param.name) +
+                                  "': averaged (parameter_to_average_patterns) only in float32");
+    }
+    run.kind = StorageRun::Kind::kComputed;
+    run.computed = std::make_shared<AverageSlices>(
+        *ckpt, files, std::vector<AverageSlices::Slice>{{0, p}}, s, param.numel, param.name);
+  }
   storage.runs.push_back(run);
   return TorchFileContent::Make(ckpt, state.name, std::move(pkl).value(), {storage}, crc_reader);
 }
 
 // zero/<param>/: a file per state, and at ZeRO-1/2 step.pt.
 Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const Checkpoint>& ckpt,
-                         size_t p, const MergedParam* merged, SourceFiles* crc_reader) {
+                         size_t p, const MergedParam* merged,
+                         const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader) {
   const ParamInfo& param = ckpt->params()[p];
   UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param));
   UCFS_ASSIGN_OR_RETURN(InodeId pdir, view.AddDirectory(zero, param.name));
   const std::vector<Xattr> param_xattrs = ParamXattrs(*ckpt, p);
   for (size_t s = 0; s < ckpt->states().size(); ++s) {
     const StateInfo& state = ckpt->states()[s];
-    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, merged, crc_reader));
+    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, merged, files, crc_reader));
     std::vector<Xattr> xattrs = param_xattrs;
     xattrs.push_back({"user.ucfs.state", state.name});
     xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
@@ -278,14 +292,11 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
       }
     }
   }
+  const auto files =
+      std::make_shared<SourceFiles>(env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
   for (size_t p = 0; p < ckpt->params().size(); ++p) {
     const MergedParam* merged = rules ? &rules->params()[p] : nullptr;
-    if (merged != nullptr && merged->merge.rule == MergeRule::kSubParams) {
-      return Status::NotSupported("param '" + Printable(merged->name) +
-                                  "': its universal_checkpoint_info merge "
-                                  "(parameter_with_sub_params) is not served yet");
-    }
-    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, crc_reader.get()));
+    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, files, crc_reader.get()));
   }
 
   UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));

@@ -291,6 +291,18 @@ TEST(UniversalView, SuppliedPatternsMakeItSafeAtAnotherTensorDegree) {
             28u * 4 + 2);
 }
 
+// The merges Megatron never asks for, at T = 1 (make_merge_rules_fixture.py):
+// an averaged param (the converter's 0 + s0, then / 1) and two SubparamShape
+// merges (their dataclass pickled into every file) are the converter's
+// bytes.
+TEST(UniversalView, AveragedAndSubParamMergesAtOneTensorRankAreTheConverters) {
+  Env& env = *Env::Posix();
+  const std::string dir = testing::TpFixtureDir("tp1_z1_megatron_d2_merges");
+  Mounted m = Build(env, dir + "/checkpoint", /*crc=*/true);
+  EXPECT_EQ(ExpectTreeIsTheReference(env, *m.view, dir + "/expected", "global_step4_universal"),
+            28u * 4 + 2);
+}
+
 TEST(UniversalView, RootShowsTheSourceWithTheUniversalTreeOnTop) {
   Env& env = *Env::Posix();
   Mounted m = Build(env, FixtureDir("z3_fp32_ws2") + "/checkpoint", false);

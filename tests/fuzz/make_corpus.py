@@ -203,9 +203,11 @@ def checkpoint_programs():
 
 # --- grid_fuzz programs (grid_fuzz.cc's decoder). Fixtures in sorted order:
 # 0 pp_bf16opt_p2t2d2 (20 files in its tag directory: 8 optimizer, 4
-# model-states, then 8 layer files), 3 tp_z1_fp32_t2d2, 7 z3_tp_fp32_t2d2.
+# model-states, then 8 layer files), 2 tp1_z1_megatron_d2, 3 its _merges,
+# 4 tp_z1_fp32_t2d2, 5 its _merges (averaged and SubparamShape merges),
+# 9 z3_tp_fp32_t2d2.
 G_REMOVE, G_RENAME, G_COPY, G_PATTERN, G_INFO, G_SHAPE, G_INT, G_FLIP, G_TRUNCATE = range(9)
-GRID_FIXTURES = 8
+GRID_FIXTURES = 10
 # Renames: of a rank file 0 mp rank, 1 dp rank, 2 prefix, 3 kind; of a
 # layer file 0 layer, 1 tensor-parallel rank, 2 no model axis.
 RANK_MP, RANK_DP, RANK_PREFIX, RANK_KIND = 0, 1, 2, 3
@@ -222,27 +224,28 @@ def grid_programs():
     for k in range(0, 20, 3):
         progs.append(("remove file %d" % k, bytes([0, G_REMOVE, k])))
     progs.append(("remove the last layer file", bytes([0, G_REMOVE, 19])))
-    progs.append(("rename to mp rank 5", bytes([3, G_RENAME, 1, RANK_MP, 5])))
-    progs.append(("rename to dp rank 4", bytes([3, G_RENAME, 0, RANK_DP, 4])))
+    progs.append(("rename to mp rank 5", bytes([4, G_RENAME, 1, RANK_MP, 5])))
+    progs.append(("rename to dp rank 4", bytes([4, G_RENAME, 0, RANK_DP, 4])))
     progs.append(("rename without bf16_", bytes([0, G_RENAME, 2, RANK_PREFIX, 0])))
-    progs.append(("rename optim as model", bytes([7, G_RENAME, 1, RANK_KIND, 0])))
+    progs.append(("rename optim as model", bytes([9, G_RENAME, 1, RANK_KIND, 0])))
     progs.append(("layer file of another T", bytes([0, G_RENAME, 19, LAYER_TP, 2])))
     progs.append(("copy a layer file to T = 3", bytes([0, G_COPY, 19, LAYER_TP, 2])))
     progs.append(("layer file without model axis", bytes([0, G_COPY, 12, LAYER_NO_AXIS, 0])))
     progs.append(("layer file of another layer", bytes([0, G_RENAME, 12, LAYER_NUMBER, 7])))
-    progs.append(("an extra mp rank", bytes([3, G_COPY, 1, RANK_MP, 2])))
+    progs.append(("an extra mp rank", bytes([4, G_COPY, 1, RANK_MP, 2])))
     for lst in range(INFO_LISTS):
         for which in range(PATTERNS):
             progs.append(("pattern %d in list %d" % (which, lst),
-                          bytes([3, G_PATTERN, lst, which, lst & 1])))
+                          bytes([4 + (lst & 1), G_PATTERN, lst, which, lst & 1])))
     for key in range(INFO_KEYS):
         for which in (0, 1, 2, 3 << 2, 4 << 2, 5 << 2):
             progs.append(("info key %d value %d" % (key, which),
-                          bytes([0 if key % 2 else 3, G_INFO, key, which, 1])))
+                          bytes([0 if key % 2 else 5, G_INFO, key, which, 1])))
     for f in (0, 4, 8, 9):
         progs.append(("shape of file %d" % f, bytes([0, G_SHAPE, f, 1, 0, 4])))
-        progs.append(("int of file %d" % f, bytes([3, G_INT, f, 7, 0, 4])))
-    progs.append(("flip a byte", bytes([7, G_FLIP, 1]) + (1234).to_bytes(8, "little") + b"\x10"))
+        progs.append(("int of file %d" % f, bytes([5, G_INT, f, 7, 0, 4])))
+        progs.append(("shape of merges file %d" % f, bytes([5, G_SHAPE, f, 3, 1, 4])))
+    progs.append(("flip a byte", bytes([9, G_FLIP, 1]) + (1234).to_bytes(8, "little") + b"\x10"))
     progs.append(("truncate a layer file", bytes([0, G_TRUNCATE, 15]) + (600).to_bytes(8, "little")))
     return progs
 

@@ -41,6 +41,13 @@ struct SubParamShape {
   std::vector<std::string> patterns;
   std::vector<std::vector<int64_t>> shape;  // each dimension: its size, or the sub-params' sizes
   int64_t partition_dim = 0;
+  // The saved values of `patterns`, `shape` and `partition_dim`, as the
+  // converter pickles them into every universal file of a param it merges
+  // so (the SubparamShape dataclass built from them: tuples stay tuples).
+  std::shared_ptr<const pickle::Document> saved;
+  pickle::NodeId saved_patterns = pickle::kNoNode;
+  pickle::NodeId saved_shape = pickle::kNoNode;
+  pickle::NodeId saved_partition_dim = pickle::kNoNode;
 };
 
 // universal_checkpoint_info as saved (absent lists are empty).

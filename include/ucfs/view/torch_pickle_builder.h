@@ -5,6 +5,7 @@
 #define UCFS_VIEW_TORCH_PICKLE_BUILDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,14 +83,16 @@ Result<std::string> UniversalParamPickle(DType dtype, const std::vector<int64_t>
                                          bool requires_grad);
 
 // data.pkl of ds_to_universal's per-param dict of a tensor-parallel merge:
-// `keys` (int or bool values, in the converter's order: cat_dim,
-// param_n_sub_params, vocab_tensor), then 'param', the tensor at `shape`
-// over a storage of `storage_numel` elements (a vocabulary cut from its
-// padded merge keeps the whole storage).
+// `keys` (in the converter's order: cat_dim, param_n_sub_params or
+// sub_param_shape, vocab_tensor), then 'param', the tensor at `shape` over
+// a storage of `storage_numel` elements (a vocabulary cut from its padded
+// merge keeps the whole storage).
 struct UniversalKey {
   std::string name;
   int64_t value = 0;
   bool is_bool = false;
+  // Else the value this adds to the document (an object: SubparamShape).
+  std::function<pickle::NodeId(pickle::Document&)> make;
 };
 Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>& shape,
                                         uint64_t storage_numel, bool requires_grad,
