@@ -1,5 +1,6 @@
 #include "tools/file_checks.h"
 
+#include <cstdio>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -153,6 +154,12 @@ class TensorWalk {
 };
 
 }  // namespace
+
+std::string ExactNumber(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 void CheckFileTensors(const std::string& path, const TorchFileSummary& summary,
                       const pickle::Document& d, const ProblemSink& problem) {

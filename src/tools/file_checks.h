@@ -18,6 +18,9 @@ namespace ucfs {
 using ProblemSink =
     std::function<void(VerifyProblem::Kind kind, const std::string& file, std::string message)>;
 
+// A number as messages give it, every digit a double has: "4", "7.5".
+std::string ExactNumber(double v);
+
 // Every tensor in the file, wherever it is in the pickle: its storage
 // record exists and holds the whole storage, and the tensor lies inside
 // its storage (MatchTensor). Checkpoint::Open checks the tensors it uses;

@@ -18,12 +18,6 @@ using pickle::Document;
 using pickle::NodeId;
 using Kind = VerifyProblem::Kind;
 
-std::string Number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 // What the cross-file checks need of one rank file. Its parsed pickle is
 // not kept: at thousands of ranks they would not fit in memory together.
 struct RankFile {
@@ -345,7 +339,7 @@ class ShardVerifier {
       std::string odd;
       for (const auto& [k, v] : f.steps) {
         if (v != step) {
-          odd += std::string(odd.empty() ? "" : ", ") + Number(v) + " in sub-group " +
+          odd += std::string(odd.empty() ? "" : ", ") + ExactNumber(v) + " in sub-group " +
                  std::to_string(k);
         }
       }
@@ -356,7 +350,7 @@ class ShardVerifier {
       }
       if (!odd.empty()) {
         Problem(Kind::kStep, f.path,
-                "Adam step is " + odd + "; the other ranks' step is " + Number(step));
+                "Adam step is " + odd + "; the other ranks' step is " + ExactNumber(step));
       }
     }
   }

@@ -47,12 +47,6 @@ namespace {
 
 using Kind = VerifyProblem::Kind;
 
-std::string StepText(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 // A checkpoint as the grid it is: each shard group checked as the
 // data-parallel checkpoint it is (a data-parallel checkpoint is the one
 // shard group of a 1 x 1 x D grid), then what holds the grid together.
@@ -172,10 +166,10 @@ class GridVerifier {
         }
       }
       Problem(Kind::kStep, file,
-              "Adam step is " + StepText(*steps_[m]) + " in shard group " + std::to_string(m) +
+              "Adam step is " + ExactNumber(*steps_[m]) + " in shard group " + std::to_string(m) +
                   " (stage " + std::to_string(grid_.Stage(m)) + ", tensor-parallel rank " +
                   std::to_string(grid_.TpRank(m)) + "); the other shard groups' step is " +
-                  StepText(best->first));
+                  ExactNumber(best->first));
     }
   }
 

@@ -64,14 +64,7 @@ Result<std::string> AverageSlices::Compute(uint64_t begin, uint64_t end) const {
     UCFS_RETURN_IF_ERROR(
         mapper_.MapShardState(slice.shard, slice.param, state_, begin, end, &extents));
     std::vector<ReadPiece> pieces;
-    for (const Extent& e : extents) {
-      ReadPiece p;
-      p.kind = ReadPiece::Kind::kSource;
-      p.source = e.file;
-      p.offset = e.offset;
-      p.length = e.length;
-      pieces.push_back(p);
-    }
+    AppendSourcePieces(extents, &pieces);
     bytes.clear();
     UCFS_RETURN_IF_ERROR(files_->Read(pieces, &bytes));
     if (bytes.size() != end - begin) {

@@ -25,15 +25,7 @@ Status CastState::Read(uint64_t offset, uint64_t length, std::string* out) const
   std::vector<Extent> extents;
   UCFS_RETURN_IF_ERROR(checkpoint_.MapState(param_, 0, first * 4, last * 4, &extents));
   std::vector<ReadPiece> pieces;
-  pieces.reserve(extents.size());
-  for (const Extent& e : extents) {
-    ReadPiece p;
-    p.kind = ReadPiece::Kind::kSource;
-    p.source = e.file;
-    p.offset = e.offset;
-    p.length = e.length;
-    pieces.push_back(p);
-  }
+  AppendSourcePieces(extents, &pieces);
   std::string fp32;
   UCFS_RETURN_IF_ERROR(files_->Read(pieces, &fp32));
   std::string cast;

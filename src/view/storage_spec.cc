@@ -32,6 +32,17 @@ void StorageSpec::FillRunStarts() {
   }
 }
 
+void AppendSourcePieces(const std::vector<Extent>& extents, std::vector<ReadPiece>* out) {
+  for (const Extent& e : extents) {
+    ReadPiece p;
+    p.kind = ReadPiece::Kind::kSource;
+    p.source = e.file;
+    p.offset = e.offset;
+    p.length = e.length;
+    out->push_back(p);
+  }
+}
+
 Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
                    uint64_t end, std::vector<ReadPiece>* out) {
   std::vector<Extent> extents;
@@ -112,14 +123,7 @@ Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64
                   ? mapper.MapShardState(run.shard, run.param, run.state, from, from + (b - a),
                                          &extents)
                   : mapper.MapShardFrozen(run.shard, run.param, from, from + (b - a), &extents));
-          for (const Extent& e : extents) {
-            ReadPiece sp;
-            sp.kind = ReadPiece::Kind::kSource;
-            sp.source = e.file;
-            sp.offset = e.offset;
-            sp.length = e.length;
-            out->push_back(sp);
-          }
+          AppendSourcePieces(extents, out);
           break;
         }
       }

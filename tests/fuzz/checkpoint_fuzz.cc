@@ -148,7 +148,6 @@ using ucfs_fuzz::ParseArchive;
 using ucfs_fuzz::Program;
 using ucfs_fuzz::Reader;
 using ucfs_fuzz::Serialize;
-using ucfs_fuzz::StringFile;
 using ucfs_fuzz::UniversalForm;
 
 constexpr size_t kMaxOps = 48;
@@ -202,30 +201,16 @@ struct Fixture {
   uint32_t world = 0;
 };
 
-std::string ReadWhole(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<Fixture> LoadFixtures() {
   namespace fs = std::filesystem;
-  const char* env_dir = std::getenv("UCFS_FUZZ_FIXTURES");
-  const fs::path dir = env_dir != nullptr ? env_dir : UCFS_FUZZ_FIXTURES;
-  std::vector<fs::path> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_directory() && fs::is_regular_file(e.path() / "checkpoint" / "latest")) {
-      names.push_back(e.path());
-    }
-  }
-  std::sort(names.begin(), names.end());
+  const std::vector<fs::path> names =
+      ucfs_fuzz::FixtureDirs("UCFS_FUZZ_FIXTURES", UCFS_FUZZ_FIXTURES);
   std::vector<Fixture> out;
   for (const fs::path& fixture_dir : names) {
     Fixture f;
     f.name = fixture_dir.filename().string();
     const fs::path root = fixture_dir / "checkpoint";
-    std::string tag = ReadWhole(root / "latest");
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+    const std::string tag = ucfs_fuzz::LatestTag(root);
     f.tag_dir = kRoot + "/" + tag;
     std::vector<fs::path> files;
     for (const auto& e : fs::recursive_directory_iterator(root)) {
@@ -236,7 +221,7 @@ std::vector<Fixture> LoadFixtures() {
     bool shared_model = false;  // ZeRO-1/2: mp_rank_00_model_states.pt
     for (const fs::path& p : files) {
       const std::string path = kRoot + "/" + fs::relative(p, root).string();
-      std::string bytes = ReadWhole(p);
+      std::string bytes = ucfs_fuzz::ReadWhole(p);
       auto rank = ucfs::ParseRankFileName(p.filename().string());
       if (p.filename() == ucfs::SharedModelFileName() && p.parent_path().filename() == tag) {
         // The model file of every rank: slot "rank 0" of kind kModel.
@@ -270,7 +255,7 @@ std::vector<Fixture> LoadFixtures() {
     for (auto& rf : model) f.ranks.push_back(std::move(rf));
     out.push_back(std::move(f));
   }
-  if (out.empty()) Fail("no fixtures in " + dir.string() + " (set UCFS_FUZZ_FIXTURES)");
+  if (out.empty()) Fail("no fixtures of this target's stages (set UCFS_FUZZ_FIXTURES)");
   return out;
 }
 

@@ -41,8 +41,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -87,39 +87,23 @@ struct Fixture {
   std::map<std::string, std::string> files;  // every file: path -> bytes
 };
 
-std::string ReadWhole(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<Fixture> LoadFixtures() {
   namespace fs = std::filesystem;
-  const char* env_dir = std::getenv("UCFS_FUZZ_TP_FIXTURES");
-  const fs::path dir = env_dir != nullptr ? env_dir : UCFS_FUZZ_TP_FIXTURES;
-  std::vector<fs::path> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_directory() && fs::is_regular_file(e.path() / "checkpoint" / "latest")) {
-      names.push_back(e.path());
-    }
-  }
-  std::sort(names.begin(), names.end());
   std::vector<Fixture> out;
-  for (const fs::path& fixture_dir : names) {
+  for (const fs::path& fixture_dir :
+       ucfs_fuzz::FixtureDirs("UCFS_FUZZ_TP_FIXTURES", UCFS_FUZZ_TP_FIXTURES)) {
     Fixture f;
     f.name = fixture_dir.filename().string();
     const fs::path root = fixture_dir / "checkpoint";
-    std::string tag = ReadWhole(root / "latest");
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-    f.tag_dir = kRoot + "/" + tag;
+    f.tag_dir = kRoot + "/" + ucfs_fuzz::LatestTag(root);
     for (const auto& e : fs::recursive_directory_iterator(root)) {
       if (e.is_regular_file()) {
-        f.files[kRoot + "/" + fs::relative(e.path(), root).string()] = ReadWhole(e.path());
+        f.files[kRoot + "/" + fs::relative(e.path(), root).string()] =
+            ucfs_fuzz::ReadWhole(e.path());
       }
     }
     out.push_back(std::move(f));
   }
-  if (out.empty()) Fail("no fixtures in " + dir.string() + " (set UCFS_FUZZ_TP_FIXTURES)");
   return out;
 }
 

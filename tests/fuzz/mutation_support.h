@@ -5,7 +5,12 @@
 #ifndef UCFS_TESTS_FUZZ_MUTATION_SUPPORT_H_
 #define UCFS_TESTS_FUZZ_MUTATION_SUPPORT_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,7 +76,7 @@ struct Archive {
 };
 
 inline std::optional<Archive> ParseArchive(const std::string& bytes) {
-  StringFile file(bytes);
+  BytesFile file(bytes, "rank.pt");
   auto zip = ucfs::ZipArchive::Open(file);
   if (!zip.ok()) return std::nullopt;
   Archive ar;
@@ -114,6 +119,39 @@ inline std::optional<std::string> Serialize(Archive& ar) {
   auto layout = ucfs::ZipLayout::Plan(std::move(specs));
   if (!layout.ok()) return std::nullopt;
   return layout->generated();  // every entry inline: this is the whole file
+}
+
+// --- the fixtures a target mutates ------------------------------------------
+
+inline std::string ReadWhole(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The fixture directories below `dir`, `env_var` naming another: each
+// directory holding checkpoint/latest, sorted (byte 0 of an input picks one
+// by its place).
+inline std::vector<std::filesystem::path> FixtureDirs(const char* env_var, const char* dir) {
+  namespace fs = std::filesystem;
+  const char* env_dir = std::getenv(env_var);
+  const fs::path from = env_dir != nullptr ? env_dir : dir;
+  std::vector<fs::path> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(from, ec)) {
+    if (e.is_directory() && fs::is_regular_file(e.path() / "checkpoint" / "latest")) {
+      names.push_back(e.path());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  if (names.empty()) Fail("no fixtures in " + from.string() + " (set " + env_var + ")");
+  return names;
+}
+
+// The tag a checkpoint root's `latest` names.
+inline std::string LatestTag(const std::filesystem::path& root) {
+  std::string tag = ReadWhole(root / "latest");
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  return tag;
 }
 
 }  // namespace ucfs_fuzz

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "bytes_file.h"
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/codec/pickle.h"
@@ -50,24 +51,6 @@ enum class UniversalForm {
   kBareFlat,        // ZeRO-3: a bare 1-D tensor filling its record
   kDictCatDim0,     // ZeRO-1/2: {'cat_dim': 0, 'param': tensor filling its record}
   kDictAnyStorage,  // a TP/PP grid's: {..., 'param': tensor}, its storage maybe larger
-};
-
-class StringFile final : public ucfs::RandomAccessFile {
- public:
-  explicit StringFile(const std::string& data) : data_(data) {}
-  ucfs::Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
-    *bytes_read = 0;
-    if (offset >= data_.size()) return ucfs::Status::OK();
-    *bytes_read = static_cast<size_t>(std::min<uint64_t>(n, data_.size() - offset));
-    std::memcpy(buf, data_.data() + offset, *bytes_read);
-    return ucfs::Status::OK();
-  }
-  uint64_t Size() const override { return data_.size(); }
-  const std::string& path() const override { return path_; }
-
- private:
-  const std::string& data_;
-  std::string path_ = "rank.pt";
 };
 
 // --- files ucfs made must be well-formed -------------------------------------
@@ -135,7 +118,7 @@ inline void CheckSafetensors(const std::string& what, const std::string& bytes) 
 // is moreover one flat tensor filling its one record.
 inline void CheckTorchFile(const std::string& what, const std::string& path,
                            const std::string& bytes, UniversalForm form) {
-  StringFile file(bytes);
+  BytesFile file(bytes, "rank.pt");
   auto zip = ucfs::ZipArchive::Open(file);
   if (!zip.ok()) Fail(what + ": not a zip ucfs can read: " + zip.status().ToString());
   const ucfs::ZipRecord* pkl = zip->Find("data.pkl");

@@ -97,6 +97,10 @@ struct StorageSpec {
   void FillRunStarts();
 };
 
+// Read pieces of the source bytes `extents` name (a StateMapper's extents
+// index the same sources as the view's pieces), appended to `out`.
+void AppendSourcePieces(const std::vector<Extent>& extents, std::vector<ReadPiece>* out);
+
 // Read pieces of bytes [begin, end) of a storage (run_starts filled), its
 // state and frozen runs mapped through `mapper` (a Checkpoint).
 Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
