@@ -1,5 +1,6 @@
 #include "ucfs/tools/verify.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
