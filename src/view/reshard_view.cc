@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <mutex>
 
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
@@ -474,9 +475,10 @@ Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const 
   return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)));
 }
 
-Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
-                                                    const ReshardLayout& layout, uint32_t rank) {
-  const Checkpoint& c = *ckpt;
+// The pickle of ZeRO-3's model-states file of `rank` and its storages
+// (each frozen fragment's tagged with its frozen param's index).
+Result<TorchPickleBuilder::Parts> ModelFileParts(const Checkpoint& c, const ReshardLayout& layout,
+                                                 uint32_t rank) {
   const Document& src = c.rank0_model();
   const uint32_t w = c.world_size();
   TorchPickleBuilder b;
@@ -517,14 +519,54 @@ Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkp
     if (slot == nullptr) return Status::Corruption(path + ": no fragment of " + info.name);
     const uint64_t part = PartitionNumel(info.numel, layout.world_size);
     *slot = b.NewTensor(info.dtype, {static_cast<int64_t>(part)}, false,
-                        FrozenRuns(c, f, layout.world_size, rank));
+                        FrozenRuns(c, f, layout.world_size, rank), std::nullopt, f);
   }
   // Tied params are recorded on rank 0 only, as DeepSpeed does.
   if (rank != 0) {
     if (NodeId* shared = ValueSlot(doc, root, "shared_params")) *shared = doc.AddDict({});
   }
-  return b.Finish(ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank,
-                                                         c.files().mp_rank)));
+  return b.FinishParts();
+}
+
+// Every rank's model-states file but rank 0's is one pickle, with the
+// rank's own bytes of each frozen fragment: its parts are made once (and
+// rank 0's once), and a rank's file is only laid out. Copying rank 0's
+// pickle with its 723 params cost the daemon 7 ms a file (bench/README.md).
+class ModelFileTemplates {
+ public:
+  Result<const TorchPickleBuilder::Parts*> Get(const Checkpoint& c, const ReshardLayout& layout,
+                                               uint32_t rank) {
+    const size_t k = rank == 0 ? 0 : 1;
+    std::call_once(once_[k], [&] {
+      auto parts = ModelFileParts(c, layout, rank);
+      status_[k] = parts.status();
+      if (parts.ok()) parts_[k] = std::move(parts).value();
+    });
+    UCFS_RETURN_IF_ERROR(status_[k]);
+    return &parts_[k];
+  }
+
+ private:
+  std::once_flag once_[2];
+  Status status_[2];  // set in once_
+  TorchPickleBuilder::Parts parts_[2];
+};
+
+Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                    const ReshardLayout& layout, uint32_t rank,
+                                                    ModelFileTemplates& templates) {
+  const Checkpoint& c = *ckpt;
+  UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts, templates.Get(c, layout, rank));
+  std::vector<StorageSpec> storages = parts->storages;
+  for (size_t i = 0; i < storages.size(); ++i) {
+    if (parts->tags[i] < 0) continue;
+    storages[i].runs =
+        FrozenRuns(c, static_cast<uint32_t>(parts->tags[i]), layout.world_size, rank);
+  }
+  return TorchFileContent::Make(
+      ckpt,
+      ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank, c.files().mp_rank)),
+      parts->pickle, std::move(storages));
 }
 
 // The rank files of checkpoint `ckpt` (a shard group: their names carry its
@@ -538,6 +580,7 @@ Status ForEachRankFile(
   const CheckpointFiles& files = ckpt->files();
   const uint32_t mp = files.mp_rank;
   const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
+  auto templates = std::make_shared<ModelFileTemplates>();
   if (flat_groups) {
     UCFS_ASSIGN_OR_RETURN(auto model, SharedModelFile(ckpt, *shared_layout));
     UCFS_RETURN_IF_ERROR(add(SharedModelFileName(mp), std::move(model)));
@@ -562,8 +605,8 @@ Status ForEachRankFile(
       continue;
     }
     auto model = std::make_shared<LazyContent>(
-        [ckpt, shared_layout, s]() -> Result<std::shared_ptr<const FileContent>> {
-          UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s));
+        [ckpt, shared_layout, s, templates]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built, ModelFile(ckpt, *shared_layout, s, *templates));
           return std::shared_ptr<const FileContent>(std::move(built));
         },
         cache);

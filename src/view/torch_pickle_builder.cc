@@ -65,7 +65,7 @@ pickle::NodeId TorchPickleBuilder::StorageString() {
 
 pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int64_t>& shape,
                                              bool requires_grad, std::vector<StorageRun> runs,
-                                             std::optional<uint64_t> storage_numel) {
+                                             std::optional<uint64_t> storage_numel, int64_t tag) {
   using pickle::NodeId;
   // torch.save shares one 'storage' and one location string between ids.
   StorageString();
@@ -87,6 +87,7 @@ pickle::NodeId TorchPickleBuilder::NewTensor(DType dtype, const std::vector<int6
   const NodeId args = doc_.AddTuple({doc_.AddPersistentId(pid), doc_.AddInt(0), doc_.AddTuple(dims),
                                      doc_.AddTuple(strides), doc_.AddBool(requires_grad), hooks});
   storages_[key] = std::move(runs);
+  if (tag >= 0) tags_[key] = tag;
   return doc_.AddReduce(doc_.Global("torch._utils", "_rebuild_tensor_v2"), args);
 }
 
@@ -101,6 +102,12 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
 Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
     std::shared_ptr<const StateMapper> mapper, const ContainerStyle& style,
     const std::string& prefix, SourceFiles* crc_reader) {
+  UCFS_ASSIGN_OR_RETURN(Parts parts, FinishParts());
+  return TorchFileContent::Make(std::move(mapper), style, prefix, std::move(parts.pickle),
+                                std::move(parts.storages), crc_reader);
+}
+
+Result<TorchPickleBuilder::Parts> TorchPickleBuilder::FinishParts() {
   // Number storages as torch.save would: by first appearance in the pickle,
   // which the writer reports. Key strings may be shared between ids, so
   // every name is decided before any is changed; names change the pickle's
@@ -108,7 +115,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
   std::vector<pickle::NodeId> pids;
   UCFS_RETURN_IF_ERROR(pickle::Write(doc_, &pids).status());
   std::unordered_map<pickle::NodeId, std::string> names;  // key node -> storage name
-  std::vector<StorageSpec> specs;
+  Parts parts;
   for (pickle::NodeId pid : pids) {
     auto fields = *doc_.SequenceItems(doc_.node(pid).a);
     const pickle::NodeId key = fields[2];
@@ -117,12 +124,13 @@ Result<std::shared_ptr<TorchFileContent>> TorchPickleBuilder::Finish(
     if (runs == storages_.end()) return Status::InvalidArgument("a storage with no known bytes");
     const std::string name = std::to_string(names.size());
     names.emplace(key, name);
-    specs.push_back(StorageSpec{name, runs->second, 0, {}});
+    parts.storages.push_back(StorageSpec{name, runs->second, 0, {}});
+    const auto tag = tags_.find(key);
+    parts.tags.push_back(tag == tags_.end() ? -1 : tag->second);
   }
   for (const auto& [key, name] : names) doc_.mutable_node(key).text = name;
-  UCFS_ASSIGN_OR_RETURN(std::string bytes, pickle::Write(doc_));
-  return TorchFileContent::Make(std::move(mapper), style, prefix, std::move(bytes),
-                                std::move(specs), crc_reader);
+  UCFS_ASSIGN_OR_RETURN(parts.pickle, pickle::Write(doc_));
+  return parts;
 }
 
 namespace {

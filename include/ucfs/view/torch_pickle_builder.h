@@ -41,9 +41,19 @@ class TorchPickleBuilder {
   // holds `runs`; shape {} for a scalar. The storage holds the tensor's
   // elements, or `storage_numel` from its start (a slice of a longer
   // tensor, as torch.save keeps the whole storage of a view).
+  // `tag` names the storage in Parts::tags (-1: untagged).
   pickle::NodeId NewTensor(DType dtype, const std::vector<int64_t>& shape, bool requires_grad,
                            std::vector<StorageRun> runs,
-                           std::optional<uint64_t> storage_numel = std::nullopt);
+                           std::optional<uint64_t> storage_numel = std::nullopt, int64_t tag = -1);
+
+  // The pickle written and its storages named, before the file is laid
+  // out: what rank files that share a pickle share (reshard_view.cc).
+  struct Parts {
+    std::string pickle;
+    std::vector<StorageSpec> storages;
+    std::vector<int64_t> tags;  // by storage: NewTensor's tag, -1 for the others
+  };
+  Result<Parts> FinishParts();
 
   // Writes the pickle rooted at doc().root() and plans the file.
   Result<std::shared_ptr<TorchFileContent>> Finish(std::shared_ptr<const Checkpoint> checkpoint,
@@ -62,8 +72,9 @@ class TorchPickleBuilder {
   pickle::NodeId StorageString();
 
   pickle::Document doc_;
-  // What each storage key node of doc_ holds.
+  // What each storage key node of doc_ holds, and its tag.
   std::unordered_map<pickle::NodeId, std::vector<StorageRun>> storages_;
+  std::unordered_map<pickle::NodeId, int64_t> tags_;
   pickle::NodeId storage_str_ = pickle::kNoNode;
   pickle::NodeId cpu_str_ = pickle::kNoNode;
   // A copied id's key node -> the key node of its own that replaced it.
