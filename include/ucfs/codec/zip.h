@@ -113,6 +113,7 @@ class ZipLayout {
                                 uint64_t alignment = kDefaultAlignment);
 
   uint64_t size() const { return size_; }
+  // The entries as planned, their inline data dropped (it is in generated()).
   const std::vector<ZipEntrySpec>& entries() const { return entries_; }
   // Offset of entry i's first data byte.
   uint64_t data_offset(size_t i) const { return data_offsets_[i]; }
