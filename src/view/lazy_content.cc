@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace ucfs {
 
 Result<std::shared_ptr<const FileContent>> ContentCache::Get(const void* key,
@@ -11,21 +13,30 @@ Result<std::shared_ptr<const FileContent>> ContentCache::Get(const void* key,
     auto it = index_.find(key);
     if (it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
+      return it->second->content;
     }
   }
   UCFS_ASSIGN_OR_RETURN(std::shared_ptr<const FileContent> built, make());
+  // Outside the lock: memory() walks the content.
+  const uint64_t cost = std::max(built->memory(), kMinEntryBytes);
   MutexLock lock(mu_);
   ++builds_;
   auto it = index_.find(key);
-  if (it != index_.end()) return it->second->second;  // another thread was first
-  lru_.emplace_front(key, built);
+  if (it != index_.end()) return it->second->content;  // another thread was first
+  lru_.push_front({key, built, cost});
   index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
+  bytes_ += cost;
+  while (bytes_ > max_bytes_ && lru_.size() > 1) {
+    bytes_ -= lru_.back().bytes;
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
   return built;
+}
+
+uint64_t ContentCache::bytes() {
+  MutexLock lock(mu_);
+  return bytes_;
 }
 
 size_t ContentCache::size() {

@@ -92,5 +92,33 @@ TEST(LazyContent, ConcurrentReadersSeeTheSameBytes) {
   EXPECT_LE(cache->size(), 2u);
 }
 
+// The cache holds bytes, not files: small contents count as
+// kMinEntryBytes each, a large one pushes out the rest, and the one built
+// last is kept even past the limit.
+TEST(ContentCache, IsSizedByBytes) {
+  constexpr uint64_t kMin = ContentCache::kMinEntryBytes;
+  auto cache = std::make_shared<ContentCache>(3 * kMin - 1);
+  std::atomic<int> calls = 0;
+  std::vector<std::unique_ptr<LazyContent>> small;
+  for (int i = 0; i < 3; ++i) {
+    small.push_back(std::make_unique<LazyContent>(Counting("s" + std::to_string(i), &calls), cache));
+    ReadAll(*small.back());
+  }
+  EXPECT_EQ(cache->size(), 2u);  // three would be 3 * kMin
+  EXPECT_EQ(cache->bytes(), 2 * kMin);
+  LazyContent big(
+      []() -> Result<std::shared_ptr<const FileContent>> {
+        return std::shared_ptr<const FileContent>(
+            std::make_shared<InlineContent>(std::string(4 * kMin, 'x')));
+      },
+      cache);
+  EXPECT_EQ(big.size(), 4 * kMin);
+  EXPECT_EQ(cache->size(), 1u);  // alone, and kept though past the limit
+  EXPECT_EQ(cache->bytes(), 4 * kMin);
+  EXPECT_EQ(ReadAll(*small[0]), "s0-bytes");  // rebuilt, and the big one dropped
+  EXPECT_EQ(cache->size(), 1u);
+  EXPECT_EQ(cache->bytes(), kMin);
+}
+
 }  // namespace
 }  // namespace ucfs

@@ -664,7 +664,7 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
                         AddRootAndTag(*view, ckpt->files(), ckpt->world_size(), options));
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
-  auto cache = std::make_shared<ContentCache>(options.cached_files);
+  auto cache = std::make_shared<ContentCache>(options.cached_bytes);
   UCFS_RETURN_IF_ERROR(
       ForEachRankFile(ckpt, shared_layout, cache,
                       [&](const std::string& name, std::shared_ptr<const FileContent> content) {
@@ -687,7 +687,7 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
   // too, put in place of the saved ones); layer files pass through.
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
                         AddRootAndTag(*view, pc->shard(0).files(), pc->degrees().dp, options));
-  auto cache = std::make_shared<ContentCache>(options.cached_files);
+  auto cache = std::make_shared<ContentCache>(options.cached_bytes);
   View::SourceDirExtras built;
   for (uint32_t m = 0; m < pc->degrees().mp(); ++m) {
     // Each shard group's files name its own sources: a table of them.

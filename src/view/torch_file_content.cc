@@ -9,6 +9,18 @@
 
 namespace ucfs {
 
+uint64_t TorchFileContent::memory() const {
+  uint64_t bytes = sizeof(*this) + layout_.generated().capacity() +
+                   layout_.segments().capacity() * sizeof(ZipSegment) +
+                   storage_of_entry_.capacity() * sizeof(int);
+  for (const ZipEntrySpec& e : layout_.entries()) bytes += sizeof(e) + e.name.capacity();
+  for (const StorageSpec& st : storages_) {
+    bytes += sizeof(st) + st.key.capacity() + st.runs.capacity() * sizeof(StorageRun) +
+             st.run_starts.capacity() * sizeof(uint64_t);
+  }
+  return bytes;
+}
+
 TorchFileContent::TorchFileContent(std::shared_ptr<const StateMapper> mapper, ZipLayout layout,
                                    std::vector<StorageSpec> storages,
                                    std::vector<int> storage_of_entry)

@@ -2100,7 +2100,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
   for (uint32_t n : sizes) {
     ucfs::ReshardOptions options;
     options.world_size = n;
-    options.cached_files = 2;  // small, so rank files are rebuilt after eviction
+    options.cached_bytes = 1;  // the last one only, so rank files are rebuilt after eviction
     auto view = ucfs::BuildReshardView(env, ckpt, options);
     reader.Built(view.status(), "reshard view at " + std::to_string(n));
     if (view.ok()) {

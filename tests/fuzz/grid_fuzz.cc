@@ -435,7 +435,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::ParallelCheckp
   for (uint32_t n : {1u, d + 1}) {
     ucfs::ReshardOptions options;
     options.world_size = n;
-    options.cached_files = 2;
+    options.cached_bytes = 1;
     auto view = ucfs::BuildParallelReshardView(env, grid, options);
     const std::string what = "view at " + std::to_string(n) + " data-parallel ranks";
     reader.Built(view.status(), what);

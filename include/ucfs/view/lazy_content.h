@@ -26,22 +26,32 @@ namespace ucfs {
 
 using ContentFactory = std::function<Result<std::shared_ptr<const FileContent>>()>;
 
-// The built contents of many LazyContents, least recently used dropped
-// first. Thread-safe; builds run outside its lock.
+// The built contents of many LazyContents, at most `max_bytes` of them
+// (FileContent::memory(), each counted as at least kMinEntryBytes), the
+// least recently used dropped first; the one built last is always kept.
+// Sized by bytes, not files: a 70B model's rank file pickle is 340 KB, a
+// toy's 3 KB. Thread-safe; builds run outside its lock.
 class ContentCache {
  public:
-  explicit ContentCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  static constexpr uint64_t kMinEntryBytes = 1024;
+  explicit ContentCache(uint64_t max_bytes) : max_bytes_(max_bytes) {}
 
   Result<std::shared_ptr<const FileContent>> Get(const void* key, const ContentFactory& make);
   size_t size();
+  uint64_t bytes();   // what the kept contents count for
   uint64_t builds();  // how many times a factory ran
 
  private:
-  using Entry = std::pair<const void*, std::shared_ptr<const FileContent>>;
-  const size_t capacity_;
+  struct Entry {
+    const void* key;
+    std::shared_ptr<const FileContent> content;
+    uint64_t bytes;
+  };
+  const uint64_t max_bytes_;
   Mutex mu_;                                   // a leaf: no call is made under it
   std::list<Entry> lru_ UCFS_GUARDED_BY(mu_);  // most recent first
   std::unordered_map<const void*, std::list<Entry>::iterator> index_ UCFS_GUARDED_BY(mu_);
+  uint64_t bytes_ UCFS_GUARDED_BY(mu_) = 0;
   uint64_t builds_ UCFS_GUARDED_BY(mu_) = 0;
 };
 

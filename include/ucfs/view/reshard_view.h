@@ -41,9 +41,10 @@ struct ReshardOptions {
   // The run's zero_optimization.sub_group_size when ds_config has none
   // (default: DeepSpeed's, 1e9).
   std::optional<uint64_t> sub_group_size;
-  // Rank files are built on first use; at most this many are kept built
-  // (only their sizes are kept for good), so memory does not grow with N.
-  size_t cached_files = 64;
+  // Rank files are built on first use; at most this many bytes of them are
+  // kept built (ContentCache; only their sizes are kept for good), so memory
+  // does not grow with N. 1 keeps only the one built last.
+  uint64_t cached_bytes = uint64_t{16} << 20;
   // The frameworks' per-rank files (rng_state_{r}.pth, ...) of new ranks
   // are copies of rank (r mod W)'s; else new ranks have none
   // (view/rank_file_extras.h).

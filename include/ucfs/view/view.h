@@ -60,6 +60,9 @@ class FileContent {
   // Appends pieces covering [offset, offset + length) clipped to size(), in
   // order and without gaps.
   virtual Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const = 0;
+  // About how many bytes of memory the content holds (built bytes, its
+  // plan), for caches sized by bytes (ContentCache); 0 for little.
+  virtual uint64_t memory() const { return 0; }
 };
 
 // A small file ucfs made (`latest_universal`).
@@ -67,6 +70,7 @@ class InlineContent final : public FileContent {
  public:
   explicit InlineContent(std::string data) : data_(std::move(data)) {}
   uint64_t size() const override { return data_.size(); }
+  uint64_t memory() const override { return data_.size(); }
   Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
 
  private:
