@@ -4,7 +4,7 @@
 // The reshard view at N ranks shows 2N rank files, each a rewritten copy
 // of rank 0's pickle. Built up front they cost memory in proportion to N
 // (150 KB a pair for a 220M-parameter model: 650 MB at N = 4096) and
-// mount time; built on first stat or read, with at most `capacity` kept,
+// mount time; built on first stat or read, with at most a budget of bytes kept,
 // the daemon stays flat at any N. Only the size is remembered for good.
 #ifndef UCFS_VIEW_LAZY_CONTENT_H_
 #define UCFS_VIEW_LAZY_CONTENT_H_
