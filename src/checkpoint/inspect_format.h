@@ -10,9 +10,7 @@
 
 namespace ucfs::inspect {
 
-inline bool FlatGroups(const Checkpoint& c) {
-  return c.partitioning() == Partitioning::kFlatGroup;
-}
+inline bool FlatGroups(const Checkpoint& c) { return c.partitioning() == Partitioning::kFlatGroup; }
 // The Adam step of sub-group 0, "-" before the first step.
 std::string FormatStep(const Checkpoint& c);
 // Rows rendered as left-aligned columns, each line led by `indent`.

@@ -101,7 +101,8 @@ TEST(ContentCache, IsSizedByBytes) {
   std::atomic<int> calls = 0;
   std::vector<std::unique_ptr<LazyContent>> small;
   for (int i = 0; i < 3; ++i) {
-    small.push_back(std::make_unique<LazyContent>(Counting("s" + std::to_string(i), &calls), cache));
+    small.push_back(
+        std::make_unique<LazyContent>(Counting("s" + std::to_string(i), &calls), cache));
     ReadAll(*small.back());
   }
   EXPECT_EQ(cache->size(), 2u);  // three would be 3 * kMin

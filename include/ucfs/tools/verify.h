@@ -98,17 +98,17 @@ struct NonFiniteCount {
 
 struct VerifyReport {
   std::string tag_dir;
-  ParallelDegrees degrees;          // P x T x D; D is world_size
-  uint32_t world_size = 0;          // data-parallel: what most rank files say
-  std::optional<double> step;       // the Adam step most ranks have; none before the first step
-  uint64_t files_checked = 0;       // rank (and layer) files found and looked at
+  ParallelDegrees degrees;     // P x T x D; D is world_size
+  uint32_t world_size = 0;     // data-parallel: what most rank files say
+  std::optional<double> step;  // the Adam step most ranks have; none before the first step
+  uint64_t files_checked = 0;  // rank (and layer) files found and looked at
   // Trainable params in the model (0 if it could not be built); of a grid,
   // its universal params (each shard group's summed without the table).
   size_t params = 0;
   std::vector<std::string> states;  // per-element states scanned: "fp32", "exp_avg", ...
   bool scanned = false;             // the NaN/Inf scan ran (it needs the model)
   uint64_t bytes_scanned = 0;
-  uint64_t bytes_compared = 0;      // of replicated params' copies (tensor-parallel grids)
+  uint64_t bytes_compared = 0;  // of replicated params' copies (tensor-parallel grids)
   std::vector<VerifyProblem> problems;
   std::vector<VerifyProblem> warnings;    // the checkpoint is still OK
   std::vector<NonFiniteCount> nonfinite;  // by shard group, param, then state
