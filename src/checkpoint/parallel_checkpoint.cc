@@ -148,6 +148,11 @@ Result<ParallelCheckpoint> ParallelCheckpoint::Open(Env& env, const std::string&
                                                     const CheckpointOptions& options) {
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpointFiles files,
                         ListParallelCheckpointFiles(env, path, options.tag));
+  return OpenListed(env, std::move(files), options);
+}
+
+Result<ParallelCheckpoint> ParallelCheckpoint::OpenListed(Env& env, ParallelCheckpointFiles files,
+                                                          const CheckpointOptions& options) {
   UCFS_RETURN_IF_ERROR(CheckNoParallelFileMissing(files));
   std::vector<std::shared_ptr<const Checkpoint>> shards;
   for (const CheckpointFiles& shard : files.shards) {

@@ -35,7 +35,6 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
       Status complete = CheckNoParallelFileMissing(*grid);
       tag.complete = complete.ok();
       tag.problem = complete.ok() ? "" : complete.message();
-      tag.files = grid->shards[0];
       tag.grid = std::move(grid).value();
     }
     root.tags.push_back(std::move(tag));

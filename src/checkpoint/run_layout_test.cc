@@ -59,8 +59,8 @@ TEST(ListRoot, FindsEveryTagByItsRankFiles) {
     const TagListing& t = listed->tags[i];
     EXPECT_TRUE(t.complete) << t.name << ": " << t.problem;
     EXPECT_EQ(t.dir, root + "/" + t.name);
-    EXPECT_EQ(t.files.world_size, t.name == "pytorch_model_1" ? 3u : 2u);
-    EXPECT_EQ(t.files.optim_prefix, "bf16_");
+    EXPECT_EQ(t.files().world_size, t.name == "pytorch_model_1" ? 3u : 2u);
+    EXPECT_EQ(t.files().optim_prefix, "bf16_");
   }
 }
 
@@ -108,8 +108,8 @@ TEST(ListRoot, FindsZero12Tags) {
   ASSERT_TRUE(listed.has_value());
   ASSERT_EQ(listed->tags.size(), 1u);
   EXPECT_TRUE(listed->tags[0].complete) << listed->tags[0].problem;
-  EXPECT_FALSE(listed->tags[0].files.model_per_rank);
-  EXPECT_EQ(listed->tags[0].files.world_size, 4u);
+  EXPECT_FALSE(listed->tags[0].files().model_per_rank);
+  EXPECT_EQ(listed->tags[0].files().world_size, 4u);
   EXPECT_EQ(listed->latest, "checkpoint");
 }
 

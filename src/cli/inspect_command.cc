@@ -26,7 +26,7 @@ Result<ParallelCheckpoint> OpenGrid(Env& env, const std::string& path,
                                     const CheckpointOptions& options) {
   if (auto grid = ListParallelCheckpointFiles(env, path, options.tag);
       grid.ok() && grid->degrees.mp() > 1) {
-    return ParallelCheckpoint::Open(env, path, options);
+    return ParallelCheckpoint::OpenListed(env, std::move(grid).value(), options);
   }
   UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::Open(env, path, options));
   return ParallelCheckpoint::OfDataParallel(std::make_shared<const Checkpoint>(std::move(opened)));

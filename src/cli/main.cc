@@ -91,11 +91,11 @@ void WarnOfUpperRootsAtOtherSizes(const std::string& upper, uint32_t world_size)
   if (!roots.ok()) return;  // none, or no DIR yet
   for (const ucfs::RootListing& root : *roots) {
     for (const ucfs::TagListing& tag : root.tags) {
-      if (tag.complete && tag.files.world_size != world_size) {
+      if (tag.complete && tag.files().world_size != world_size) {
         spdlog::warn(
             "{}: saved into --upper at {} ranks, shown as saved (not at {}): to resume from it "
             "at {}, mount with --layer {} and a new --upper",
-            ucfs::TerminalSafe(tag.dir), tag.files.world_size, world_size, world_size,
+            ucfs::TerminalSafe(tag.dir), tag.files().world_size, world_size, world_size,
             ucfs::TerminalSafe(upper));
       }
     }

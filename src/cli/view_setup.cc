@@ -185,12 +185,12 @@ Result<OpenedView> OpenRunView(const ViewRequest& r, OpenedView out, const std::
 
 // A tensor- and pipeline-parallel checkpoint: its universal view, or the
 // view at a new D (src/design/model-parallelism.md); both with <tag>_fp32.
-Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out, const std::string& path) {
+Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out,
+                                    ParallelCheckpointFiles grid) {
   CheckpointOptions options;
-  options.tag = r.tag;
   UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(r.universal_info));
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint opened,
-                        ParallelCheckpoint::Open(*out.env, path, options));
+                        ParallelCheckpoint::OpenListed(*out.env, std::move(grid), options));
   out.parallel = std::make_shared<const ParallelCheckpoint>(std::move(opened));
   const CheckpointFiles& files = out.parallel->shard(0).files();
   if (r.world_size) {
@@ -273,7 +273,7 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
   // Read on the way to the index: a TP/PP grid is its own view.
   if (auto grid = ListParallelCheckpointFiles(env, source.path, r.tag);
       grid.ok() && grid->degrees.mp() > 1) {
-    return OpenParallelView(r, std::move(out), source.path);
+    return OpenParallelView(r, std::move(out), std::move(grid).value());
   }
   if (!r.no_cache) {
     auto opened = SummaryIndex::Open(env, index_dir);

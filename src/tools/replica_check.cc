@@ -116,7 +116,15 @@ class ReplicaCheck {
       }
       at += e.length;
     }
-    return at == end - begin;
+    if (at != end - begin) {
+      const std::string& tag_dir = grid_.shard(shard).files().tag_dir;
+      problem_(Kind::kStructure, tag_dir,
+               "'" + Printable(grid_.shard(shard).params()[param].name) +
+                   "': bytes of a state mapped to " + std::to_string(at) + " of the " +
+                   std::to_string(end - begin) + " asked for");
+      return false;
+    }
+    return true;
   }
 
   // The file holding byte `offset` of the state.

@@ -63,7 +63,7 @@ class RunDecorator {
     uint32_t saved = 0;
     for (const TagListing& tag : root.tags) {
       if (!tag.complete || tag.grid.degrees.mp() > 1) continue;
-      if (saved == 0 || (root.latest && tag.name == *root.latest)) saved = tag.files.world_size;
+      if (saved == 0 || (root.latest && tag.name == *root.latest)) saved = tag.files().world_size;
     }
     return saved;
   }

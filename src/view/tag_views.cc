@@ -45,7 +45,8 @@ Status TagViews::Open() {
   open.universal_info = options_.universal_info;
   if (auto files = ListParallelCheckpointFiles(env_, root_, tag_);
       files.ok() && files->degrees.mp() > 1) {
-    UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint grid, ParallelCheckpoint::Open(env_, root_, open));
+    UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint grid,
+                          ParallelCheckpoint::OpenListed(env_, std::move(files).value(), open));
     grid_ = std::make_shared<const ParallelCheckpoint>(std::move(grid));
     spdlog::info("{}: tag {} opened ({})", root_, tag_, DescribeDegrees(grid_->degrees()));
     return Status::OK();

@@ -283,6 +283,19 @@ std::vector<std::string> ModelFiles(Work& w, bool every) {
   return out;
 }
 
+// `edit` applied to the universal_checkpoint_info of mp_rank_00's
+// model states, or of every model-states file; files without one are left.
+void EditInfo(Work& w, bool every, const std::function<void(Document&, NodeId info)>& edit) {
+  for (const std::string& f : ModelFiles(w, every)) {
+    w.EditPickle(f, [&](Document& doc) {
+      const NodeId info = InfoOf(doc);
+      if (info == kNoNode) return false;
+      edit(doc, info);
+      return true;
+    });
+  }
+}
+
 void RunProgram(Program& prog, Work& w) {
   for (size_t i = 0; i < kMaxOps && !prog.done(); ++i) {
     const uint8_t op = prog.U8() % kNumOps;
@@ -305,50 +318,40 @@ void RunProgram(Program& prog, Work& w) {
       }
       case kPattern: {
         const uint8_t list = prog.U8(), which = prog.U8(), scope = prog.U8();
-        for (const std::string& f : ModelFiles(w, scope & 1)) {
-          w.EditPickle(f, [&](Document& doc) {
-            const NodeId info = InfoOf(doc);
-            if (info == kNoNode) return false;
-            const std::string key = kInfoLists[list % std::size(kInfoLists)];
-            NodeId l = doc.Get(info, key);
-            if (l == kNoNode || doc.node(l).kind != Kind::kList) {
-              Node n;
-              n.kind = Kind::kList;
-              l = doc.Add(std::move(n));
-              SetKey(doc, info, key, l);
-            }
-            doc.Append(l, doc.AddStr(PatternOf(which, doc, l)));
-            return true;
-          });
-        }
+        EditInfo(w, scope & 1, [&](Document& doc, NodeId info) {
+          const std::string key = kInfoLists[list % std::size(kInfoLists)];
+          NodeId l = doc.Get(info, key);
+          if (l == kNoNode || doc.node(l).kind != Kind::kList) {
+            Node n;
+            n.kind = Kind::kList;
+            l = doc.Add(std::move(n));
+            SetKey(doc, info, key, l);
+          }
+          doc.Append(l, doc.AddStr(PatternOf(which, doc, l)));
+        });
         break;
       }
       case kInfo: {
         const uint8_t key = prog.U8(), which = prog.U8(), scope = prog.U8();
-        for (const std::string& f : ModelFiles(w, scope & 1)) {
-          w.EditPickle(f, [&](Document& doc) {
-            const NodeId info = InfoOf(doc);
-            if (info == kNoNode) return false;
-            const size_t nkeys = std::size(kInfoScalars) + std::size(kInfoLists);
-            const size_t k = key % nkeys;
-            const std::string name = k < std::size(kInfoScalars)
-                                         ? kInfoScalars[k]
-                                         : kInfoLists[k - std::size(kInfoScalars)];
-            const NodeId old = doc.Get(info, name);
-            NodeId value;
-            if (which % 4 == 0) {
-              value = doc.AddStr("0.2");
-            } else if (which % 4 == 1) {
-              Node none;
-              none.kind = Kind::kNone;
-              value = doc.Add(std::move(none));
-            } else {
-              value = IntNode(doc, IntValue(which >> 2, doc.AsInt(old).value_or(13)));
-            }
-            SetKey(doc, info, name, value);
-            return true;
-          });
-        }
+        EditInfo(w, scope & 1, [&](Document& doc, NodeId info) {
+          const size_t nkeys = std::size(kInfoScalars) + std::size(kInfoLists);
+          const size_t k = key % nkeys;
+          const std::string name = k < std::size(kInfoScalars)
+                                       ? kInfoScalars[k]
+                                       : kInfoLists[k - std::size(kInfoScalars)];
+          const NodeId old = doc.Get(info, name);
+          NodeId value;
+          if (which % 4 == 0) {
+            value = doc.AddStr("0.2");
+          } else if (which % 4 == 1) {
+            Node none;
+            none.kind = Kind::kNone;
+            value = doc.Add(std::move(none));
+          } else {
+            value = IntNode(doc, IntValue(which >> 2, doc.AsInt(old).value_or(13)));
+          }
+          SetKey(doc, info, name, value);
+        });
         break;
       }
       case kShape: {

@@ -62,6 +62,11 @@ class ParallelCheckpoint : public StateMapper {
   // which needs no merge.
   static Result<ParallelCheckpoint> Open(Env& env, const std::string& path,
                                          const CheckpointOptions& options = {});
+  // The same for a grid listed already (ListParallelCheckpointFiles: the
+  // callers that list to tell a grid from a data-parallel checkpoint do not
+  // read a tag directory of thousands of files twice); options.tag unused.
+  static Result<ParallelCheckpoint> OpenListed(Env& env, ParallelCheckpointFiles files,
+                                               const CheckpointOptions& options = {});
 
   // A data-parallel checkpoint as the 1 × 1 × D grid it is: a run saved by
   // Megatron-DeepSpeed at T = 1 carries universal_checkpoint_info too, and

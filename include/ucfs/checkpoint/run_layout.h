@@ -33,10 +33,15 @@ struct TagListing {
   // else `problem` says which is missing.
   bool complete = false;
   std::string problem;
-  CheckpointFiles files;  // complete: what DiscoverCheckpoint found (a grid's shard group 0)
-  // A tensor- or pipeline-parallel tag's grid (degrees.mp() > 1), else a
-  // 1 x 1 x D grid of `files` alone.
+  // What ListParallelCheckpointFiles found: a tensor- or pipeline-parallel
+  // tag's grid (degrees.mp() > 1), else the 1 x 1 x D grid of its files;
+  // no shard group where the tag is not served.
   ParallelCheckpointFiles grid;
+  // Shard group 0's files (a data-parallel tag's own); empty if none.
+  const CheckpointFiles& files() const {
+    static const CheckpointFiles kNone;
+    return grid.shards.empty() ? kNone : grid.shards.front();
+  }
 };
 
 struct RootListing {
