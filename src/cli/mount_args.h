@@ -44,6 +44,7 @@ struct MountArgs {
   bool no_prefetch = false;
   bool no_splice = false;
   bool drop_source_pages = false;
+  bool no_direct_writes = false;
 };
 
 // The bounds `ucfs mount --world-size` accepts.

@@ -210,6 +210,8 @@ void InitConnection(void* userdata, struct fuse_conn_info* conn) {
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     // Writes arrive as they are, spliced from the kernel.
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    // The daemon's size of a file is the truth (ServeOptions::direct_writes).
+    conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
     // The caller's umask comes with each create, for ucfs to apply (once:
     // otherwise the kernel applies it and the upper file system the
     // daemon's on top).

@@ -139,12 +139,19 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_open(req, fi);
 }
 
+// Whether an open upper file's handle bypasses the mount's page cache
+// (ServeOptions::direct_writes: write-only handles).
+bool DirectWrites(const Server& s, const fuse_file_info* fi) {
+  return s.options.direct_writes && (fi->flags & O_ACCMODE) == O_WRONLY;
+}
+
 // A view file's pages may stay cached across opens while it is the same
 // view file (OverlayFs::Handle::keep_cache); upper files are read fresh at
 // each open, in case DIR was touched directly.
 void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                std::unique_ptr<Handle> handle) {
   fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
+  fi->direct_io = handle->fd >= 0 && DirectWrites(Of(req), fi) ? 1 : 0;
   fi->fh = reinterpret_cast<uint64_t>(handle.release());
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.
@@ -176,6 +183,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   const fuse_entry_param e = EntryOf(s, st);
   auto* h = new Handle(handle);
   fi->fh = reinterpret_cast<uint64_t>(h);
+  fi->direct_io = DirectWrites(s, fi) ? 1 : 0;
   if (fuse_reply_create(req, &e, fi) != 0) {
     s.overlay->Release(st.st_ino, *h);
     delete h;

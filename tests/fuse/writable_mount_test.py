@@ -220,6 +220,73 @@ def concurrent_writers():
 
 check("8 concurrent writers: every byte lands", concurrent_writers)
 
+
+def resident_pages(fd, size):
+    """How many of the file's pages are in the mount's page cache (mincore)."""
+    import mmap
+    libc_ = ctypes.CDLL(None, use_errno=True)
+    libc_.mmap.restype = ctypes.c_void_p
+    libc_.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_int, ctypes.c_long]
+    libc_.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc_.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    address = libc_.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        assert libc_.mincore(address, size, vec) == 0, os.strerror(ctypes.get_errno())
+        return sum(b & 1 for b in vec.raw)
+    finally:
+        libc_.munmap(address, size)
+
+
+def direct_writes_stay_coherent():
+    # Write-only opens bypass the mount's page cache (direct I/O): their
+    # bytes never enter it, yet another handle's cached pages show them.
+    upper = os.path.join(work, "direct")
+    m = Mount(upper)
+    try:
+        path = os.path.join(m.dir, "log.txt")
+        w = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        r = os.open(path, os.O_RDONLY)
+        try:
+            os.write(w, b"a" * 100)
+            assert os.pread(r, 4096, 0) == b"a" * 100  # cached now
+            os.write(w, b"b" * 100)                    # into the cached page
+            assert os.pread(r, 4096, 0) == b"a" * 100 + b"b" * 100
+            os.pwrite(w, b"c" * 10, 10)
+            assert os.pread(r, 4096, 0)[:30] == b"a" * 10 + b"c" * 10 + b"a" * 10
+            a = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.write(a, b"z" * 5)
+            os.close(a)
+            assert os.fstat(r).st_size == 205 and os.pread(r, 4096, 200) == b"z" * 5
+            # 8 MiB in one write(2), unaligned: split into parallel requests, landing whole.
+            blob = os.urandom((8 << 20) + 4097)
+            assert os.pwrite(w, blob, 3) == len(blob)
+            assert resident_pages(r, len(blob) + 3) <= 2, "direct writes filled the page cache"
+            assert os.pread(r, len(blob) + 8, 0) == b"a" * 3 + blob
+        finally:
+            os.close(w)
+            os.close(r)
+        # A read-write handle is buffered: it may be mmap'd shared and written through it.
+        import mmap
+        rw = os.open(path, os.O_RDWR)
+        try:
+            with mmap.mmap(rw, 4096) as mapped:
+                mapped[0:4] = b"MMAP"
+                mapped.flush()
+        finally:
+            os.close(rw)
+        expected = b"MMAP" + blob[1:]
+        assert read(path) == expected
+    finally:
+        m.close()
+    assert read(os.path.join(upper, "log.txt")) == expected
+
+
+check("write-only opens bypass the page cache; readers see them, appends and mmap work",
+      direct_writes_stay_coherent)
+
 WRITER = r"""
 import os, sys
 path = sys.argv[1]
