@@ -1,21 +1,74 @@
 #include "ucfs/codec/torch_file.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "base/byte_order.h"
 #include "ucfs/codec/legacy_format.h"
 
 namespace ucfs {
 
+namespace {
+
+// The name of a record under `prefix` relative to it, or nullopt.
+std::optional<std::string_view> RelativeName(const ZipRecord& rec, std::string_view prefix) {
+  std::string_view name(rec.name);
+  if (name.size() <= prefix.size() || name.substr(0, prefix.size()) != prefix ||
+      name[prefix.size()] != '/') {
+    return std::nullopt;
+  }
+  return name.substr(prefix.size() + 1);
+}
+
+// The first position in `order` whose name is `wanted`, or nullopt.
+template <typename NameOf>
+std::optional<uint32_t> FindSorted(const std::vector<uint32_t>& order, std::string_view wanted,
+                                   const NameOf& name_of) {
+  auto it = std::lower_bound(order.begin(), order.end(), wanted,
+                             [&](uint32_t i, std::string_view w) { return name_of(i) < w; });
+  if (it == order.end() || name_of(*it) != wanted) return std::nullopt;
+  return *it;
+}
+
+}  // namespace
+
+void TorchFileSummary::IndexNames() {
+  record_order_.clear();
+  small_order_.clear();
+  indexed_ = false;
+  if (records.size() > UINT32_MAX || small_records.size() > UINT32_MAX) return;
+  for (uint32_t i = 0; i < records.size(); ++i) {
+    if (RelativeName(records[i], prefix)) record_order_.push_back(i);
+  }
+  // Stable: of equal names the first comes first, as a linear search finds it.
+  std::stable_sort(record_order_.begin(), record_order_.end(), [&](uint32_t a, uint32_t b) {
+    return *RelativeName(records[a], prefix) < *RelativeName(records[b], prefix);
+  });
+  small_order_.resize(small_records.size());
+  for (uint32_t i = 0; i < small_order_.size(); ++i) small_order_[i] = i;
+  std::stable_sort(small_order_.begin(), small_order_.end(), [&](uint32_t a, uint32_t b) {
+    return small_records[a].first < small_records[b].first;
+  });
+  indexed_ = true;
+}
+
 const ZipRecord* TorchFileSummary::Find(std::string_view relative_name) const {
-  return FindRecord(records, prefix, relative_name);
+  if (!indexed_) return FindRecord(records, prefix, relative_name);
+  auto at = FindSorted(record_order_, relative_name,
+                       [&](uint32_t i) { return *RelativeName(records[i], prefix); });
+  return at ? &records[*at] : nullptr;
 }
 
 const std::string* TorchFileSummary::SmallRecord(std::string_view relative_name) const {
-  for (const auto& [name, bytes] : small_records) {
-    if (name == relative_name) return &bytes;
+  if (!indexed_) {
+    for (const auto& [name, bytes] : small_records) {
+      if (name == relative_name) return &bytes;
+    }
+    return nullptr;
   }
-  return nullptr;
+  auto at = FindSorted(small_order_, relative_name,
+                       [&](uint32_t i) { return std::string_view(small_records[i].first); });
+  return at ? &small_records[*at].second : nullptr;
 }
 
 namespace {
@@ -59,6 +112,7 @@ Result<TorchFileSummary> Summarize(Env& env, const std::string& path) {
   if (!(after.identity == s.identity)) {
     return Status::IOError(path + ": changed while it was being read; try again");
   }
+  s.IndexNames();
   return s;
 }
 
@@ -256,6 +310,7 @@ Result<TorchFileSummary> DecodeSummary(std::string_view bytes) {
     if (!d.Str(&name) || !d.Str(&data)) return bad();
   }
   if (!d.empty()) return bad();
+  s.IndexNames();
   return s;
 }
 

@@ -35,10 +35,26 @@ struct TorchFileSummary {
   std::string pickle;                                              // data.pkl
   std::vector<std::pair<std::string, std::string>> small_records;  // relative name -> bytes
 
-  // The record "<prefix>/<relative_name>", or nullptr.
+  // The record "<prefix>/<relative_name>", or nullptr (the first of equal
+  // names).
   const ZipRecord* Find(std::string_view relative_name) const;
   // The bytes of a small stored record, or nullptr.
   const std::string* SmallRecord(std::string_view relative_name) const;
+
+  // Sorts the names for Find and SmallRecord, which then take O(log n), not
+  // O(n): an optimizer file with one flat group per parameter holds
+  // thousands of records, each looked up by name. Summaries made by
+  // SummarizeTorchFile and DecodeSummary are indexed; one built by hand
+  // and not indexed is searched linearly. Call again after changing
+  // `records`, `prefix` or `small_records`.
+  void IndexNames();
+
+ private:
+  // Positions in `records` of those under `prefix`, and in `small_records`,
+  // in (relative name, position) order; empty until IndexNames.
+  std::vector<uint32_t> record_order_;
+  std::vector<uint32_t> small_order_;
+  bool indexed_ = false;
 };
 
 // The torch.save container layout of the torch that wrote a file, as far as
