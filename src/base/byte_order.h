@@ -21,16 +21,17 @@ inline uint64_t LoadLE64(const char* p) {
   return static_cast<uint64_t>(LoadLE32(p)) | (static_cast<uint64_t>(LoadLE32(p + 4)) << 32);
 }
 
-inline void AppendLE16(std::string* out, uint16_t v) {
-  out->push_back(static_cast<char>(v & 0xff));
-  out->push_back(static_cast<char>(v >> 8));
+// One append each, not a push_back a byte: the reshard view writes a zip
+// header of each of a rank file's thousands of records this way.
+template <typename T>
+inline void AppendLE(std::string* out, T v) {
+  char bytes[sizeof(T)];
+  for (size_t i = 0; i < sizeof(T); ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(bytes, sizeof(T));
 }
-inline void AppendLE32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-inline void AppendLE64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
+inline void AppendLE16(std::string* out, uint16_t v) { AppendLE(out, v); }
+inline void AppendLE32(std::string* out, uint32_t v) { AppendLE(out, v); }
+inline void AppendLE64(std::string* out, uint64_t v) { AppendLE(out, v); }
 
 }  // namespace ucfs
 

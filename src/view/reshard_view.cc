@@ -210,19 +210,31 @@ Result<NodeId> ScalarStateNode(TorchPickleBuilder& b, const ScalarState& scalar,
   return doc.AddInt(static_cast<int64_t>(scalar.value));
 }
 
-// Entry `name` of new sub-group k's state dict on `rank`, rank 0's `value`
-// unless the name is a per-element state (rank's slot of it) or a scalar
-// state (as k's old sub-group holds it).
+// The tag of a storage of ZeRO-3's optimizer file holding sub-group k's
+// slot of `state` (OptimizerFileParts), and back.
+int64_t SlotTag(const Checkpoint& c, uint32_t k, uint32_t state) {
+  return static_cast<int64_t>(k) * static_cast<int64_t>(c.states().size()) + state;
+}
+std::pair<uint32_t, uint32_t> SlotOfTag(const Checkpoint& c, int64_t tag) {
+  const auto states = static_cast<int64_t>(c.states().size());
+  return {static_cast<uint32_t>(tag / states), static_cast<uint32_t>(tag % states)};
+}
+
+// Entry `name` of new sub-group k's state dict, rank 0's `value` unless the
+// name is a per-element state (a slot of it, tagged) or a scalar state (as
+// k's old sub-group holds it).
 Result<NodeId> SubGroupStateValue(TorchPickleBuilder& b, const Checkpoint& c,
-                                  const ReshardLayout& layout, uint32_t k, uint32_t rank,
-                                  const std::string& name, NodeId value, const std::string& path) {
+                                  const ReshardLayout& layout, uint32_t k, const std::string& name,
+                                  NodeId value, const std::string& path) {
   // State 0 is the master weights, in fp32_flat_groups: a state
   // dict entry of the same name ("fp32") is another thing (found by
   // checkpoint_fuzz: a scalar of that name became a flat buffer).
   if (auto s = c.FindState(name); s && *s > 0) {
     const StateInfo& info = c.states()[*s];
+    const auto state = static_cast<uint32_t>(*s);
     return b.NewTensor(info.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
-                       info.requires_grad, FlatRuns(c, layout, k, rank, static_cast<uint32_t>(*s)));
+                       info.requires_grad, FlatRuns(c, layout, k, 0, state), std::nullopt,
+                       SlotTag(c, k, state));
   }
   NodeId v = value;
   for (const ScalarState& scalar : c.scalar_states()[layout.old_sub_group[k]]) {
@@ -235,7 +247,7 @@ Result<NodeId> SubGroupStateValue(TorchPickleBuilder& b, const Checkpoint& c,
 // The optimizer's state: one dict per new sub-group, keys in the order rank
 // 0's first one has them; a state saved before the first step stays empty.
 Status RepartitionState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
-                        uint32_t rank, NodeId state, const std::string& path) {
+                        NodeId state, const std::string& path) {
   Document& doc = b.doc();
   auto old_state = doc.MappingItems(state);
   if (!old_state || old_state->empty()) return Status::OK();
@@ -256,7 +268,7 @@ Status RepartitionState(TorchPickleBuilder& b, const Checkpoint& c, const Reshar
           doc.AsStr(key) ? std::optional<std::string>(std::string(*doc.AsStr(key))) : std::nullopt;
       NodeId v = value;
       if (name) {
-        UCFS_ASSIGN_OR_RETURN(v, SubGroupStateValue(b, c, layout, k, rank, *name, value, path));
+        UCFS_ASSIGN_OR_RETURN(v, SubGroupStateValue(b, c, layout, k, *name, value, path));
       }
       entry.push_back(doc.AddStr(name.value_or("")));
       entry.push_back(v);
@@ -283,10 +295,12 @@ Status ListNewSubGroups(Document& doc, const ReshardLayout& layout,
   return Status::OK();
 }
 
-Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Checkpoint> ckpt,
-                                                        const ReshardLayout& layout,
-                                                        uint32_t rank) {
-  const Checkpoint& c = *ckpt;
+// The pickle of ZeRO-3's optimizer file at the layout's world size, the
+// same for every rank (each rank's partition of a param is as long as any
+// other's), and its storages, each flat slot tagged with its sub-group and
+// state (SlotTag) and holding rank 0's runs.
+Result<TorchPickleBuilder::Parts> OptimizerFileParts(const Checkpoint& c,
+                                                     const ReshardLayout& layout) {
   const Document& src = c.rank0_optim();
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
@@ -312,15 +326,14 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
   for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
     new_flats.push_back(b.NewTensor(fp32.dtype,
                                     {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
-                                    fp32.requires_grad, FlatRuns(c, layout, k, rank, 0)));
+                                    fp32.requires_grad, FlatRuns(c, layout, k, 0, 0), std::nullopt,
+                                    SlotTag(c, k, 0)));
   }
   *flats = doc.AddList(std::move(new_flats));
 
-  UCFS_RETURN_IF_ERROR(RepartitionState(b, c, layout, rank, state, path));
+  UCFS_RETURN_IF_ERROR(RepartitionState(b, c, layout, state, path));
   UCFS_RETURN_IF_ERROR(ListNewSubGroups(doc, layout, *groups, path));
-  return b.Finish(
-      ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
-                                             rank, c.files().mp_rank)));
+  return b.FinishParts();
 }
 
 // The nodes every fragment_address shares: its attribute names (one str
@@ -528,45 +541,87 @@ Result<TorchPickleBuilder::Parts> ModelFileParts(const Checkpoint& c, const Resh
   return b.FinishParts();
 }
 
-// Every rank's model-states file but rank 0's is one pickle, with the
-// rank's own bytes of each frozen fragment: its parts are made once (and
-// rank 0's once), and a rank's file is only laid out. Copying rank 0's
-// pickle with its 723 params cost the daemon 7 ms a file (bench/README.md).
-class ModelFileTemplates {
+// A pickle and its storages made once, on first use, for every rank file
+// that shares them.
+class OnceParts {
  public:
-  Result<const TorchPickleBuilder::Parts*> Get(const Checkpoint& c, const ReshardLayout& layout,
-                                               uint32_t rank) {
-    const size_t k = rank == 0 ? 0 : 1;
-    std::call_once(once_[k], [&] {
-      auto parts = ModelFileParts(c, layout, rank);
-      status_[k] = parts.status();
-      if (parts.ok()) parts_[k] = std::move(parts).value();
+  Result<const TorchPickleBuilder::Parts*> Get(
+      const std::function<Result<TorchPickleBuilder::Parts>()>& make) {
+    std::call_once(once_, [&] {
+      auto parts = make();
+      status_ = parts.status();
+      if (parts.ok()) parts_ = std::move(parts).value();
     });
-    UCFS_RETURN_IF_ERROR(status_[k]);
-    return &parts_[k];
+    UCFS_RETURN_IF_ERROR(status_);
+    return &parts_;
   }
 
  private:
-  std::once_flag once_[2];
-  Status status_[2];  // set in once_
-  TorchPickleBuilder::Parts parts_[2];
+  std::once_flag once_;
+  Status status_;  // set in once_
+  TorchPickleBuilder::Parts parts_;
 };
+
+// ZeRO-3's rank files at N are laid out from three pickles made once: the
+// optimizer file's, every rank's alike, with the rank's slots of each
+// sub-group put in; and the model-states file's, rank 0's and every other
+// rank's (tied params are recorded on rank 0 only), with the rank's own
+// bytes of each frozen fragment. Copying rank 0's pickles cost the daemon
+// 7 ms a model-states file of 723 params, and 15 ms an optimizer file of
+// 723 sub-groups (bench/README.md).
+struct RankFileTemplates {
+  OnceParts optim;
+  OnceParts model[2];  // rank 0's, every other rank's
+};
+
+// A rank's file from its template: each tagged storage's runs made for
+// `rank` by `runs_of(tag)`.
+Result<std::shared_ptr<TorchFileContent>> LayOut(
+    std::shared_ptr<const Checkpoint> ckpt, const TorchPickleBuilder::Parts& parts,
+    const std::string& prefix, const std::function<std::vector<StorageRun>(int64_t)>& runs_of) {
+  std::vector<StorageSpec> storages;
+  storages.reserve(parts.storages.size());
+  for (size_t i = 0; i < parts.storages.size(); ++i) {
+    const StorageSpec& from = parts.storages[i];
+    if (parts.tags[i] < 0) {
+      storages.push_back(from);
+    } else {
+      storages.push_back(StorageSpec{from.key, runs_of(parts.tags[i]), from.crc32, {}});
+    }
+  }
+  const ContainerStyle style = ckpt->container_style();
+  return TorchFileContent::Make(std::shared_ptr<const StateMapper>(std::move(ckpt)), style, prefix,
+                                parts.pickle, std::move(storages));
+}
+
+Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                        const ReshardLayout& layout, uint32_t rank,
+                                                        RankFileTemplates& templates) {
+  const Checkpoint& c = *ckpt;
+  UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts,
+                        templates.optim.Get([&] { return OptimizerFileParts(c, layout); }));
+  return LayOut(ckpt, *parts,
+                ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
+                                                 c.files().optim_prefix, rank, c.files().mp_rank)),
+                [&](int64_t tag) {
+                  const auto [k, state] = SlotOfTag(c, tag);
+                  return FlatRuns(c, layout, k, rank, state);
+                });
+}
 
 Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkpoint> ckpt,
                                                     const ReshardLayout& layout, uint32_t rank,
-                                                    ModelFileTemplates& templates) {
+                                                    RankFileTemplates& templates) {
   const Checkpoint& c = *ckpt;
-  UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts, templates.Get(c, layout, rank));
-  std::vector<StorageSpec> storages = parts->storages;
-  for (size_t i = 0; i < storages.size(); ++i) {
-    if (parts->tags[i] < 0) continue;
-    storages[i].runs =
-        FrozenRuns(c, static_cast<uint32_t>(parts->tags[i]), layout.world_size, rank);
-  }
-  return TorchFileContent::Make(
-      ckpt,
+  UCFS_ASSIGN_OR_RETURN(
+      const TorchPickleBuilder::Parts* parts,
+      templates.model[rank == 0 ? 0 : 1].Get([&] { return ModelFileParts(c, layout, rank); }));
+  return LayOut(
+      ckpt, *parts,
       ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank, c.files().mp_rank)),
-      parts->pickle, std::move(storages));
+      [&](int64_t tag) {
+        return FrozenRuns(c, static_cast<uint32_t>(tag), layout.world_size, rank);
+      });
 }
 
 // The rank files of checkpoint `ckpt` (a shard group: their names carry its
@@ -580,17 +635,18 @@ Status ForEachRankFile(
   const CheckpointFiles& files = ckpt->files();
   const uint32_t mp = files.mp_rank;
   const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
-  auto templates = std::make_shared<ModelFileTemplates>();
+  auto templates = std::make_shared<RankFileTemplates>();
   if (flat_groups) {
     UCFS_ASSIGN_OR_RETURN(auto model, SharedModelFile(ckpt, *shared_layout));
     UCFS_RETURN_IF_ERROR(add(SharedModelFileName(mp), std::move(model)));
   }
   for (uint32_t s = 0; s < shared_layout->world_size; ++s) {
     auto optim = std::make_shared<LazyContent>(
-        [ckpt, shared_layout, s, flat_groups]() -> Result<std::shared_ptr<const FileContent>> {
-          UCFS_ASSIGN_OR_RETURN(auto built, flat_groups
-                                                ? FlatGroupOptimizerFile(ckpt, *shared_layout, s)
-                                                : OptimizerFile(ckpt, *shared_layout, s));
+        [ckpt, shared_layout, s, flat_groups,
+         templates]() -> Result<std::shared_ptr<const FileContent>> {
+          UCFS_ASSIGN_OR_RETURN(auto built,
+                                flat_groups ? FlatGroupOptimizerFile(ckpt, *shared_layout, s)
+                                            : OptimizerFile(ckpt, *shared_layout, s, *templates));
           return std::shared_ptr<const FileContent>(std::move(built));
         },
         cache);

@@ -11,6 +11,7 @@ namespace ucfs {
 
 uint64_t TorchFileContent::memory() const {
   uint64_t bytes = sizeof(*this) + layout_.generated().capacity() +
+                   (pickle_.use_count() > 1 ? 0 : pickle_->capacity()) +
                    layout_.segments().capacity() * sizeof(ZipSegment) +
                    storage_of_entry_.capacity() * sizeof(int);
   for (const ZipEntrySpec& e : layout_.entries()) bytes += sizeof(e) + e.name.capacity();
@@ -23,11 +24,13 @@ uint64_t TorchFileContent::memory() const {
 
 TorchFileContent::TorchFileContent(std::shared_ptr<const StateMapper> mapper, ZipLayout layout,
                                    std::vector<StorageSpec> storages,
-                                   std::vector<int> storage_of_entry)
+                                   std::vector<int> storage_of_entry,
+                                   std::shared_ptr<const std::string> pickle)
     : mapper_(std::move(mapper)),
       layout_(std::move(layout)),
       storages_(std::move(storages)),
-      storage_of_entry_(std::move(storage_of_entry)) {}
+      storage_of_entry_(std::move(storage_of_entry)),
+      pickle_(std::move(pickle)) {}
 
 namespace {
 
@@ -88,17 +91,30 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     std::shared_ptr<const StateMapper> checkpoint, const ContainerStyle& style,
     const std::string& prefix, std::string pickle, std::vector<StorageSpec> storages,
     SourceFiles* crc_reader) {
+  return Make(std::move(checkpoint), style, prefix,
+              std::make_shared<const std::string>(std::move(pickle)), std::move(storages),
+              crc_reader);
+}
+
+Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
+    std::shared_ptr<const StateMapper> checkpoint, const ContainerStyle& style,
+    const std::string& prefix, std::shared_ptr<const std::string> pickle,
+    std::vector<StorageSpec> storages, SourceFiles* crc_reader) {
   using Records = ContainerStyle::Records;
   // Reshard flats have a run per parameter: reads find theirs by bisection.
   for (auto& storage : storages) storage.FillRunStarts();
   // torch <= 2.6 writes storage records sorted by key as strings, later
   // torch in the order it pickled them: keys are "0", "1", ... in that order.
-  std::sort(storages.begin(), storages.end(), [&](const StorageSpec& a, const StorageSpec& b) {
+  auto before = [&](const StorageSpec& a, const StorageSpec& b) {
     if (style.records == Records::kTorch27 && a.key.size() != b.key.size()) {
       return a.key.size() < b.key.size();
     }
     return a.key < b.key;
-  });
+  };
+  // A rank file laid out from a template comes sorted.
+  if (!std::is_sorted(storages.begin(), storages.end(), before)) {
+    std::sort(storages.begin(), storages.end(), before);
+  }
   // With CRCs every byte is read now; so are the first bytes of each
   // storage, which the serialization id may need.
   std::vector<std::string> storage_heads(storages.size());
@@ -117,6 +133,10 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
   std::vector<ZipEntrySpec> entries;
   std::vector<std::string> heads;  // of each entry's data
   std::vector<int> storage_of_entry;
+  const size_t entry_count = storages.size() + 6;
+  entries.reserve(entry_count);
+  heads.reserve(entry_count);
+  storage_of_entry.reserve(entry_count);
   auto add_inline = [&](const std::string& name, std::string data) {
     ZipEntrySpec e;
     e.name = prefix + "/" + name;
@@ -125,9 +145,17 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     heads.push_back(data.substr(0, 8));
     e.inline_data = std::move(data);
     entries.push_back(std::move(e));
-    storage_of_entry.push_back(-1);
+    storage_of_entry.push_back(kInlineEntry);
   };
-  add_inline("data.pkl", std::move(pickle));
+  {
+    ZipEntrySpec e;
+    e.name = prefix + "/data.pkl";
+    e.size = pickle->size();
+    e.crc32 = crc_reader == nullptr ? 0 : Crc32Of(*pickle);
+    heads.push_back(pickle->substr(0, 8));
+    entries.push_back(std::move(e));
+    storage_of_entry.push_back(kPickleEntry);
+  }
   if (style.records == Records::kTorch27) {
     add_inline(".format_version", "1");
     add_inline(".storage_alignment", std::to_string(style.alignment));
@@ -147,8 +175,9 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     add_inline(".data/serialization_id", SerializationId(entries, prefix, heads));
   }
   UCFS_ASSIGN_OR_RETURN(ZipLayout layout, ZipLayout::Plan(std::move(entries), style.alignment));
-  return std::shared_ptr<TorchFileContent>(new TorchFileContent(
-      std::move(checkpoint), std::move(layout), std::move(storages), std::move(storage_of_entry)));
+  return std::shared_ptr<TorchFileContent>(
+      new TorchFileContent(std::move(checkpoint), std::move(layout), std::move(storages),
+                           std::move(storage_of_entry), std::move(pickle)));
 }
 
 Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const {
@@ -166,8 +195,14 @@ Status TorchFileContent::Plan(uint64_t offset, uint64_t length, std::vector<Read
                     .substr(seg.generated_offset + (a - seg.offset), b - a);
       p.length = b - a;
       out->push_back(p);
+    } else if (const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
+               storage == kPickleEntry) {
+      ReadPiece p;
+      p.kind = ReadPiece::Kind::kBytes;
+      p.bytes = std::string_view(*pickle_).substr(seg.entry_offset + (a - seg.offset), b - a);
+      p.length = b - a;
+      out->push_back(p);
     } else {
-      const int storage = storage_of_entry_[static_cast<size_t>(seg.entry)];
       const uint64_t within = seg.entry_offset + (a - seg.offset);
       UCFS_RETURN_IF_ERROR(PlanStorage(*mapper_, storages_[static_cast<size_t>(storage)], within,
                                        within + (b - a), out));

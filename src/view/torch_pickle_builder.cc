@@ -129,7 +129,8 @@ Result<TorchPickleBuilder::Parts> TorchPickleBuilder::FinishParts() {
     parts.tags.push_back(tag == tags_.end() ? -1 : tag->second);
   }
   for (const auto& [key, name] : names) doc_.mutable_node(key).text = name;
-  UCFS_ASSIGN_OR_RETURN(parts.pickle, pickle::Write(doc_));
+  UCFS_ASSIGN_OR_RETURN(std::string pickle, pickle::Write(doc_));
+  parts.pickle = std::make_shared<const std::string>(std::move(pickle));
   return parts;
 }
 

@@ -49,7 +49,7 @@ class TorchPickleBuilder {
   // The pickle written and its storages named, before the file is laid
   // out: what rank files that share a pickle share (reshard_view.cc).
   struct Parts {
-    std::string pickle;
+    std::shared_ptr<const std::string> pickle;
     std::vector<StorageSpec> storages;
     std::vector<int64_t> tags;  // by storage: NewTensor's tag, -1 for the others
   };
