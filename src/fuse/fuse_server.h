@@ -49,9 +49,10 @@ struct ServeOptions {
   // to the daemon as the caller's own pages, its megabyte requests in
   // parallel (async direct I/O), one copy fewer than through the page
   // cache; 1.2-2.8x the buffered path's throughput (bench/write_bench.sh).
-  // Only write-only handles: such a handle cannot be mmap'd, and the
-  // kernel drops cached pages a direct write overlaps, so other handles'
-  // reads stay coherent. The kernel's writeback cache, faster than
+  // Only write-only handles (such a handle cannot be mmap'd; the kernel
+  // drops cached pages a direct write overlaps, so other handles' reads
+  // stay coherent), and none of a set-id file (the kernel clears its bits
+  // only on a buffered write). The kernel's writeback cache, faster than
   // buffered but slower than this, is not used: it trusts its own size of
   // a file over the daemon's, so two mounts sharing one upper directory
   // would read each other's files short.

@@ -140,9 +140,13 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 }
 
 // Whether an open upper file's handle bypasses the mount's page cache
-// (ServeOptions::direct_writes: write-only handles).
-bool DirectWrites(const Server& s, const fuse_file_info* fi) {
-  return s.options.direct_writes && (fi->flags & O_ACCMODE) == O_WRONLY;
+// (ServeOptions::direct_writes): write-only handles, but not of a set-id
+// file, whose bits the kernel clears on a buffered write by someone without
+// CAP_FSETID (through SETATTR) but not on a direct one.
+bool DirectWrites(const Server& s, const fuse_file_info* fi, int fd) {
+  if (!s.options.direct_writes || (fi->flags & O_ACCMODE) != O_WRONLY || fd < 0) return false;
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)) == 0;
 }
 
 // A view file's pages may stay cached across opens while it is the same
@@ -151,7 +155,7 @@ bool DirectWrites(const Server& s, const fuse_file_info* fi) {
 void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                std::unique_ptr<Handle> handle) {
   fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
-  fi->direct_io = handle->fd >= 0 && DirectWrites(Of(req), fi) ? 1 : 0;
+  fi->direct_io = DirectWrites(Of(req), fi, handle->fd) ? 1 : 0;
   fi->fh = reinterpret_cast<uint64_t>(handle.release());
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.
@@ -183,7 +187,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   const fuse_entry_param e = EntryOf(s, st);
   auto* h = new Handle(handle);
   fi->fh = reinterpret_cast<uint64_t>(h);
-  fi->direct_io = DirectWrites(s, fi) ? 1 : 0;
+  fi->direct_io = DirectWrites(s, fi, h->fd) ? 1 : 0;
   if (fuse_reply_create(req, &e, fi) != 0) {
     s.overlay->Release(st.st_ino, *h);
     delete h;
