@@ -59,7 +59,8 @@ TEST(TorchFileSummary, IndexedLookupsAnswerAsTheLinearSearch) {
 // answering from its own records.
 TEST(TorchFileSummary, SummariesComeIndexed) {
   MemEnv env;
-  const std::string path = testing::TestDataDir() + "/fixtures/z3_fp32_ws2/checkpoint/global_step4/"
+  const std::string path = testing::TestDataDir() +
+                           "/fixtures/z3_fp32_ws2/checkpoint/global_step4/"
                            "zero_pp_rank_0_mp_rank_00_optim_states.pt";
   env.WriteFile("/optim.pt", testing::ReadFile(path));
   auto summary = SummarizeTorchFile(env, "/optim.pt");
@@ -73,7 +74,8 @@ TEST(TorchFileSummary, SummariesComeIndexed) {
       const ZipRecord* found = copy.Find(relative);
       ASSERT_NE(found, nullptr) << rec.name;
       EXPECT_EQ(found->data_offset, rec.data_offset);
-      EXPECT_TRUE(found >= copy.records.data() && found < copy.records.data() + copy.records.size());
+      EXPECT_TRUE(found >= copy.records.data() &&
+                  found < copy.records.data() + copy.records.size());
     }
     EXPECT_NE(copy.SmallRecord("version"), nullptr);
   }

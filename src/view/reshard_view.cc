@@ -324,10 +324,9 @@ Result<TorchPickleBuilder::Parts> OptimizerFileParts(const Checkpoint& c,
   const StateInfo& fp32 = c.states()[0];
   std::vector<NodeId> new_flats;
   for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
-    new_flats.push_back(b.NewTensor(fp32.dtype,
-                                    {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
-                                    fp32.requires_grad, FlatRuns(c, layout, k, 0, 0), std::nullopt,
-                                    SlotTag(c, k, 0)));
+    new_flats.push_back(b.NewTensor(
+        fp32.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
+        fp32.requires_grad, FlatRuns(c, layout, k, 0, 0), std::nullopt, SlotTag(c, k, 0)));
   }
   *flats = doc.AddList(std::move(new_flats));
 
@@ -601,8 +600,8 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Ch
   UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts,
                         templates.optim.Get([&] { return OptimizerFileParts(c, layout); }));
   return LayOut(ckpt, *parts,
-                ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim,
-                                                 c.files().optim_prefix, rank, c.files().mp_rank)),
+                ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
+                                                 rank, c.files().mp_rank)),
                 [&](int64_t tag) {
                   const auto [k, state] = SlotOfTag(c, tag);
                   return FlatRuns(c, layout, k, rank, state);
