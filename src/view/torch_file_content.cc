@@ -111,7 +111,7 @@ Result<std::shared_ptr<TorchFileContent>> TorchFileContent::Make(
     }
     return a.key < b.key;
   };
-  // A rank file laid out from a template comes sorted.
+  // Keys already in order (torch >= 2.7, or few storages) skip the sort.
   if (!std::is_sorted(storages.begin(), storages.end(), before)) {
     std::sort(storages.begin(), storages.end(), before);
   }
