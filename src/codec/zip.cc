@@ -545,9 +545,9 @@ Result<ZipLayout> ZipLayout::Plan(std::vector<ZipEntrySpec> entries, uint64_t al
   const uint64_t cd_size = cursor - cd_offset;
   emit(EndRecords(layout.entries_.size(), cd_offset, cd_size, cursor));
   layout.size_ = cursor;
-  // Inline records live on in generated_ only: a rank file's pickle (340
-  // KB for a 70B model's model states) is not kept twice in every built
-  // file the reshard view caches.
+  // Inline records live on in generated_ only, not twice in every built
+  // file the reshard view caches. (A torch file's pickle is no inline
+  // record: TorchFileContent serves it from its own, maybe shared, copy.)
   for (ZipEntrySpec& e : layout.entries_) e.inline_data.reset();
   return layout;
 }

@@ -79,7 +79,7 @@ class ZipArchive {
 };
 
 // One record of an archive to be planned. Either its bytes are given
-// (`inline_data`, for data.pkl and small records) or only its size is, and
+// (`inline_data`, for small records) or only its size is, and
 // the bytes are filled in on read.
 struct ZipEntrySpec {
   std::string name;  // full name, "<prefix>/data/0"
