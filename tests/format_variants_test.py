@@ -187,7 +187,8 @@ def main():
                     out = os.path.join(tmp, f"{fixture}.{variant}.fp32")
                     run("export", "--no-cache", *crc, "--fp32", ckpt, out)
                     check_export(out, ref["fp32" + suffix], options,
-                                 lambda name: name.endswith(".bin") and not options.get("legacy"), crc=False)
+                                 lambda name: name.endswith(".bin") and not options.get("legacy"),
+                                 crc=bool(crc))
                 results.check(f"{fixture} {variant}: consolidated weights", fp32)
     return results.finish()
 

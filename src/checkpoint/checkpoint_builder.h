@@ -95,6 +95,8 @@ class CheckpointBuilder {
   Status SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k, size_t s, const TensorRef& t,
                  const std::string& what);
   Status ReadScalars(const ParsedRankFile& tf, size_t k, pickle::NodeId group_state);
+  // Flat buffer k's state holds no tensor but scalars and the states defined.
+  Status CheckNoOtherTensorStates(const ParsedRankFile& tf, size_t k, pickle::NodeId group_state);
 
   // --- ZeRO-3 (zero3_partitions.cc)
   Status ReadZero3OptimizerStates(uint32_t rank, const ParsedRankFile& tf);

@@ -264,6 +264,60 @@ TEST_F(BrokenFlatGroupTest, FrozenParamMissingFromTheModule) {
   ExpectError(kModel, "frozen param 'proj.bias' of frozen_param_shapes is not in module");
 }
 
+// A group's state with a tensor ucfs does not know how to partition (a
+// second optimizer's group, as a Muon run's Adam group beside its Muon
+// group): refused by name, never copied to the new ranks as it was saved.
+TEST_F(BrokenFlatGroupTest, UnknownPerElementStateIsRefused) {
+  for (int rank : {0, 1}) {
+    Edit(Optim(rank), [](pickle::Document* d) {
+      const NodeId state = d->Get(d->Get(Osd(d), "base_optimizer_state"), "state");
+      const NodeId group1 = (*d->MappingItems(state))[1].second;
+      const NodeId exp_avg = d->Get(group1, "exp_avg");
+      d->AppendPair(group1, d->AddStr("momentum_buffer"), exp_avg);
+    });
+  }
+  Status s = OpenStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  ExpectError(Optim(0),
+              "optimizer state[1]['momentum_buffer'] (param group 1) is a tensor of shape");
+  EXPECT_NE(s.message().find("those of state[0] (exp_avg, exp_avg_sq)"), std::string::npos)
+      << s.ToString();
+}
+
+// Muon's group at ZeRO-1/2: a momentum buffer of the whole params a
+// partition touches (not a partition's length), no exp_avg; the Adam group
+// after it has moments group 0 lacks. Refused at group 0's buffer.
+TEST_F(BrokenFlatGroupTest, MuonMomentumOfWholeParamsIsRefused) {
+  for (int rank : {0, 1}) {
+    Edit(Optim(rank), [](pickle::Document* d) {
+      const NodeId state = d->Get(d->Get(Osd(d), "base_optimizer_state"), "state");
+      const NodeId group0 = (*d->MappingItems(state))[0].second;
+      pickle::Node& g = d->mutable_node(group0);
+      for (size_t i = 0; i + 1 < g.items.size(); i += 2) {
+        auto key = d->AsStr(g.items[i]);
+        if (key == "exp_avg") g.items[i] = d->AddStr("momentum_buffer");
+      }
+      for (size_t i = 0; i + 1 < g.items.size(); i += 2) {
+        if (d->AsStr(g.items[i]) == "exp_avg_sq") {
+          g.items.erase(g.items.begin() + static_cast<std::ptrdiff_t>(i),
+                        g.items.begin() + static_cast<std::ptrdiff_t>(i) + 2);
+          break;
+        }
+      }
+      // A buffer of whole params is not a partition's length (kept inside
+      // its storage of 416 elements, which is checked first).
+      const NodeId t = d->Get(group0, "momentum_buffer");
+      auto args = d->SequenceItems(d->node(t).b);
+      d->mutable_node(d->node((*args)[2]).items[0]).scalar = 300;
+      d->mutable_node(d->node((*args)[3]).items[0]).scalar = 1;
+    });
+  }
+  ExpectError(Optim(0),
+              "optimizer state[0]['momentum_buffer'] (param group 0) is a tensor of "
+              "shape [300] that ucfs does not know how to partition");
+}
+
 TEST_F(BrokenFlatGroupTest, TensorParallelRanksAreRefused) {
   env_.WriteFile("/ck/global_step4/mp_rank_01_model_states.pt", *env_.Contents(kModel));
   Status s = OpenStatus();

@@ -1,6 +1,7 @@
 // What every optimizer file holds, whichever optimizer wrote it: each
 // rank's copy of each flat buffer and of its per-element states, and rank
 // 0's scalar states (checkpoint_builder.h).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,48 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
       UCFS_ASSIGN_OR_RETURN(TensorRef t, tf.RequireTensor(v, what));
       UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, s, t, what));
     }
+    UCFS_RETURN_IF_ERROR(CheckNoOtherTensorStates(tf, k, state));
     if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, state));
+  }
+  return Status::OK();
+}
+
+// A state tensor that is neither a scalar nor one of the per-element states
+// (exp_avg, ...) cannot be cut at another world size or merged per param:
+// Muon's momentum_buffer at ZeRO-1/2 covers the whole params a partition
+// touches, and a second optimizer's group brings keys group 0 lacks. Served
+// as rank 0 saved it, every rank would resume with wrong state: refused,
+// naming the group and the key.
+Status CheckpointBuilder::CheckNoOtherTensorStates(const ParsedRankFile& tf, size_t k,
+                                                   NodeId group_state) {
+  const Document& doc = *tf.doc;
+  auto entries = doc.MappingItems(group_state);
+  if (!entries) return Status::OK();
+  for (const auto& [name, v] : *entries) {
+    auto n = doc.AsStr(name);
+    const bool known = n && std::any_of(c_.states_.begin() + 1, c_.states_.end(),
+                                        [&](const StateInfo& s) { return s.name == *n; });
+    if (known) continue;
+    UCFS_ASSIGN_OR_RETURN(auto t, tf.MatchTensor(v));
+    if (!t || t->shape.empty()) continue;  // a scalar (Adam's step), or no tensor
+    const SubGroupInfo& sg = c_.sub_groups_[k];
+    std::string states;
+    for (size_t s = 1; s < c_.states_.size(); ++s) {
+      states += (s > 1 ? ", " : "") + Printable(c_.states_[s].name);
+    }
+    return Status::NotSupported(
+        tf.path() + ": optimizer state[" + std::to_string(k) + "]['" +
+        Printable(n ? std::string(*n) : doc.Repr(name, 40)) + "'] (" +
+        (flat_groups() ? "param group " + std::to_string(k)
+                       : "sub-group " + std::to_string(k) + " of param group " +
+                             std::to_string(sg.param_group)) +
+        ") is a tensor of shape " + ShapeString(t->shape) +
+        " that ucfs does not know how to partition: the per-element states it cuts "
+        "into partitions of " +
+        std::to_string(sg.partition_numel) + " elements are those of state[0] (" +
+        (states.empty() ? std::string("none") : states) +
+        "). Refused rather than copied: every rank would resume with state that is not "
+        "its own (an optimizer such as Muon, or param groups of different optimizers)");
   }
   return Status::OK();
 }

@@ -52,21 +52,28 @@ std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
 
 namespace {
 
-Status NoRootIn(const std::string& dir, int max_depth) {
-  return Status::NotFound(dir + ": no DeepSpeed checkpoint in it or up to " +
-                          std::to_string(max_depth) +
-                          " levels below (a checkpoint root is a directory with a `latest` file "
-                          "and tag directories of *_optim_states.pt files)");
-}
+constexpr const char* kWhatARootIs =
+    "a checkpoint root is a directory with a `latest` file and tag directories of "
+    "*_optim_states.pt files";
 
-// Breadth first from `dir`, roots in the order met; stops after `limit`.
-Result<std::vector<RootListing>> WalkRoots(Env& env, const std::string& dir, int max_depth,
+// Breadth first from `dir`, roots in the order met; stops after `limit`
+// roots, or with an error past `max_directories` listings.
+Result<std::vector<RootListing>> WalkRoots(Env& env, const std::string& dir, size_t max_directories,
                                            size_t limit) {
   std::vector<RootListing> found;
   std::vector<std::string> level = {dir};
-  for (int depth = 0; depth <= max_depth && !level.empty(); ++depth) {
+  size_t listed = 0;
+  for (int depth = 0; !level.empty(); ++depth) {
     std::vector<std::string> next;
     for (const std::string& d : level) {
+      if (listed == max_directories) {
+        return Status::NotFound(
+            dir + ": stopped looking for DeepSpeed checkpoints after listing " +
+            std::to_string(listed) + " directories below it, " + std::to_string(depth) +
+            " levels down" + (found.empty() ? ", having found none" : "") +
+            ": name a run or checkpoint directory further down (" + kWhatARootIs + ")");
+      }
+      ++listed;
       auto entries = env.ListDir(d);
       if (!entries.ok()) {
         if (depth == 0) return entries.status();
@@ -87,19 +94,23 @@ Result<std::vector<RootListing>> WalkRoots(Env& env, const std::string& dir, int
     }
     level = std::move(next);
   }
-  if (found.empty()) return NoRootIn(dir, max_depth);
+  if (found.empty()) {
+    return Status::NotFound(dir + ": no DeepSpeed checkpoint in it or below (" + kWhatARootIs +
+                            ")");
+  }
   return found;
 }
 
 }  // namespace
 
-Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth) {
-  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> roots, WalkRoots(env, dir, max_depth, 1));
+Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, size_t max_directories) {
+  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> roots, WalkRoots(env, dir, max_directories, 1));
   return std::move(roots.front());
 }
 
-Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir, int max_depth) {
-  return WalkRoots(env, dir, max_depth, SIZE_MAX);
+Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir,
+                                           size_t max_directories) {
+  return WalkRoots(env, dir, max_directories, SIZE_MAX);
 }
 
 }  // namespace ucfs

@@ -137,6 +137,31 @@ TEST(FindFirstRoot, FindsANestedRootOrSaysWhatARootIs) {
   EXPECT_FALSE(IsCheckpointDirectory(env, "/run/ckpt"));
 }
 
+// Lightning's default layout puts the root four levels below
+// default_root_dir; depth is no bound, the directories listed are.
+TEST(FindFirstRoot, LightningsDefaultRootFourLevelsDown) {
+  MemEnv env;
+  const std::string root = "/run/lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt";
+  env.WriteFile(root + "/latest", "checkpoint");
+  WriteZero3Tag(env, root + "/checkpoint", 2);
+  env.WriteFile("/run/lightning_logs/version_0/hparams.yaml", "{}");
+  auto found = FindFirstRoot(env, "/run");
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->dir, root);
+  // /run, lightning_logs, version_0, checkpoints and the root: five listings.
+  EXPECT_TRUE(FindFirstRoot(env, "/run", 5).ok());
+  auto stopped = FindFirstRoot(env, "/run", 4);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_NE(stopped.status().message().find(
+                "/run: stopped looking for DeepSpeed checkpoints after listing 4 directories "
+                "below it, 4 levels down, having found none"),
+            std::string::npos)
+      << stopped.status().ToString();
+  // Every root, or an error: never some of them.
+  EXPECT_TRUE(FindRoots(env, "/run").ok());
+  EXPECT_FALSE(FindRoots(env, "/run", 4).ok());
+}
+
 // inspect and verify of a run go over every root, in walk order, never
 // below a root.
 TEST(FindRoots, EveryRootBreadthFirstNoneBelowARoot) {

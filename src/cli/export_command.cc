@@ -29,7 +29,7 @@ Result<std::vector<std::string>> RunExportRoots(const OpenedView& opened,
     return roots;
   }
   const std::string& run = opened.source_dirs.front();
-  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> found, FindRoots(*opened.env, run, 8));
+  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> found, FindRoots(*opened.env, run));
   for (const RootListing& root : found) {
     std::string rel = root.dir.size() > run.size() ? root.dir.substr(run.size() + 1) : "";
     if (!rel.empty()) rel += "/";

@@ -87,7 +87,7 @@ using ucfs::cli::MountArgs;
 // they were saved: at another --world-size they are not resharded (the run
 // view serves the source's roots), which a resume from them would trip on.
 void WarnOfUpperRootsAtOtherSizes(const std::string& upper, uint32_t world_size) {
-  auto roots = ucfs::FindRoots(*ucfs::Env::Posix(), upper, 8);
+  auto roots = ucfs::FindRoots(*ucfs::Env::Posix(), upper);
   if (!roots.ok()) return;  // none, or no DIR yet
   for (const ucfs::RootListing& root : *roots) {
     for (const ucfs::TagListing& tag : root.tags) {
@@ -242,8 +242,9 @@ int RunUmount(const std::string& mountpoint) {
 // Each subcommand and its options; `verbosity` counts every -v of any of them.
 CLI::App* AddInspectCommand(CLI::App& app, ucfs::cli::InspectArgs* a, int* verbosity) {
   CLI::App* inspect = app.add_subcommand("inspect",
-                                         "Describe a ZeRO-3 checkpoint: world size, dtype, "
-                                         "step, groups, and every parameter");
+                                         "Describe a DeepSpeed checkpoint (ZeRO 1-3, a TP/PP "
+                                         "grid, or every tag of a run directory): degrees, "
+                                         "dtype, step, groups, and every parameter");
   inspect
       ->add_option("CKPT", a->path,
                    "Checkpoint root (with `latest`), tag directory, or a run directory (every "
@@ -290,9 +291,13 @@ CLI::App* AddShowCommand(CLI::App& app, std::string* path) {
 CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
   CLI::App* mount = app.add_subcommand(
       "mount",
-      "Mount a ZeRO-3 checkpoint as the universal checkpoint ds_to_universal.py would "
-      "write, assembled on read");
-  mount->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      "Mount a DeepSpeed checkpoint (ZeRO 1-3, a TP/PP grid, or a training run's directory) "
+      "as the universal checkpoint ds_to_universal.py would write, or with --world-size as "
+      "DeepSpeed would have saved it at N ranks; assembled on read");
+  mount
+      ->add_option("CKPT", a->checkpoint,
+                   "Checkpoint root (with `latest`), tag directory, or a run directory (every "
+                   "tag of every root below it)")
       ->required();
   mount->add_option("MNT", a->mountpoint, "An empty directory to mount on")->required();
   mount->add_option("--tag", a->tag, "Tag to show instead of the one `latest` names");
@@ -384,7 +389,8 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosi
                        "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
                        "model.safetensors) instead");
   export_cmd->add_flag("--crc", a->view.crc,
-                       "Write real CRC-32s into the zip records of the universal view's files");
+                       "Write real CRC-32s into the zip records of the universal view's files and "
+                       "of the consolidated weights");
   export_cmd->add_option("-j,--threads", a->threads,
                          "Copy threads (default: one per CPU, at least 4)");
   export_cmd->add_flag("--no-sync", a->no_sync,
@@ -408,7 +414,9 @@ int main(int argc, char** argv) {
   if (argc > 0 && ucfs::cli::IsMountHelper(argv[0])) {
     return ucfs::cli::MountHelperMain(argc, argv, RunMount);
   }
-  CLI::App app{"ucfs: DeepSpeed ZeRO-3 checkpoints, mounted as the layout you need"};
+  CLI::App app{
+      "ucfs: DeepSpeed checkpoints (ZeRO 1-3, tensor/pipeline-parallel grids, training runs), "
+      "mounted as the layout you need"};
   app.set_version_flag("--version", std::string("ucfs ") + UCFS_VERSION);
   app.require_subcommand(1);
   int verbosity = 0;

@@ -1,6 +1,7 @@
 #include "cli/view_setup.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -92,7 +93,14 @@ Status LayOver(const std::vector<std::string>& layers, CheckpointEnv& source) {
 Status RouteUpper(const std::string& upper, const std::vector<std::string>& source_dirs,
                   OpenedView& out) {
   if (!CheckPlacement(source_dirs, "--upper", upper, Placement::kApart).ok()) return Status::OK();
-  if (::mkdir(upper.c_str(), 0755) != 0 && errno != EEXIST) {
+  if (::mkdir(upper.c_str(), 0755) == 0) {
+    // Made now: the run directory's time, as the overlay gives a root it makes.
+    struct stat source {};
+    if (::stat(source_dirs.front().c_str(), &source) == 0) {
+      const timespec times[2] = {source.st_mtim, source.st_mtim};
+      ::utimensat(AT_FDCWD, upper.c_str(), times, 0);
+    }
+  } else if (errno != EEXIST) {
     return Status::FromErrno("--upper " + upper, errno);
   }
   char* resolved = ::realpath(upper.c_str(), nullptr);
@@ -142,12 +150,28 @@ std::string IndexDir(const ViewRequest& r) {
   return placed.dir;
 }
 
+// <tag>_fp32/ is an extra view: none in a writable mount without --views.
+std::optional<ConsolidatedOptions> ConsolidatedOf(const ViewRequest& r) {
+  if (!r.extra_views) return std::nullopt;
+  ConsolidatedOptions consolidated;
+  consolidated.compute_crc = r.crc;
+  return consolidated;
+}
+
 ReshardOptions ReshardOf(const ViewRequest& r) {
   ReshardOptions reshard;
   reshard.world_size = r.world_size.value_or(0);
   reshard.sub_group_size = r.sub_group_size;
   reshard.copy_rank_files = r.copy_rank_files;
+  reshard.consolidated = ConsolidatedOf(r);
   return reshard;
+}
+
+UniversalViewOptions UniversalOf(const ViewRequest& r) {
+  UniversalViewOptions universal;
+  universal.compute_crc = r.crc;
+  universal.consolidated = ConsolidatedOf(r);
+  return universal;
 }
 
 Result<RunViewOptions> RunOptions(const ViewRequest& r, TorchFileSource* index) {
@@ -155,9 +179,13 @@ Result<RunViewOptions> RunOptions(const ViewRequest& r, TorchFileSource* index) 
   UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(r.universal_info));
   options.hf_weights->dtype = r.weights_dtype;
   options.source = index;
-  options.universal.compute_crc = r.crc;
+  options.universal = UniversalOf(r);
   options.extra_views = r.extra_views;
-  if (r.world_size) options.reshard = ReshardOf(r);
+  if (r.world_size) {
+    // A tag's view at N shows only its tag directory: no <tag>_fp32 to make.
+    options.reshard = ReshardOf(r);
+    options.reshard->consolidated.reset();
+  }
   return options;
 }
 
@@ -198,10 +226,8 @@ Result<OpenedView> OpenParallelView(const ViewRequest& r, OpenedView out,
     UCFS_ASSIGN_OR_RETURN(out.view, BuildParallelReshardView(*out.env, out.parallel, ReshardOf(r)));
     out.layout_roots = {"latest", files.tag};
   } else {
-    UniversalViewOptions view_options;
-    view_options.compute_crc = r.crc;
     UCFS_ASSIGN_OR_RETURN(out.view,
-                          BuildParallelUniversalView(*out.env, out.parallel, view_options));
+                          BuildParallelUniversalView(*out.env, out.parallel, UniversalOf(r)));
     out.layout_roots = {"latest_universal", UniversalTag(files.tag)};
   }
   out.consolidated_root = ConsolidatedDirName(files.tag);
@@ -303,9 +329,7 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     UCFS_ASSIGN_OR_RETURN(out.view, BuildReshardView(env, out.checkpoint, ReshardOf(r)));
     out.layout_roots = {"latest", tag};
   } else {
-    UniversalViewOptions view_options;
-    view_options.compute_crc = r.crc;
-    UCFS_ASSIGN_OR_RETURN(out.view, BuildUniversalView(env, out.checkpoint, view_options));
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildUniversalView(env, out.checkpoint, UniversalOf(r)));
     out.layout_roots = {"latest_universal", UniversalTag(tag)};
   }
   out.consolidated_root = ConsolidatedDirName(tag);

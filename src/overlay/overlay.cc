@@ -35,10 +35,17 @@ gid_t ViewEntryGid(const Attr& a) { return a.gid; }
 Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
                                                Options options) {
-  if (::mkdir(upper_dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno(upper_dir);
+  const bool made = ::mkdir(upper_dir.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) return Errno(upper_dir);
   int fd = ::open(upper_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Fail(errno == ENOTDIR ? ENOTDIR : errno, upper_dir, "not a directory");
   UniqueFd root(fd);
+  // A new upper root is the shown root copied up: its time, not the mount's.
+  if (auto shown = lower->GetAttr(kRootInode); made && shown.ok()) {
+    const timespec t{shown->mtime_ns / 1000000000, shown->mtime_ns % 1000000000};
+    const timespec times[2] = {t, t};
+    ::utimensat(AT_FDCWD, upper_dir.c_str(), times, 0);
+  }
   RemoveStaleCopyUps(root.get(), 0);
   return std::unique_ptr<Overlay>(
       new Overlay(upper_dir, std::move(root), std::move(lower), env, std::move(options)));

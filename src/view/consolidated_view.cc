@@ -334,7 +334,7 @@ std::string IndexJson(uint64_t total, const std::map<std::string, std::string>& 
 // shard after.
 Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
     const ConsolidatedSource& source, const std::vector<ConsolidatedTensor>& tensors,
-    bool plain_dict, const std::string& file_name) {
+    bool plain_dict, const std::string& file_name, SourceFiles* crc_reader) {
   TorchPickleBuilder b;
   pickle::Document& doc = b.doc();
   const pickle::NodeId dict =
@@ -350,7 +350,7 @@ Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
     doc.AppendPair(dict, doc.AddStr(t.name), tensor);
   }
   doc.set_root(dict);
-  return b.Finish(source.mapper, source.style, ArchivePrefixFor(file_name));
+  return b.Finish(source.mapper, source.style, ArchivePrefixFor(file_name), crc_reader);
 }
 
 // Whether `version` ("0.15.3", "0.16.4+a1b2c3") is at least major.minor.patch.
@@ -420,15 +420,17 @@ std::vector<std::vector<size_t>> SplitLikeHuggingFace(
 // pytorch_model-0000k-of-0000n.bin with pytorch_model.bin.index.json.
 Status AddPytorchModelBins(View& view, InodeId dir, const ConsolidatedSource& source,
                            const std::vector<ConsolidatedTensor>& tensors,
-                           const ConsolidatedOptions& options) {
+                           const ConsolidatedOptions& options, SourceFiles* crc_reader) {
   if (!VersionAtLeast(source.ds_version, {0, 15, 3})) {
-    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, tensors, false, "pytorch_model.bin"));
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(source, tensors, false, "pytorch_model.bin", crc_reader));
     return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
   }
   uint64_t total = 0;
   const auto shards = SplitLikeHuggingFace(tensors, options.max_shard_bytes, &total);
   if (shards.size() <= 1) {
-    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, tensors, true, "pytorch_model.bin"));
+    UCFS_ASSIGN_OR_RETURN(auto bin,
+                          PytorchModelBin(source, tensors, true, "pytorch_model.bin", crc_reader));
     return view.AddFile(dir, "pytorch_model.bin", std::move(bin)).status();
   }
   std::map<std::string, std::string> weight_map;
@@ -444,7 +446,7 @@ Status AddPytorchModelBins(View& view, InodeId dir, const ConsolidatedSource& so
       weight_map[t.name] = name;
       shard.push_back(std::move(t));
     }
-    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, shard, true, name));
+    UCFS_ASSIGN_OR_RETURN(auto bin, PytorchModelBin(source, shard, true, name, crc_reader));
     UCFS_RETURN_IF_ERROR(view.AddFile(dir, name, std::move(bin)).status());
   }
   return view
@@ -470,13 +472,18 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
                         view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
   const ConsolidatedSource source{checkpoint, checkpoint->container_style(),
                                   checkpoint->ds_version()};
-  return AddConsolidatedFiles(view, dir, source, tensors, options);
+  std::unique_ptr<SourceFiles> crc_reader;
+  if (options.compute_crc) {
+    crc_reader = std::make_unique<SourceFiles>(
+        env, [c = checkpoint.get()](uint32_t i) { return c->sources()[i]; });
+  }
+  return AddConsolidatedFiles(view, dir, source, tensors, options, crc_reader.get());
 }
 
 Status AddConsolidatedFiles(View& view, InodeId dir, const ConsolidatedSource& source,
                             const std::vector<ConsolidatedTensor>& tensors,
-                            const ConsolidatedOptions& options) {
-  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, source, tensors, options));
+                            const ConsolidatedOptions& options, SourceFiles* crc_reader) {
+  UCFS_RETURN_IF_ERROR(AddPytorchModelBins(view, dir, source, tensors, options, crc_reader));
   UCFS_ASSIGN_OR_RETURN(std::vector<NamedContent> files,
                         SafetensorsFiles(source.mapper, tensors, options.max_shard_bytes));
   for (NamedContent& f : files) {
@@ -522,9 +529,10 @@ Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const StateMa
   return out;
 }
 
-void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint) {
+void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint,
+                              const ConsolidatedOptions& options) {
   const std::string name = ConsolidatedDirName(checkpoint->files().tag);
-  Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint));
+  Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint), options);
   if (!s.ok()) spdlog::warn("no {} directory: {}", name, TerminalSafe(s.message()));
 }
 

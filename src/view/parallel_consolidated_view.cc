@@ -91,7 +91,12 @@ void AddParallelConsolidatedDirOrWarn(Env& env, View& view,
                           ParallelConsolidatedStateDict(env, *c));
     UCFS_ASSIGN_OR_RETURN(InodeId dir, view.AddDirectory(kRootInode, name));
     const ConsolidatedSource source{c, first.container_style(), first.ds_version()};
-    return AddConsolidatedFiles(view, dir, source, tensors, options);
+    std::unique_ptr<SourceFiles> crc_reader;
+    if (options.compute_crc) {
+      crc_reader =
+          std::make_unique<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
+    }
+    return AddConsolidatedFiles(view, dir, source, tensors, options, crc_reader.get());
   }();
   if (!s.ok()) spdlog::warn("no {} directory: {}", name, TerminalSafe(s.message()));
 }

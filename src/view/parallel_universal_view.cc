@@ -112,7 +112,7 @@ Result<std::unique_ptr<View>> BuildParallelUniversalView(
               .status());
     }
   }
-  AddParallelConsolidatedDirOrWarn(env, *view, c);
+  if (options.consolidated) AddParallelConsolidatedDirOrWarn(env, *view, c, *options.consolidated);
   return view;
 }
 

@@ -725,7 +725,7 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
                       [&](const std::string& name, std::shared_ptr<const FileContent> content) {
                         return view->AddFile(tag_dir, name, std::move(content)).status();
                       }));
-  AddConsolidatedDirOrWarn(env, *view, ckpt);
+  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, ckpt, *options.consolidated);
   return view;
 }
 
@@ -763,7 +763,7 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
         }));
   }
   UCFS_RETURN_IF_ERROR(view->PutExtras(tag_dir, std::move(built)));
-  AddParallelConsolidatedDirOrWarn(env, *view, pc);
+  if (options.consolidated) AddParallelConsolidatedDirOrWarn(env, *view, pc, *options.consolidated);
   return view;
 }
 

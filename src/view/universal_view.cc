@@ -311,7 +311,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
                                        std::make_shared<SourceContent>(w + r, model.identity.size))
                              .status());
   }
-  AddConsolidatedDirOrWarn(env, *view, ckpt);
+  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, ckpt, *options.consolidated);
   return view;
 }
 

@@ -85,7 +85,11 @@ FileAccess View::BuiltAccessLocked() const {
 void View::BackRootBy(std::string dir) {
   auto st = env_.Stat(dir);
   WriterLock lock(mu_);
-  if (st.ok()) nodes_[0].access = st->access;
+  if (st.ok()) {
+    // The root is the source's: its time too, not the newest rank file's.
+    nodes_[0].access = st->access;
+    nodes_[0].mtime_ns = st->identity.mtime_ns;
+  }
   nodes_[0].source_dir = std::move(dir);
   nodes_[0].listed = false;
 }

@@ -6,7 +6,8 @@ N=3: torch.load of pytorch_model.bin equals zero_to_fp32.py's own output — the
 same keys in the same order, equal tensors, dtypes and requires_grad, tied
 aliases sharing one storage — and model.safetensors, read by a strict parser
 written here (8-byte length, JSON header, offsets tiling the data), holds the
-same tensors.
+same tensors. With --crc, Python's zipfile checks every record of
+pytorch_model.bin.
 
 usage: consolidated_mount_test.py UCFS_BIN FIXTURES_DIR
 Ends with the line "N passed, M failed".
@@ -15,6 +16,7 @@ import json
 import os
 import struct
 import sys
+import zipfile
 
 import torch
 
@@ -85,6 +87,15 @@ def test(fixture, extra, ready):
             for k, t in want.items():
                 assert got[k].dtype == t.dtype and torch.equal(got[k], t.detach()), k
         check(f"{label}: model.safetensors parses strictly and holds the same tensors", safetensors_equal)
+
+        def crcs():
+            # With --crc every zip record's CRC is real: Python's zipfile checks them.
+            with zipfile.ZipFile(os.path.join(d, "pytorch_model.bin")) as z:
+                records = z.infolist()
+                assert any(r.CRC != 0 for r in records), [r.filename for r in records]
+                assert z.testzip() is None
+        if "--crc" in extra:
+            check(f"{label}: pytorch_model.bin's CRCs are real", crcs)
     finally:
         m.close()
 
@@ -96,4 +107,7 @@ for fixture in sorted(os.listdir(FIXTURES)):
     if os.path.isdir(os.path.join(FIXTURES, fixture, "zero_to_fp32")) and fixture not in stage1:
         test(fixture, (), "latest_universal")
         test(fixture, ("--world-size", "3"), "latest")
+for fixture in ("z3_tricky_fp32_ws4", "z2_tricky_bf16_ws4"):
+    test(fixture, ("--crc",), "latest_universal")
+    test(fixture, ("--world-size", "3", "--crc"), "latest")
 sys.exit(results.finish())

@@ -52,9 +52,9 @@ SOURCE = os.path.join(FIXTURES, FIXTURE, "checkpoint")
 TAG = "global_step4"
 
 
-def Mount(upper):
+def Mount(upper, *extra):
     return mount_testing.Mount(UCFS, SOURCE, "latest", "--no-cache", "--world-size", str(N),
-                               "--upper", upper)
+                               "--upper", upper, *extra)
 
 
 def read(path):
@@ -367,6 +367,37 @@ check("the universal view with --upper takes a save too; the source's latest is 
       universal_view_writable)
 
 
+def no_extra_views_unless_asked():
+    # Trainers parse what a writable mount shows (open-instruct's
+    # int(name[len("global_step"):]) over every global_step* entry): a root
+    # mounted alone shows the checkpoint at N and nothing more, in both views;
+    # --views brings <tag>_fp32 back. A new upper root is the shown root
+    # copied up: the source's mtime, not the mount's.
+    for view, extra in (("latest", ("--world-size", str(N))), ("latest_universal", ())):
+        upper = os.path.join(work, "no_views_" + view)
+        m = mount_testing.Mount(UCFS, SOURCE, view, "--no-cache", "--upper", upper, *extra)
+        try:
+            names = sorted(os.listdir(m.dir))
+            # The source's own entries (this one holds its converter's
+            # output too), and the universal view's product in that view.
+            shown = set(os.listdir(SOURCE))
+            if view == "latest_universal":
+                shown |= {TAG + "_universal", "latest_universal"}
+            assert names == sorted(shown), (names, sorted(shown))
+            assert os.stat(m.dir).st_mtime_ns == os.stat(SOURCE).st_mtime_ns
+        finally:
+            m.close()
+    m = Mount(os.path.join(work, "views_asked"), "--views")
+    try:
+        assert TAG + "_fp32" in os.listdir(m.dir)
+    finally:
+        m.close()
+
+
+check("a writable root shows no extra view unless --views; its root keeps the source's mtime",
+      no_extra_views_unless_asked)
+
+
 def shows_its_source():
     # mount(8) and findmnt name the checkpoint; df gives the space a write
     # would use (the upper directory's), not "100% full".
@@ -421,7 +452,7 @@ def shared_mount_posix():
     # umask applied once; they are held to the modes shown.
     upper = os.path.join(work, "shared")
     m = mount_testing.Mount(UCFS, SOURCE, "latest", "--no-cache", "--world-size", str(N), "--upper",
-                            upper, "-o", "allow_other")
+                            upper, "-o", "allow_other", "--views")
     try:
         pub = os.path.join(m.dir, "pub")
         os.mkdir(pub)
@@ -461,7 +492,7 @@ check("a shared mount: other users' files are theirs, their umask applies once, 
 
 def posix_operations():
     upper = os.path.join(work, "posix")
-    m = Mount(upper)
+    m = Mount(upper, "--views")
     try:
         d = m.dir
         tag = os.path.join(d, TAG)

@@ -57,16 +57,25 @@ struct RootListing {
 std::optional<RootListing> ListRoot(Env& env, const std::string& dir,
                                     const std::vector<DirEntry>& entries);
 
-// The first root found in `dir` or below it, breadth first, at most
-// `max_depth` levels down (trainers nest roots one or two levels deep:
-// output_dir/checkpoint-N, ckpt/_actor); NotFound, saying what a root is,
-// when there is none.
-Result<RootListing> FindFirstRoot(Env& env, const std::string& dir, int max_depth = 3);
+// How far a search for roots looks ahead: this many directories listed,
+// at any depth. Trainers nest roots one to four levels deep
+// (output_dir/checkpoint-N, ckpt/_actor, Lightning's
+// lightning_logs/version_0/checkpoints/epoch=E-step=S.ckpt); the bound is
+// on the cost, a listing each, not on the depth.
+inline constexpr size_t kRootSearchDirectories = 4096;
 
-// Every root in `dir` or below it, at most `max_depth` levels down, in the
-// order a breadth-first walk meets them (siblings by name); nothing below
-// a root is searched. NotFound as FindFirstRoot's when there is none.
-Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir, int max_depth = 3);
+// The first root found in `dir` or below it, breadth first, listing at most
+// `max_directories` directories; NotFound, saying what a root is, when
+// there is none, and how far it looked when it stopped at the bound.
+Result<RootListing> FindFirstRoot(Env& env, const std::string& dir,
+                                  size_t max_directories = kRootSearchDirectories);
+
+// Every root in `dir` or below it, in the order a breadth-first walk meets
+// them (siblings by name); nothing below a root is searched. NotFound as
+// FindFirstRoot's when there is none; an error, not a partial answer, when
+// the walk would list more than `max_directories` directories.
+Result<std::vector<RootListing>> FindRoots(Env& env, const std::string& dir,
+                                           size_t max_directories = kRootSearchDirectories);
 
 }  // namespace ucfs
 

@@ -33,6 +33,9 @@ namespace ucfs {
 struct ConsolidatedOptions {
   // Hugging Face's default max_shard_size, "5GB".
   uint64_t max_shard_bytes = 5'000'000'000;
+  // Real CRC-32s in the .bin files' zip records (UniversalViewOptions::
+  // compute_crc): every byte is read when the directory is made.
+  bool compute_crc = false;
 };
 
 // "<tag>_fp32"
@@ -120,9 +123,10 @@ struct ConsolidatedSource {
 
 // `tensors` in directory `dir`: the .bin file(s) zero_to_fp32.py of
 // `source.ds_version` writes, and the same tensors as safetensors.
+// `sources` reads the bytes of the CRCs (options.compute_crc).
 Status AddConsolidatedFiles(View& view, InodeId dir, const ConsolidatedSource& source,
                             const std::vector<ConsolidatedTensor>& tensors,
-                            const ConsolidatedOptions& options);
+                            const ConsolidatedOptions& options, SourceFiles* sources);
 
 // Buffer `b` of the state dict, its extent's file source `source` of the
 // view at `path`: float32 (converted on first read through `env`, which
@@ -138,7 +142,8 @@ Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
 // The same under the root, for the views: the consolidated weights are an
 // extra, so a checkpoint they cannot be made for (a buffer of a dtype that
 // has no float32 conversion) still mounts, with a warning.
-void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint);
+void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint,
+                              const ConsolidatedOptions& options);
 
 }  // namespace ucfs
 

@@ -32,6 +32,7 @@
 
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
+#include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs {
@@ -49,6 +50,9 @@ struct ReshardOptions {
   // are copies of rank (r mod W)'s; else new ranks have none
   // (view/rank_file_extras.h).
   bool copy_rank_files = true;
+  // <tag>_fp32/ beside the tag; nullopt for none (a writable mount without
+  // --views: trainers count and parse what they find there).
+  std::optional<ConsolidatedOptions> consolidated = ConsolidatedOptions{};
 };
 
 // DeepSpeed's partitioning of the same parameters at the new world size.

@@ -20,8 +20,10 @@
 #define UCFS_VIEW_UNIVERSAL_VIEW_H_
 
 #include <memory>
+#include <optional>
 
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs {
@@ -31,6 +33,9 @@ struct UniversalViewOptions {
   // zipfile). Costs a read of every byte at mount time; torch.load never
   // checks them.
   bool compute_crc = false;
+  // <tag>_fp32/ beside the universal tag (its CRCs its own to ask for);
+  // nullopt for none (a writable mount without --views).
+  std::optional<ConsolidatedOptions> consolidated = ConsolidatedOptions{};
 };
 
 Result<std::unique_ptr<View>> BuildUniversalView(Env& env,
