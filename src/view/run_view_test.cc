@@ -112,6 +112,44 @@ TEST_F(RunViewTest, ListingReadsNoRankFile) {
   EXPECT_EQ(source.summarized(), 3);
 }
 
+// A view carries the time of what it is built from: <tag>_universal and
+// <tag>_fp32 the newest rank file's (not the tag directory's, which a file
+// created or renamed there later moves past them), latest_universal
+// latest's, the Hugging Face weights the newest rank file's.
+TEST_F(RunViewTest, ViewsCarryTheTimeOfWhatTheyAreBuiltFrom) {
+  env_.WriteFile("/run/checkpoint-4/config.json", R"({"model_type": "llama"})");
+  env_.WriteFile("/run/checkpoint-4/global_step4/written_after.json", "{}");
+  env_.WriteFile("/run/checkpoint-4/latest", "global_step4");
+  int64_t newest = 0;
+  auto files = ListParallelCheckpointFiles(env_, "/run/checkpoint-4", "global_step4");
+  ASSERT_TRUE(files.ok());
+  for (const std::string& f : files->shards[0].optim_files) {
+    newest = std::max(newest, env_.Stat(f)->identity.mtime_ns);
+  }
+  for (const std::string& f : files->shards[0].model_files) {
+    newest = std::max(newest, env_.Stat(f)->identity.mtime_ns);
+  }
+  ASSERT_GT(newest, 0);
+  auto view = BuildRunView(env_, "/run", RunViewOptions{});
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  View& v = **view;
+  for (const char* dir :
+       {"checkpoint-4/global_step4_universal", "checkpoint-4/global_step4_fp32"}) {
+    auto attr = v.GetAttr(Resolve(v, dir));
+    ASSERT_TRUE(attr.ok()) << dir;
+    EXPECT_EQ(attr->mtime_ns, newest) << dir;
+  }
+  EXPECT_EQ(v.GetAttr(Resolve(v, "checkpoint-4/latest_universal"))->mtime_ns,
+            env_.Stat("/run/checkpoint-4/latest")->identity.mtime_ns);
+  // The tag mounted alone says the same of its universal tag.
+  auto ckpt = Checkpoint::Open(env_, "/run/checkpoint-4");
+  ASSERT_TRUE(ckpt.ok());
+  auto alone =
+      BuildUniversalView(env_, std::make_shared<const Checkpoint>(std::move(ckpt).value()));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ((*alone)->GetAttr(Resolve(**alone, "global_step4_universal"))->mtime_ns, newest);
+}
+
 // Where a fixture keeps DeepSpeed's (or the rebuilt) universal output.
 std::string ReferenceUniversalDir(const std::string& fixture) {
   const std::string ds = FixtureDir(fixture) + "/checkpoint/global_step4_universal";

@@ -63,6 +63,28 @@ Status TagViews::Open() {
   return Status::OK();
 }
 
+namespace {
+
+// The newest of a tag's rank and layer files: what its universal view and
+// consolidated weights are built from, so their time (the tag directory's
+// lies after them when a file was created or renamed there last). A stat
+// per file, made when the root is first listed, and only for these views.
+int64_t NewestFileMtime(Env& env, const TagListing& tag) {
+  int64_t newest = 0;
+  auto take = [&](const std::string& path) {
+    if (path.empty()) return;
+    if (auto st = env.Stat(path); st.ok()) newest = std::max(newest, st->identity.mtime_ns);
+  };
+  for (const CheckpointFiles& shard : tag.grid.shards) {
+    for (const std::string& f : shard.optim_files) take(f);
+    for (const std::string& f : shard.model_files) take(f);
+  }
+  for (const auto& [at, f] : tag.grid.layer_files) take(f);
+  return newest != 0 ? newest : tag.mtime_ns;
+}
+
+}  // namespace
+
 void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& root,
                  const std::vector<DirEntry>& entries, std::string_view skip,
                  View::SourceDirExtras* extras, std::shared_ptr<TagViews>* latest) {
@@ -84,15 +106,17 @@ void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& roo
           {tag.name, [views] { return views->Resharded(); }, tag.mtime_ns, tag.access});
     }
     if (!options.extra_views) continue;
-    // Built from the tag: its time, and its owner's access without write.
+    // Built from the tag's files: their time, and the tag's owner's access
+    // without write.
     const FileAccess access{tag.access.mode & 0555, tag.access.uid, tag.access.gid};
+    const int64_t built = NewestFileMtime(env, tag);
     if (!on_disk(UniversalTag(tag.name))) {
       extras->grafts.push_back(
-          {UniversalTag(tag.name), [views] { return views->Universal(); }, tag.mtime_ns, access});
+          {UniversalTag(tag.name), [views] { return views->Universal(); }, built, access});
     }
     if (!on_disk(ConsolidatedDirName(tag.name))) {
       extras->grafts.push_back({ConsolidatedDirName(tag.name),
-                                [views] { return views->Consolidated(); }, tag.mtime_ns, access});
+                                [views] { return views->Consolidated(); }, built, access});
     }
   }
   // Naming a view that exists: latest's tag complete.
@@ -133,8 +157,11 @@ void AddHfWeights(Env& env, const HfWeightsOptions& options, const RootListing& 
   FileAccess access = StrictestAccess(of_sources, tag->access);
   access.mode &= 0444;
   auto sources = std::make_shared<const std::vector<SourceFile>>((*opened)->sources());
+  // Built from the rank files: the newest one's time.
+  int64_t built = 0;
+  for (const SourceFile& s : *sources) built = std::max(built, s.identity.mtime_ns);
   for (NamedContent& f : *files) {
-    extras->files.push_back({f.name, std::move(f.content), tag->mtime_ns, access, sources});
+    extras->files.push_back({f.name, std::move(f.content), built, access, sources});
   }
 }
 
