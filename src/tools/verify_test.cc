@@ -621,6 +621,30 @@ TEST_F(BrokenVerifyTest, FlatGroupNonFiniteValuesAreMappedToTheirParam) {
   EXPECT_EQ(r.nonfinite[0].ranks[0].first_element, 10u);
 }
 
+// An optimizer state ucfs cannot partition (a second optimizer's group,
+// as Muon's beside Adam's) fails verify, naming the group and the key:
+// never "OK" over a checkpoint every view refuses.
+TEST_F(BrokenVerifyTest, StateItCannotPartitionIsAProblem) {
+  Load("z2_tricky_fp32_ws2");
+  for (int rank : {0, 1}) {
+    Edit(Optim(rank), [](Document* d) {
+      const NodeId osd = d->Get(d->root(), "optimizer_state_dict");
+      const NodeId state = d->Get(d->Get(osd, "base_optimizer_state"), "state");
+      const NodeId group1 = (*d->MappingItems(state))[1].second;
+      d->AppendPair(group1, d->AddStr("momentum_buffer"), d->Get(group1, "exp_avg"));
+    });
+  }
+  const VerifyReport r = Run();
+  ASSERT_FALSE(r.problems.empty()) << Describe(r);
+  bool named = false;
+  for (const VerifyProblem& p : r.problems) {
+    named = named || (p.file == Optim(0) &&
+                      p.message.find("optimizer state[1]['momentum_buffer'] (param group 1)") !=
+                          std::string::npos);
+  }
+  EXPECT_TRUE(named) << Describe(r);
+}
+
 // ZeRO-1/2 keep the model states in one file: its absence is named (the
 // optimizer files say which stage wrote them); no rank misses another.
 TEST_F(BrokenVerifyTest, FlatGroupMissingModelStates) {
