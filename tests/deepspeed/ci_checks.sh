@@ -3,8 +3,8 @@
 #
 # usage: tests/deepspeed/ci_checks.sh [--full] UCFS_BIN
 #
-# Sets up DeepSpeed 0.14.5 from ../shared/oracle (setup_env.sh: Debian's packages and the vendored
-# sources, nothing else), then runs run_load_checks.sh. Each check launches N DeepSpeed ranks, about
+# Sets up DeepSpeed 0.14.5 with ../shared/oracle/setup_env.sh (Debian's packages, then DeepSpeed and
+# hjson from PyPI by name; nothing of DeepSpeed is kept in the tree), then runs run_load_checks.sh. Each check launches N DeepSpeed ranks, about
 # 5 s plus 3.5 s a rank on 2 cores, and a writable-view check five launches: the whole matrix took
 # 41 minutes there, so CI runs a subset that still covers every fixture and every kind of check:
 #   - every fixture's reshard view (MODE=native) at one world size it was not saved at (N = 1 to 5,
