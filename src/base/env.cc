@@ -343,6 +343,7 @@ class RoutedEnv final : public Env {
     return For(path).ListDir(path);
   }
   Result<LinkInfo> ReadLink(const std::string& path) override { return For(path).ReadLink(path); }
+  std::string Where(const std::string& path) override { return For(path).Where(path); }
 
  private:
   Env& For(const std::string& path) const {

@@ -324,7 +324,8 @@ Result<OpenedView> OpenView(const ViewRequest& r) {
     if (std::string advice =
             BatchAdvice(out.checkpoint->batch(), out.checkpoint->world_size(), *r.world_size);
         !advice.empty()) {
-      spdlog::warn("{}: {}", TerminalSafe(tag), advice);
+      spdlog::warn("{}: {}", TerminalSafe(files.tag_dir.empty() ? tag : env.Where(files.tag_dir)),
+                   advice);
     }
     UCFS_ASSIGN_OR_RETURN(out.view, BuildReshardView(env, out.checkpoint, ReshardOf(r)));
     out.layout_roots = {"latest", tag};

@@ -37,6 +37,14 @@ class LayeredEnv final : public Env {
     return layers_[r.layers.front()].env->Stat(r.paths.front());
   }
 
+  std::string Where(const std::string& path) override {
+    std::string rel;
+    if (!Below(path, &rel)) return layers_.back().env->Where(path);
+    auto r = Resolve(path, rel);
+    if (!r.ok()) return path;
+    return layers_[r->layers.front()].env->Where(r->paths.front());
+  }
+
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     std::string rel;
     if (!Below(path, &rel)) return layers_.back().env->ListDir(path);

@@ -75,6 +75,20 @@ TEST_F(LayeredMemEnvTest, UpperEntriesShadowAndAdd) {
   EXPECT_EQ(Walk(*env, "/src"), expected);
 }
 
+// Messages name where a path lies: the top layer holding it, the source
+// for what no layer holds, the path itself outside the source.
+TEST_F(LayeredMemEnvTest, WhereNamesTheLayerThatHoldsAPath) {
+  mem_->WriteFile("/src/global_step4/a.pt", "A4");
+  mem_->WriteFile("/u1/global_step8/a.pt", "A8");
+  mem_->WriteFile("/u2/global_step8/b.pt", "B8");
+  auto env = Layered(2);
+  EXPECT_EQ(env->Where("/src/global_step8/a.pt"), "/u1/global_step8/a.pt");
+  EXPECT_EQ(env->Where("/src/global_step8/b.pt"), "/u2/global_step8/b.pt");
+  EXPECT_EQ(env->Where("/src/global_step8"), "/u2/global_step8");
+  EXPECT_EQ(env->Where("/src/global_step4/a.pt"), "/src/global_step4/a.pt");
+  EXPECT_EQ(env->Where("/elsewhere/x"), "/elsewhere/x");
+}
+
 TEST_F(LayeredMemEnvTest, WhiteoutsHideWhatLiesBelowOnly) {
   mem_->WriteFile("/src/keep", "K");
   mem_->WriteFile("/src/gone", "G");

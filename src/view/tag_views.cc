@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/view/consolidated_view.h"
@@ -58,9 +60,21 @@ Status TagViews::Open() {
   if (options_.reshard) {
     std::string advice =
         BatchAdvice(checkpoint_->batch(), checkpoint_->world_size(), options_.reshard->world_size);
-    if (!advice.empty()) spdlog::warn("{}/{}: {}", root_, tag_, advice);
+    if (!advice.empty()) WarnOnce(env_.Where(JoinPath(root_, tag_)), advice);
   }
   return Status::OK();
+}
+
+void TagViews::WarnOnce(const std::string& tag_dir, const std::string& advice) {
+  // A tag's views are made anew when its root is listed again (a writable
+  // mount's upper roots): its advice is said once.
+  static std::mutex mu;
+  static std::set<std::string> said;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert(tag_dir).second) return;
+  }
+  spdlog::warn("{}: {}", TerminalSafe(tag_dir), TerminalSafe(advice));
 }
 
 namespace {

@@ -68,6 +68,8 @@ class TagViews {
     return opened_status_;
   }
   Status Open();
+  // Logs the batch advice for `tag_dir` once per process.
+  static void WarnOnce(const std::string& tag_dir, const std::string& advice);
 
   Env& env_;
   const std::string root_;

@@ -114,6 +114,20 @@ def test(base):
             assert os.path.exists(os.path.join(u2, "checkpoint-16", "latest"))
             assert not os.path.exists(os.path.join(u1, "checkpoint-16"))
         check("what the 2-rank job saves lands in --upper, not in the layer", saves_land_in_the_new_upper)
+
+        def batch_advice_once_naming_the_layer():
+            # checkpoint-12 was saved at 3 ranks with micro batch 4 of 12: at 2
+            # no accumulation keeps it. Said once, of the tag where it lies.
+            for _ in range(2):
+                os.listdir(os.path.join(m2.dir, "checkpoint-12", "global_step12"))
+                os.listdir(m2.dir)
+            with open(m2.log) as f:
+                said = [line for line in f if "the run was saved with" in line]
+            assert len(said) == 1, said
+            where = os.path.join(u1, "checkpoint-12", "global_step12")
+            assert f"{where}: the run was saved with train_batch_size 12" in said[0], said
+        check("the batch advice is said once, naming the tag in the layer that holds it",
+              batch_advice_once_naming_the_layer)
     finally:
         m2.close()
 

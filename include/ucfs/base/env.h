@@ -101,6 +101,11 @@ class Env {
   // views show as a link: InvalidArgument where `path` is none.
   virtual Result<LinkInfo> ReadLink(const std::string& path);
 
+  // Where `path` lies on disk, for messages: `path` itself, except in an
+  // Env that shows other directories' files under it (a layered Env: the
+  // layer that holds it).
+  virtual std::string Where(const std::string& path) { return path; }
+
   // A whole small file (`latest`, `ds_config.json`); fails past max_bytes.
   Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);
 
