@@ -16,8 +16,6 @@ packages=(
   # the .deb (cpack -G DEB: dpkg-shlibdeps, and file to find the binaries), the
   # man page check (groff), mount(8)/umount(8) for the mount helper test
   dpkg-dev file groff-base mount
-  # prove(1), which runs pjdfstest (tests/posix)
-  perl
 )
 
 missing=()
