@@ -40,6 +40,11 @@ Status Malformed(const Document& doc, NodeId id, const std::string& what) {
 
 const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 
+bool IsFloating(DType dtype) {
+  return dtype == DType::kFloat64 || dtype == DType::kFloat32 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
 std::optional<DType> DTypeFromStorageClass(std::string_view storage_class) {
   for (const auto& info : kDTypes) {
     if (info.storage_class == storage_class) return info.dtype;

@@ -1,8 +1,37 @@
 #include "view/cast_state.h"
 
 #include "ucfs/codec/dtype_cast.h"
+#include "ucfs/view/consolidated_view.h"
 
 namespace ucfs {
+
+WidenedToFloat32::WidenedToFloat32(std::shared_ptr<SourceFiles> files, DType from, uint64_t numel,
+                                   std::string name, MapBytes map)
+    : files_(std::move(files)),
+      from_(from),
+      numel_(numel),
+      name_(std::move(name)),
+      map_(std::move(map)) {}
+
+Status WidenedToFloat32::Read(uint64_t offset, uint64_t length, std::string* out) const {
+  if (length == 0) return Status::OK();
+  if (offset > size() || length > size() - offset) {
+    return Status::InvalidArgument("a read past the end of a widened tensor");
+  }
+  const uint64_t es = Info(from_).element_size;
+  // Whole elements covering the range, read as saved.
+  const uint64_t first = offset / 4;
+  const uint64_t last = (offset + length + 3) / 4;
+  std::vector<Extent> extents;
+  UCFS_RETURN_IF_ERROR(map_(first * es, last * es, &extents));
+  std::vector<ReadPiece> pieces;
+  AppendSourcePieces(extents, &pieces);
+  std::string saved;
+  UCFS_RETURN_IF_ERROR(files_->Read(pieces, &saved));
+  UCFS_ASSIGN_OR_RETURN(std::string widened, ToFloat32(from_, saved, name_));
+  out->append(widened, offset - first * 4, length);
+  return Status::OK();
+}
 
 CastState::CastState(const Checkpoint& checkpoint, std::shared_ptr<SourceFiles> files,
                      uint32_t param, DType to)

@@ -1,16 +1,41 @@
-// A trainable param's fp32 master weights cast to a 16-bit dtype, range by
-// range as they are read (the Hugging Face weights in the training dtype,
-// hf_weights.h): nothing is kept, so a 70B model's weights cost no memory.
+// Tensors cast range by range as they are read: nothing is kept, so a 70B
+// model's weights cost no memory. CastState: a trainable param's fp32
+// master weights cast to a 16-bit dtype (the Hugging Face weights in the
+// training dtype, hf_weights.h).
 #ifndef UCFS_VIEW_CAST_STATE_H_
 #define UCFS_VIEW_CAST_STATE_H_
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/storage_spec.h"
 
 namespace ucfs {
+
+// Saved values of another dtype widened to float32, as torch's .float()
+// makes them (zero_to_fp32.py of DeepSpeed >= 0.19.7 for frozen params,
+// ds_to_universal.py of 0.19.8 for the module's tensors that have no
+// optimizer state).
+class WidenedToFloat32 final : public ComputedBytes {
+ public:
+  // The extents of saved bytes [begin, end) of the tensor.
+  using MapBytes = std::function<Status(uint64_t begin, uint64_t end, std::vector<Extent>* out)>;
+  WidenedToFloat32(std::shared_ptr<SourceFiles> files, DType from, uint64_t numel, std::string name,
+                   MapBytes map);
+  uint64_t size() const { return numel_ * 4; }
+  Status Read(uint64_t offset, uint64_t length, std::string* out) const override;
+
+ private:
+  std::shared_ptr<SourceFiles> files_;
+  const DType from_;
+  const uint64_t numel_;
+  const std::string name_;
+  const MapBytes map_;
+};
 
 class CastState final : public ComputedBytes {
  public:

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ucfs/base/checked_math.h"
+#include "ucfs/checkpoint/ds_version.h"
 #include "ucfs/codec/pickle.h"
 #include "ucfs/view/source_files.h"
 #include "view/cast_state.h"
@@ -199,23 +200,55 @@ Status FinishStateDict(const std::vector<TiedParam>& tied_params,
   return Status::OK();
 }
 
+OtherTensors ZeroToFp32OtherTensors(std::string_view ds_version) {
+  if (VersionAtLeast(ds_version, {0, 19, 8})) return OtherTensors::kFloatingToFloat32;
+  if (VersionAtLeast(ds_version, {0, 19, 7})) return OtherTensors::kAllToFloat32;
+  return OtherTensors::kBuffersToFloat32;
+}
+
 Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c,
                                                               const StateDictOptions& options) {
+  const OtherTensors others = options.others.value_or(ZeroToFp32OtherTensors(c.ds_version()));
   std::vector<ConsolidatedTensor> out;
   for (const BufferInfo& b : c.buffers()) {
-    UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t,
-                          BufferTensor(env, b, b.extent.file, c.sources()[b.extent.file].path,
-                                       options.buffers_as_saved));
+    const bool as_saved = others == OtherTensors::kAsSaved ||
+                          (others == OtherTensors::kFloatingToFloat32 && !IsFloating(b.dtype));
+    UCFS_ASSIGN_OR_RETURN(
+        ConsolidatedTensor t,
+        BufferTensor(env, b, b.extent.file, c.sources()[b.extent.file].path, as_saved));
     out.push_back(std::move(t));
   }
+  // One set of open rank files for every cast tensor.
+  std::shared_ptr<SourceFiles> files;
+  auto open_files = [&] {
+    if (!files)
+      files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
+    return files;
+  };
+  const bool frozen_to_fp32 =
+      others == OtherTensors::kAllToFloat32 || others == OtherTensors::kFloatingToFloat32;
   for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
     const FrozenParamInfo& info = c.frozen_params()[f];
     ConsolidatedTensor t;
     t.name = info.name;
-    t.dtype = info.dtype;
     t.shape = info.shape;
-    t.storage.runs.push_back(
-        WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size));
+    if (frozen_to_fp32 && info.dtype != DType::kFloat32 && IsFloating(info.dtype)) {
+      t.dtype = DType::kFloat32;
+      auto widened = std::make_shared<const WidenedToFloat32>(
+          open_files(), info.dtype, info.numel, info.name,
+          [&c, f](uint64_t begin, uint64_t end, std::vector<Extent>* out) {
+            return c.MapFrozen(f, begin, end, out);
+          });
+      StorageRun run;
+      run.kind = StorageRun::Kind::kComputed;
+      run.length = widened->size();
+      run.computed = std::move(widened);
+      t.storage.runs.push_back(std::move(run));
+    } else {
+      t.dtype = info.dtype;
+      t.storage.runs.push_back(
+          WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size));
+    }
     out.push_back(std::move(t));
   }
   const StateInfo& fp32 = c.states()[0];
@@ -227,11 +260,6 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
                                 std::string(Info(fp32.dtype).torch_name) +
                                 " master weights (float32 to bfloat16 or float16 only)");
   }
-  // One set of open rank files for every cast param.
-  std::shared_ptr<SourceFiles> files;
-  if (cast) {
-    files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
-  }
   for (uint32_t p = 0; p < c.params().size(); ++p) {
     const ParamInfo& info = c.params()[p];
     ConsolidatedTensor t;
@@ -240,7 +268,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     t.shape = info.shape;
     t.requires_grad = fp32.requires_grad;
     if (cast) {
-      auto computed = std::make_shared<const CastState>(c, files, p, t.dtype);
+      auto computed = std::make_shared<const CastState>(c, open_files(), p, t.dtype);
       StorageRun run;
       run.kind = StorageRun::Kind::kComputed;
       run.length = computed->size();
@@ -351,25 +379,6 @@ Result<std::shared_ptr<TorchFileContent>> PytorchModelBin(
   }
   doc.set_root(dict);
   return b.Finish(source.mapper, source.style, ArchivePrefixFor(file_name), crc_reader);
-}
-
-// Whether `version` ("0.15.3", "0.16.4+a1b2c3") is at least major.minor.patch.
-bool VersionAtLeast(std::string_view version, std::array<int, 3> least) {
-  std::array<int, 3> v{};
-  for (int& part : v) {
-    int n = 0;
-    size_t digits = 0;
-    while (digits < version.size() && digits < 6 && version[digits] >= '0' &&
-           version[digits] <= '9') {
-      n = n * 10 + (version[digits++] - '0');
-    }
-    if (digits == 0) return false;
-    part = n;
-    version.remove_prefix(digits);
-    if (version.empty() || version[0] != '.') break;
-    version.remove_prefix(1);
-  }
-  return v >= least;
 }
 
 // Hugging Face's split_torch_state_dict_into_shards, which zero_to_fp32

@@ -29,7 +29,7 @@ Result<std::vector<NamedContent>> HfWeightsFiles(Env& env,
                                                  std::shared_ptr<const Checkpoint> checkpoint,
                                                  const HfWeightsOptions& options) {
   StateDictOptions dict;
-  dict.buffers_as_saved = true;
+  dict.others = OtherTensors::kAsSaved;
   dict.drop_aliases = true;
   dict.params_dtype = options.dtype ? options.dtype : checkpoint->lp_dtype();
   UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,

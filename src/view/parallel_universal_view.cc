@@ -25,7 +25,7 @@ Status AddMergedParam(View& view, InodeId zero, const std::shared_ptr<const Para
   const uint32_t lead_shard = p.stage * c->degrees().tp;
   const Checkpoint& lead = c->shard(lead_shard);
   const ParamInfo& local = lead.params()[p.slices[0]];
-  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(lead, local));
+  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(lead, local.name));
   UCFS_ASSIGN_OR_RETURN(InodeId dir, view.AddDirectory(zero, p.name));
   const ContainerStyle& style = lead.container_style();
   const std::vector<Xattr> base_xattrs = {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
@@ -31,7 +32,15 @@ Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const StateMa
 
 // That a param's name can name its directory (ds_to_universal.py makes one
 // per param).
-Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param);
+Status CheckParamDirectoryName(const Checkpoint& c, const std::string& name);
+
+// What ds_to_universal.py of DeepSpeed >= 0.19.8 writes at ZeRO-1/2 besides
+// the merged states: zero/<name>/fp32.pt, {'param': tensor.float()}, for
+// each tensor of the model states' module that has none (frozen params,
+// buffers, tied aliases), as universal restore needs their values. Nothing
+// for older versions or at ZeRO-3.
+Status AddModuleTensorFiles(View& view, InodeId zero, const std::shared_ptr<const Checkpoint>& ckpt,
+                            const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader);
 
 // The universal view's top: the root passed through (a tag directory alone
 // shown as a root of it, with `latest`), latest_universal, and

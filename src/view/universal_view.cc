@@ -113,19 +113,19 @@ Result<std::shared_ptr<TorchFileContent>> StepFile(std::shared_ptr<const StateMa
   return TorchFileContent::Make(mapper, style, "step", std::move(pkl), {storage}, crc_reader);
 }
 
-Status CheckParamDirectoryName(const Checkpoint& c, const ParamInfo& param) {
-  if (!IsSafePathComponent(param.name)) {
+Status CheckParamDirectoryName(const Checkpoint& c, const std::string& name) {
+  if (!IsSafePathComponent(name)) {
     return Status::InvalidArgument(c.files().model_files[0] + ": parameter name '" +
-                                   Printable(param.name) +
+                                   Printable(name) +
                                    "' cannot be a directory name (it contains '/' or NUL, or "
                                    "is empty, '.' or '..')");
   }
   // ds_to_universal.py makes the same directory; past NAME_MAX no file
   // system (and no FUSE readdir) can hold it.
-  if (param.name.size() > kMaxNameBytes) {
+  if (name.size() > kMaxNameBytes) {
     return Status::InvalidArgument(
-        c.files().model_files[0] + ": parameter name '" + Printable(param.name, 64) + "' is " +
-        std::to_string(param.name.size()) + " bytes, longer than a directory name may be (" +
+        c.files().model_files[0] + ": parameter name '" + Printable(name, 64) + "' is " +
+        std::to_string(name.size()) + " bytes, longer than a directory name may be (" +
         std::to_string(kMaxNameBytes) + "): the universal view cannot show it");
   }
   return Status::OK();
@@ -223,7 +223,7 @@ Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const C
                          size_t p, const MergedParam* merged,
                          const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader) {
   const ParamInfo& param = ckpt->params()[p];
-  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param));
+  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param.name));
   UCFS_ASSIGN_OR_RETURN(InodeId pdir, view.AddDirectory(zero, param.name));
   const std::vector<Xattr> param_xattrs = ParamXattrs(*ckpt, p);
   for (size_t s = 0; s < ckpt->states().size(); ++s) {
@@ -298,6 +298,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
     const MergedParam* merged = rules ? &rules->params()[p] : nullptr;
     UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, files, crc_reader.get()));
   }
+  UCFS_RETURN_IF_ERROR(AddModuleTensorFiles(*view, zero, ckpt, files, crc_reader.get()));
 
   UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));
   UCFS_RETURN_IF_ERROR(

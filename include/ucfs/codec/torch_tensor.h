@@ -48,6 +48,8 @@ struct DTypeInfo {
 };
 
 const DTypeInfo& Info(DType dtype);
+// torch's dtype.is_floating_point: float64, float32, float16, bfloat16.
+bool IsFloating(DType dtype);
 std::optional<DType> DTypeFromStorageClass(std::string_view storage_class);
 // "torch.float32" style names, as found in a pickled `torch float32` global.
 std::optional<DType> DTypeFromTorchName(std::string_view name);

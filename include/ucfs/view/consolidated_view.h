@@ -56,9 +56,19 @@ struct ConsolidatedTensor {
 Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name);
 
 // What the state dict is made as; the defaults are zero_to_fp32's.
+// What becomes of the tensors that are no master weight (buffers, frozen
+// params) in zero_to_fp32.py of the DeepSpeed that saved a checkpoint.
+enum class OtherTensors {
+  kAsSaved,            // save_pretrained's (the Hugging Face weights), not zero_to_fp32's
+  kBuffersToFloat32,   // up to 0.19.6: buffers .float(), frozen params as saved
+  kAllToFloat32,       // 0.19.7: every tensor .to(float32), integer buffers too
+  kFloatingToFloat32,  // 0.19.8 on: every floating tensor .to(float32), the rest as saved
+};
+OtherTensors ZeroToFp32OtherTensors(std::string_view ds_version);
+
 struct StateDictOptions {
-  // Buffers in their saved dtype (save_pretrained's), not made float32.
-  bool buffers_as_saved = false;
+  // nullopt: as zero_to_fp32.py of the DeepSpeed that saved the checkpoint.
+  std::optional<OtherTensors> others;
   // Trainable params cast from their fp32 master weights to this dtype
   // (bfloat16, float16) as they are read; nullopt keeps fp32.
   std::optional<DType> params_dtype;

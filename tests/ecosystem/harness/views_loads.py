@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Inside the modern root: torch 2.14 loads the files ucfs serves as it loads DeepSpeed's own.
+
+    views_loads.py SPEC.json
+
+SPEC.json: a list of {"ours": path in a ucfs mount, "theirs": the file DeepSpeed 0.19.8's tool wrote, "kind":
+"universal" | "fp32" | "safetensors", "ours_only": names only ours holds (the frozen params zero_to_fp32.py drops at
+ZeRO-1), left out of the comparison, which they must not be}.
+  universal, fp32: torch.load(weights_only=True) (torch >= 2.6's default) succeeds on ours exactly when it does on
+                   theirs; then both (loaded as theirs loads) are equal: the same structure, keys in the same order,
+                   tensors of the same dtype, shape, requires_grad and bits.
+  safetensors:     ours loads with safetensors and holds theirs' (a pytorch_model.bin's) tensors.
+Prints a line per failure and exits 1 if any.
+"""
+import json
+import sys
+
+import torch
+
+
+def same(a, b, where):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), f"{where}: a tensor against {type(b).__name__}"
+        assert (a.dtype, tuple(a.shape), a.requires_grad) == (b.dtype, tuple(b.shape), b.requires_grad), (
+            f"{where}: {a.dtype} {tuple(a.shape)} rg={a.requires_grad} against "
+            f"{b.dtype} {tuple(b.shape)} rg={b.requires_grad}")
+        assert torch.equal(a.detach().reshape(-1).view(torch.uint8) if a.numel() else a,
+                           b.detach().reshape(-1).view(torch.uint8) if b.numel() else b), f"{where}: other bits"
+    elif isinstance(a, dict):
+        assert type(a) is type(b), f"{where}: {type(a).__name__} against {type(b).__name__}"
+        assert list(a) == list(b), f"{where}: keys {list(a)} against {list(b)}"
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), f"{where}: {a!r} against {b!r}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif hasattr(a, "__dict__") and not isinstance(a, type):
+        assert type(a).__name__ == type(b).__name__, where
+        same(vars(a), vars(b), where)
+    else:
+        assert a == b or (a != a and b != b), f"{where}: {a!r} against {b!r}"
+
+
+def load(path, weights_only):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only), None
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+
+def without(state, names, where):
+    if not names:
+        return state
+    missing = [n for n in names if n not in state]
+    assert not missing, f"{where}: ours lacks {missing}, which zero_to_fp32 drops and ucfs keeps"
+    kept = type(state)()
+    for k, v in state.items():
+        if k not in names:
+            kept[k] = v
+    return kept
+
+
+def check(entry):
+    ours, theirs, kind = entry["ours"], entry["theirs"], entry["kind"]
+    ours_only = entry.get("ours_only", [])
+    if kind == "safetensors":
+        from safetensors.torch import load_file
+        got = without(load_file(ours), ours_only, ours)
+        want, _ = load(theirs, False)
+        assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+        for k, t in want.items():
+            assert got[k].dtype == t.dtype and torch.equal(got[k], t.detach()), k
+        return
+    want, their_error = load(theirs, True)
+    got, our_error = load(ours, True)
+    assert (our_error is None) == (their_error is None), (
+        f"weights_only=True: theirs {their_error or 'loads'}, ours {our_error or 'loads'}")
+    if their_error is not None:
+        want, err = load(theirs, False)
+        assert err is None, f"theirs does not load at all: {err}"
+        got, err = load(ours, False)
+        assert err is None, f"ours does not load: {err}"
+    same(without(got, ours_only, ours), want, "")
+
+
+def main():
+    entries = json.load(open(sys.argv[1]))
+    failed = 0
+    for entry in entries:
+        try:
+            check(entry)
+        except Exception as e:  # noqa: BLE001 - report each and go on
+            failed += 1
+            print(f"FAILED {entry['kind']} {entry['ours']}: {e}")
+    print(f"{len(entries) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

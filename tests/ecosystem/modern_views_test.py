@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Every view of ucfs over checkpoints written by DeepSpeed 0.19.8 on torch 2.14 (tests/data/modern, made by
+tests/tools/make_modern_fixtures.py), against what DeepSpeed 0.19.8's own tools wrote of them.
+
+For each fixture and each of its roots (MODERN.json "roots"), on the host:
+  - the universal view with --crc holds exactly the files DeepSpeed 0.19.8's ds_to_universal.py wrote, byte for
+    byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not);
+  - inspect and verify succeed, or, for a checkpoint whose optimizer state ucfs cannot partition (Muon), every
+    view, inspect and verify refuse it naming the group and the key;
+  - the reshard view at N = W - 1 (or 2 at W = 1) and W + 1 lists the rank files DeepSpeed writes at N;
+then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views_loads.py:
+  - every file of the universal view loads with torch.load(weights_only=True) exactly where the converter's own
+    file does, and equals it;
+  - <tag>_fp32/pytorch_model.bin equals zero_to_fp32.py's output (keys, dtypes, shapes, values) wherever it ran;
+  - model.safetensors loads with safetensors and holds the same tensors.
+
+usage: modern_views_test.py UCFS_BIN [MODERN_DIR] [FIXTURE...]
+Needs root (FUSE) and the modern root (tests/ecosystem/setup.sh). Ends with "N passed, M failed".
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
+import mount_testing  # noqa: E402
+from mount_testing import Results  # noqa: E402
+
+UCFS = os.path.abspath(sys.argv[1])
+MODERN = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else os.path.join(REPO, "tests", "data", "modern")
+ONLY = set(sys.argv[3:])
+results = Results()
+check = results.check
+
+
+def files_below(top):
+    out = []
+    for dirpath, _, names in os.walk(top):
+        out += [os.path.relpath(os.path.join(dirpath, n), top) for n in names]
+    return sorted(out)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def ucfs(*args):
+    return subprocess.run([UCFS, *args], capture_output=True, text=True)
+
+
+def refused_state(facts):
+    """What ucfs's refusal names, for a fixture whose optimizer state it cannot partition; else None.
+
+    Muon keeps, at ZeRO-1/2, a momentum buffer of the whole params a partition touches in its group (group 0,
+    as DeepSpeed orders them) and no exp_avg: ucfs refuses it until it can serve it (the next issue's)."""
+    if facts["optimizer"].get("ds_config_optimizer", {}).get("type") == "Muon" and facts["zero_stage"] < 3:
+        return "optimizer state[0]['momentum_buffer'] (param group 0)"
+    return None
+
+
+def frozen_names(facts):
+    return [p["name"] for p in facts["model"]["params"] if not p["requires_grad"]]
+
+
+def converted(root):
+    """(tag, output dir) of each tag the converter wrote."""
+    return [(c["tag"], c["output"]) for c in root.get("converter", []) if c.get("ok")]
+
+
+def test_root(name, base, facts, root):
+    src = os.path.join(base, root["root"])
+    label = f"{name}/{root['root']}"
+    refused = refused_state(facts)
+
+    def inspect_and_verify():
+        for command in ("inspect", "verify"):
+            r = ucfs(command, src)
+            if refused:
+                assert r.returncode != 0, (command, r.stdout)
+                assert refused in r.stdout + r.stderr, (command, r.stdout, r.stderr)
+            else:
+                assert r.returncode == 0, (command, r.stdout, r.stderr)
+    check(f"{label}: inspect and verify " + ("refuse it, naming " + refused if refused else "pass"),
+          inspect_and_verify)
+    if refused:
+        def mount_refused():
+            with tempfile.TemporaryDirectory() as mnt:
+                for extra in ((), ("--world-size", str(facts["world_size"] + 1))):
+                    r = ucfs("mount", "--no-cache", *extra, src, mnt)
+                    assert r.returncode != 0 and refused in r.stderr, (extra, r.stderr)
+        check(f"{label}: both views refuse it, naming {refused}", mount_refused)
+        return
+
+    loads = []  # (ours, theirs, what) for the in-root checks
+    mounts = []
+    try:
+        for tag, out in converted(root):
+            m = mount_testing.Mount(UCFS, src, tag + "_universal", "--no-cache", "--crc", "--tag", tag)
+            mounts.append(m)
+            mine, ref = os.path.join(m.dir, tag + "_universal"), os.path.join(base, out)
+
+            def same_bytes(mine=mine, ref=ref):
+                assert files_below(mine) == files_below(ref), (
+                    sorted(set(files_below(mine)) - set(files_below(ref))),
+                    sorted(set(files_below(ref)) - set(files_below(mine))))
+                differ = [rel for rel in files_below(ref) if read(os.path.join(mine, rel)) != read(os.path.join(ref, rel))]
+                assert not differ, differ
+            check(f"{label}: {tag}_universal is DeepSpeed 0.19.8's converter output, byte for byte (--crc)",
+                  same_bytes)
+            for rel in files_below(ref):
+                loads.append({"ours": os.path.join(mine, rel), "theirs": os.path.join(ref, rel), "kind": "universal"})
+            z2f = os.path.join(base, facts.get("zero_to_fp32_dir", "zero_to_fp32"), "pytorch_model.bin")
+            if root["root"] == "checkpoint" and os.path.exists(z2f):
+                fp32 = os.path.join(m.dir, tag + "_fp32")
+                # zero_to_fp32.py drops the frozen params at ZeRO-1 (no frozen_param_shapes there):
+                # ucfs keeps them, from the model states; the rest must be its bytes.
+                extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
+                loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
+                              "ours_only": extra})
+                loads.append({"ours": os.path.join(fp32, "model.safetensors"), "theirs": z2f,
+                              "kind": "safetensors", "ours_only": extra})
+        w = facts["world_size"]
+        for n in sorted({max(1, w - 1) if w > 1 else 2, w + 1}):
+            m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(n))
+            mounts.append(m)
+            tag = root["latest"]
+
+            def rank_files(m=m, n=n, tag=tag):
+                names = sorted(os.listdir(os.path.join(m.dir, tag)))
+                optim = [x for x in names if x.endswith("_optim_states.pt")]
+                assert len(optim) == n, names
+                for x in names:
+                    assert os.path.getsize(os.path.join(m.dir, tag, x)) > 0, x
+            check(f"{label}: the view at N={n} lists {n} ranks' files", rank_files)
+        if loads:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(loads, f)
+                spec = f.name
+            try:
+                r = subprocess.run([os.path.join(HERE, "run.sh"), "python3",
+                                    os.path.join(HERE, "harness", "views_loads.py"), spec],
+                                   capture_output=True, text=True)
+            finally:
+                os.unlink(spec)
+
+            def torch_214_loads():
+                assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+            check(f"{label}: torch 2.14 loads every file as DeepSpeed's own (weights_only where theirs does), "
+                  "pytorch_model.bin and model.safetensors equal zero_to_fp32's", torch_214_loads)
+    finally:
+        for m in mounts:
+            m.close()
+
+
+def main():
+    for name in sorted(os.listdir(MODERN)):
+        base = os.path.join(MODERN, name)
+        if ONLY and name not in ONLY:
+            continue
+        if not os.path.exists(os.path.join(base, "MODERN.json")):
+            continue
+        facts = json.load(open(os.path.join(base, "MODERN.json")))
+        for root in facts.get("roots", []):
+            test_root(name, base, facts, root)
+    return results.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
