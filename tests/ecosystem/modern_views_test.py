@@ -141,9 +141,10 @@ def test_root(name, base, facts, root):
                 json.dump(loads, f)
                 spec = f.name
             try:
+                env = dict(os.environ, UCFS_ECOSYSTEM_MOUNTS=" ".join(m.dir for m in mounts))
                 r = subprocess.run([os.path.join(HERE, "run.sh"), "python3",
                                     os.path.join(HERE, "harness", "views_loads.py"), spec],
-                                   capture_output=True, text=True)
+                                   capture_output=True, text=True, env=env)
             finally:
                 os.unlink(spec)
 

@@ -16,6 +16,9 @@
 #   UCFS_ECOSYSTEM_ROOT   the root itself (overrides the above)
 #   UCFS_REPO_DIR         the directory bound at its own path (default: this repository)
 #   UCFS_ECOSYSTEM_BINDS  more host directories, space-separated, bound at their own paths
+#   UCFS_ECOSYSTEM_MOUNTS the FUSE mounts (host paths, made before run.sh starts) the command reads; every other FUSE
+#                         mount is detached from its namespace, which would otherwise keep their daemons serving
+#                         after an unmount on the host until the command ends
 # Passed into the root: TERM, and variables named UCFS_*, DS_*, TORCH*, OMP_*, OPENBLAS_*, CI, PYTHONHASHSEED,
 # PYTHONFAULTHANDLER; set there: PYTHONPATH (DeepSpeed/Lightning/PEFT target dir, then the harness dir),
 # DS_ACCELERATOR=cpu, TORCHDYNAMO_DISABLE=1 (no C++ toolchain in the root for torch.compile), PYTHONDONTWRITEBYTECODE=1.
@@ -61,6 +64,15 @@ bind /dev/shm
 bind /tmp rec
 bind "$REPO" rec
 for b in ${UCFS_ECOSYSTEM_BINDS:-}; do bind "$b" rec; done
+# This namespace copied every mount there was, and holds each until the command ends: a ucfs daemon unmounted on the
+# host would go on serving this copy and not exit. Only the FUSE mounts the command names (UCFS_ECOSYSTEM_MOUNTS,
+# host paths) are kept, here and inside the root; every other is detached from this namespace.
+keep=" ${UCFS_ECOSYSTEM_MOUNTS:-} "
+awk '{ split($0, halves, " - "); split(halves[2], fs, " "); if (fs[1] ~ /^fuse/) print $5 }' /proc/self/mountinfo |
+  sort -r | while read -r m; do
+    case "$keep" in *" ${m#"$ROOT"} "*) continue ;; esac
+    umount -l "$m" 2>/dev/null || true
+  done
 
 ENVV=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
       PYTHONPATH="$TARGET:$REPO/tests/ecosystem/harness" DS_ACCELERATOR=cpu TORCHDYNAMO_DISABLE=1

@@ -49,7 +49,7 @@ if [ -x "$UCFS_BIN" ]; then
   fixture=$HERE/../data/fixtures/z3_tricky_fp32_ws4/checkpoint
   t0=$SECONDS
   if "$UCFS_BIN" mount "$fixture" "$mnt" >"$WORK/fuse.log" 2>&1 &&
-     "$HERE/run.sh" python3 -c "
+     UCFS_ECOSYSTEM_MOUNTS=$mnt "$HERE/run.sh" python3 -c "
 import sys, torch
 t = torch.load(sys.argv[1] + '/global_step4_universal/zero/embed.weight/fp32.pt')
 print('[fuse] read', sys.argv[1], 'from the root:', t.dtype, tuple(t.shape))" "$mnt" >>"$WORK/fuse.log" 2>&1; then
