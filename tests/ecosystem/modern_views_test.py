@@ -66,6 +66,14 @@ def frozen_names(facts):
     return [p["name"] for p in facts["model"]["params"] if not p["requires_grad"]]
 
 
+def zero_to_fp32_of(base, root, tag):
+    """zero_to_fp32.py's pytorch_model.bin of `tag`, where it ran and made one (it refuses BF16_Optimizer's)."""
+    for z in root.get("zero_to_fp32", []):
+        path = os.path.join(base, z.get("output_dir", ""), "pytorch_model.bin")
+        if z.get("tag") == tag and z.get("rc") == 0 and not z.get("safe_serialization") and os.path.exists(path):
+            yield path
+
+
 def converted(root):
     """(tag, output dir) of each tag the converter wrote."""
     return [(c["tag"], c["output"]) for c in root.get("converter", []) if c.get("ok")]
@@ -113,8 +121,7 @@ def test_root(name, base, facts, root):
                   same_bytes)
             for rel in files_below(ref):
                 loads.append({"ours": os.path.join(mine, rel), "theirs": os.path.join(ref, rel), "kind": "universal"})
-            z2f = os.path.join(base, facts.get("zero_to_fp32_dir", "zero_to_fp32"), "pytorch_model.bin")
-            if root["root"] == "checkpoint" and os.path.exists(z2f):
+            for z2f in zero_to_fp32_of(base, root, tag):
                 fp32 = os.path.join(m.dir, tag + "_fp32")
                 # zero_to_fp32.py drops the frozen params at ZeRO-1 (no frozen_param_shapes there):
                 # ucfs keeps them, from the model states; the rest must be its bytes.
@@ -157,6 +164,45 @@ def test_root(name, base, facts, root):
             m.close()
 
 
+def test_run(name, base, facts):
+    """The run directory mounted whole, as users mount it: every root found at its depth (Lightning's four levels
+    down), each converted tag's universal view DeepSpeed's bytes again; writable at N, no extra view anywhere."""
+    run = os.path.join(base, "run")
+    roots = [r for r in facts.get("roots", []) if r["root"].startswith("run/")]
+    if not roots or refused_state(facts):
+        return
+    first = os.path.relpath(os.path.join(base, roots[0]["root"]), run)
+    m = mount_testing.Mount(UCFS, run, first, "--no-cache", "--crc")
+    try:
+        def every_root_served():
+            for root in roots:
+                rel = os.path.relpath(os.path.join(base, root["root"]), run)
+                for tag, out in converted(root):
+                    mine, ref = os.path.join(m.dir, rel, tag + "_universal"), os.path.join(base, out)
+                    assert files_below(mine) == files_below(ref), (rel, tag)
+                    differ = [f for f in files_below(ref) if read(os.path.join(mine, f)) != read(os.path.join(ref, f))]
+                    assert not differ, (rel, tag, differ)
+        check(f"{name}: the run mounted whole serves every root's universal view, DeepSpeed's bytes", every_root_served)
+    finally:
+        m.close()
+    with tempfile.TemporaryDirectory() as upper:
+        n = facts["world_size"] + 1
+        m = mount_testing.Mount(UCFS, run, first, "--no-cache", "--world-size", str(n), "--upper",
+                                os.path.join(upper, "u"))
+        try:
+            def writable_at_n():
+                for dirpath, dirnames, _ in os.walk(m.dir):
+                    extra = [d for d in dirnames if d.endswith(("_universal", "_fp32"))]
+                    assert not extra, (dirpath, extra)
+                for root in roots:
+                    rel = os.path.relpath(os.path.join(base, root["root"]), run)
+                    names = os.listdir(os.path.join(m.dir, rel, root["latest"]))
+                    assert len([x for x in names if x.endswith("_optim_states.pt")]) == n, names
+            check(f"{name}: the run mounted writable at N={n}: every root at N, no extra view", writable_at_n)
+        finally:
+            m.close()
+
+
 def main():
     for name in sorted(os.listdir(MODERN)):
         base = os.path.join(MODERN, name)
@@ -167,6 +213,7 @@ def main():
         facts = json.load(open(os.path.join(base, "MODERN.json")))
         for root in facts.get("roots", []):
             test_root(name, base, facts, root)
+        test_run(name, base, facts)
     return results.finish()
 
 
