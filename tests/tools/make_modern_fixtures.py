@@ -169,6 +169,22 @@ def list_files(root):
     return out
 
 
+# DeepSpeed copies its own scripts into every save directory: they are another project's code, which the
+# repository does not hold. Their sizes and digests are kept in MODERN.json instead; nothing reads them.
+LIBRARY_SCRIPTS = ("zero_to_fp32.py", "zero_to_torch.py")
+
+
+def drop_library_scripts(fx):
+    """Removes DeepSpeed's scripts from the saved tree below fx; [{path, size, sha256}] of each."""
+    removed = []
+    for rel in list_files(fx):
+        if os.path.basename(rel) in LIBRARY_SCRIPTS:
+            p = os.path.join(fx, rel)
+            removed.append({"path": rel, "size": os.path.getsize(p), "sha256": sha256_file(p)})
+            os.remove(p)
+    return removed
+
+
 def inventory(root, base):
     """[{path, size, sha256, mode}] for every file (and symlink) below root; paths relative to base."""
     out = []
@@ -795,7 +811,8 @@ def state_equal(tr, rr):
 
 LAYOUT = {
     "checkpoint/ or run/": "the save dir (plain DeepSpeed) or the trainer's run dir, exactly as the library wrote "
-                           "it (zero_to_fp32.py and zero_to_torch.py included)",
+                           "it, less DeepSpeed's own zero_to_fp32.py and zero_to_torch.py (another project's code: "
+                           "removed_files keeps their sizes and digests)",
     "expected/[<root>/]<tag>_universal/, expected/[<root>/]latest_universal": "DeepSpeed 0.19.8's own "
         "ds_to_universal output for each tag of each root (<root> = the root's path below run/; absent when the "
         "converter failed: see roots[].converter[].attempts)",
@@ -905,6 +922,7 @@ def build(name, a):
           "layout": LAYOUT, "notes": None, **body}
     mj["commands"] = ctx.commands
     mj["seconds"] = round(time.time() - t0, 1)
+    mj["removed_files"] = drop_library_scripts(fx)
     mj["files"] = inventory(fx, fx)
     odd = [f"{f['path']} {f['mode']}" for f in mj["files"] if f["mode"] not in ("0o644", "0o744")]
     mj["notes"] = ctx.notes + body.get("notes", []) + auto_notes(body) + (
@@ -945,7 +963,8 @@ Made by `tests/tools/make_modern_fixtures.py`, run inside the modern root (tests
     tests/ecosystem/run.sh python3 tests/tools/make_modern_fixtures.py [--only NAME ...]
 
 Each directory: `checkpoint/` (plain DeepSpeed save dir) or `run/` (a trainer's run dir), exactly as the library
-wrote it; `expected/` = DeepSpeed 0.19.8's own `ds_to_universal` output per tag; `zero_to_fp32/` = the save dir's
+wrote it, less the `zero_to_fp32.py` and `zero_to_torch.py` DeepSpeed copies into each save dir (another project's
+code; `removed_files` in MODERN.json keeps their sizes and digests); `expected/` = DeepSpeed 0.19.8's own `ds_to_universal` output per tag; `zero_to_fp32/` = the save dir's
 own `zero_to_fp32.py` output; `MODERN.json` = recipe, versions, losses (and the 2 losses after the checkpoint),
 the live fp32 masters and optimizer state at save time (base64 little-endian bytes + sha256), every command with
 its rc, the tools' outcomes checked against the live values, file inventory (size, sha256, mode as written; git
