@@ -28,7 +28,8 @@ UCFS, REPO = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
 import deepspeed_stand_ins  # noqa: E402
 import torch_variants as tv  # noqa: E402
-from mount_testing import Results  # noqa: E402
+from mount_testing import Results, files_below  # noqa: E402
+from torch_compare import same_value  # noqa: E402
 
 deepspeed_stand_ins.install()
 import torch  # noqa: E402
@@ -73,32 +74,6 @@ def run(*args):
     if p.returncode != 0:
         raise AssertionError(f"ucfs {' '.join(args)}: exit {p.returncode}: {p.stderr[-2000:]}")
     return p.stdout
-
-
-def files_below(root):
-    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
-
-
-def same_value(a, b, where):
-    """Deep equality; tensors by dtype, shape and bytes (their Python attributes, like ds_id, aside)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), where
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
-        as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
-        assert torch.equal(as_bytes(a), as_bytes(b)), f"{where}: values differ"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and list(a) == list(b), f"{where}: keys {list(a)} vs {list(b)}"
-        for k in a:
-            same_value(a[k], b[k], f"{where}[{k!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b), f"{where}: {type(a).__name__} of {len(a)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            same_value(x, y, f"{where}[{i}]")
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        assert type(a).__name__ == type(b).__name__, where
-        same_value(vars(a), vars(b), where)
-    else:
-        assert a == b or (a != a and b != b), f"{where}: {a!r} vs {b!r}"
 
 
 def check_export(ucfs_out, reference_out, options, byte_identical, crc):

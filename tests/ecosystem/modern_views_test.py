@@ -27,25 +27,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
 import mount_testing  # noqa: E402
-from mount_testing import Results  # noqa: E402
+from mount_testing import Results, files_below, same_files  # noqa: E402
 
 UCFS = os.path.abspath(sys.argv[1])
 MODERN = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else os.path.join(REPO, "tests", "data", "modern")
 ONLY = set(sys.argv[3:])
 results = Results()
 check = results.check
-
-
-def files_below(top):
-    out = []
-    for dirpath, _, names in os.walk(top):
-        out += [os.path.relpath(os.path.join(dirpath, n), top) for n in names]
-    return sorted(out)
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def ucfs(*args):
@@ -112,11 +100,7 @@ def test_root(name, base, facts, root):
             mine, ref = os.path.join(m.dir, tag + "_universal"), os.path.join(base, out)
 
             def same_bytes(mine=mine, ref=ref):
-                assert files_below(mine) == files_below(ref), (
-                    sorted(set(files_below(mine)) - set(files_below(ref))),
-                    sorted(set(files_below(ref)) - set(files_below(mine))))
-                differ = [rel for rel in files_below(ref) if read(os.path.join(mine, rel)) != read(os.path.join(ref, rel))]
-                assert not differ, differ
+                same_files(mine, ref)
             check(f"{label}: {tag}_universal is DeepSpeed 0.19.8's converter output, byte for byte (--crc)",
                   same_bytes)
             for rel in files_below(ref):
@@ -178,10 +162,7 @@ def test_run(name, base, facts):
             for root in roots:
                 rel = os.path.relpath(os.path.join(base, root["root"]), run)
                 for tag, out in converted(root):
-                    mine, ref = os.path.join(m.dir, rel, tag + "_universal"), os.path.join(base, out)
-                    assert files_below(mine) == files_below(ref), (rel, tag)
-                    differ = [f for f in files_below(ref) if read(os.path.join(mine, f)) != read(os.path.join(ref, f))]
-                    assert not differ, (rel, tag, differ)
+                    same_files(os.path.join(m.dir, rel, tag + "_universal"), os.path.join(base, out))
         check(f"{name}: the run mounted whole serves every root's universal view, DeepSpeed's bytes", every_root_served)
     finally:
         m.close()

@@ -36,11 +36,16 @@ def tree_sha256(root):
     return h.hexdigest()
 
 
+def files_below(root):
+    """The files below `root`, relative to it, sorted."""
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
 def same_files(a, b):
     """Every file below directories a and b: the same relative names, the same bytes."""
     import filecmp
-    names_a = sorted(os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs)
-    names_b = sorted(os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs)
+    names_a = files_below(a)
+    names_b = files_below(b)
     assert names_a == names_b, (names_a, names_b)
     assert names_a, f"{a} is empty"
     _, mismatch, errors = filecmp.cmpfiles(a, b, names_a, shallow=False)

@@ -13,33 +13,13 @@ ZeRO-1), left out of the comparison, which they must not be}.
 Prints a line per failure and exits 1 if any.
 """
 import json
+import os
 import sys
 
 import torch
 
-
-def same(a, b, where):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), f"{where}: a tensor against {type(b).__name__}"
-        assert (a.dtype, tuple(a.shape), a.requires_grad) == (b.dtype, tuple(b.shape), b.requires_grad), (
-            f"{where}: {a.dtype} {tuple(a.shape)} rg={a.requires_grad} against "
-            f"{b.dtype} {tuple(b.shape)} rg={b.requires_grad}")
-        assert torch.equal(a.detach().reshape(-1).view(torch.uint8) if a.numel() else a,
-                           b.detach().reshape(-1).view(torch.uint8) if b.numel() else b), f"{where}: other bits"
-    elif isinstance(a, dict):
-        assert type(a) is type(b), f"{where}: {type(a).__name__} against {type(b).__name__}"
-        assert list(a) == list(b), f"{where}: keys {list(a)} against {list(b)}"
-        for k in a:
-            same(a[k], b[k], f"{where}[{k!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b), f"{where}: {a!r} against {b!r}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{where}[{i}]")
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        assert type(a).__name__ == type(b).__name__, where
-        same(vars(a), vars(b), where)
-    else:
-        assert a == b or (a != a and b != b), f"{where}: {a!r} against {b!r}"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_compare import same_value  # noqa: E402
 
 
 def load(path, weights_only):
@@ -81,7 +61,7 @@ def check(entry):
         assert err is None, f"theirs does not load at all: {err}"
         got, err = load(ours, False)
         assert err is None, f"ours does not load: {err}"
-    same(without(got, ours_only, ours), want, "")
+    same_value(without(got, ours_only, ours), want, "", requires_grad=True)
 
 
 def main():
