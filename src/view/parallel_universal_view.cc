@@ -86,7 +86,7 @@ Result<std::unique_ptr<View>> BuildParallelUniversalView(
   }
   const Checkpoint& first = c->shard(0);
   InodeId udir = 0;
-  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, first.files(), &udir));
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(env, *view, first.files(), &udir));
   const auto files =
       std::make_shared<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
   for (const MergedParam& p : c->params()) {

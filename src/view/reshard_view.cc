@@ -11,6 +11,7 @@
 #include "ucfs/view/parallel_consolidated_view.h"
 #include "ucfs/view/rank_file_extras.h"
 #include "ucfs/view/torch_pickle_builder.h"
+#include "view/universal_files.h"
 
 namespace ucfs {
 
@@ -681,11 +682,10 @@ Status ForEachRankFile(
 // directory, which passes its other files through (OpenRLHF's metric.json)
 // and hides its saved rank files: the ones built here take their names, and
 // ranks beyond N are gone. The frameworks' per-rank files are shown at N.
-Result<InodeId> AddRootAndTag(View& view, const CheckpointFiles& files, uint32_t saved_world_size,
-                              const ReshardOptions& options) {
+Result<InodeId> AddRootAndTag(Env& env, View& view, const CheckpointFiles& files,
+                              uint32_t saved_world_size, const ReshardOptions& options) {
   if (!files.root.empty()) view.BackRootBy(files.root);
-  UCFS_RETURN_IF_ERROR(
-      view.AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
+  UCFS_RETURN_IF_ERROR(AddLatestFile(env, view, files, "latest", files.tag));
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
                         files.tag_dir.empty()
                             ? view.AddDirectory(kRootInode, files.tag)
@@ -717,7 +717,7 @@ Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const C
   auto view = std::make_unique<View>(env, mtime);
   for (const auto& s : ckpt->sources()) view->AddSource(s);
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
-                        AddRootAndTag(*view, ckpt->files(), ckpt->world_size(), options));
+                        AddRootAndTag(env, *view, ckpt->files(), ckpt->world_size(), options));
   auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
   auto cache = std::make_shared<ContentCache>(options.cached_bytes);
   UCFS_RETURN_IF_ERROR(
@@ -741,7 +741,7 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
   // Every (mp, dp) rank file is built anew (the mp_rank_NN model states
   // too, put in place of the saved ones); layer files pass through.
   UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
-                        AddRootAndTag(*view, pc->shard(0).files(), pc->degrees().dp, options));
+                        AddRootAndTag(env, *view, pc->shard(0).files(), pc->degrees().dp, options));
   auto cache = std::make_shared<ContentCache>(options.cached_bytes);
   View::SourceDirExtras built;
   for (uint32_t m = 0; m < pc->degrees().mp(); ++m) {

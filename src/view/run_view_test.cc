@@ -148,6 +148,18 @@ TEST_F(RunViewTest, ViewsCarryTheTimeOfWhatTheyAreBuiltFrom) {
       BuildUniversalView(env_, std::make_shared<const Checkpoint>(std::move(ckpt).value()));
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ((*alone)->GetAttr(Resolve(**alone, "global_step4_universal"))->mtime_ns, newest);
+  // latest_universal and the reshard view's latest are made from `latest`.
+  const int64_t latest = env_.Stat("/run/checkpoint-4/latest")->identity.mtime_ns;
+  EXPECT_EQ((*alone)->GetAttr(Resolve(**alone, "latest_universal"))->mtime_ns, latest);
+  ReshardOptions at3;
+  at3.world_size = 3;
+  auto ckpt3 = Checkpoint::Open(env_, "/run/checkpoint-4");
+  ASSERT_TRUE(ckpt3.ok());
+  auto resharded =
+      BuildReshardView(env_, std::make_shared<const Checkpoint>(std::move(ckpt3).value()), at3);
+  ASSERT_TRUE(resharded.ok()) << resharded.status().ToString();
+  EXPECT_EQ((*resharded)->GetAttr(Resolve(**resharded, "latest"))->mtime_ns, latest);
+  EXPECT_EQ(ReadNode(env_, **resharded, Resolve(**resharded, "latest")), "global_step4");
 }
 
 // Where a fixture keeps DeepSpeed's (or the rebuilt) universal output.

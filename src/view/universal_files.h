@@ -1,6 +1,7 @@
 // The files of a universal checkpoint that do not depend on how a param's
 // slices merge, shared by the data-parallel universal view and the
-// tensor- and pipeline-parallel one. Private to src/view/.
+// tensor- and pipeline-parallel one (and `latest`, by the reshard view
+// too). Private to src/view/.
 #ifndef UCFS_VIEW_UNIVERSAL_FILES_H_
 #define UCFS_VIEW_UNIVERSAL_FILES_H_
 
@@ -45,7 +46,14 @@ Status AddModuleTensorFiles(View& view, InodeId zero, const std::shared_ptr<cons
 // The universal view's top: the root passed through (a tag directory alone
 // shown as a root of it, with `latest`), latest_universal, and
 // <tag>_universal/zero/; the zero directory's inode, *udir the other's.
-Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir);
+// File `name` holding `text` at the view's root, made from the root's
+// `latest` (its time) where `latest` names the tag shown
+// (--tag may show another): `latest` of the reshard view, latest_universal.
+Status AddLatestFile(Env& env, View& view, const CheckpointFiles& files, std::string_view name,
+                     const std::string& text);
+
+// The top made by AddLatestFile.
+Result<InodeId> AddUniversalTop(Env& env, View& view, const CheckpointFiles& files, InodeId* udir);
 
 // Warns (the user, once per view built) where a universal checkpoint of
 // `c` would resume wrongly at another tensor-parallel degree.

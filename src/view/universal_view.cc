@@ -137,7 +137,19 @@ void WarnIfUnsafeAtAnotherTensorDegree(const ParallelCheckpoint& c) {
                *c.unsafe_at_another_tensor_degree());
 }
 
-Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeId* udir) {
+Status AddLatestFile(Env& env, View& view, const CheckpointFiles& files, std::string_view name,
+                     const std::string& text) {
+  auto content = std::make_shared<InlineContent>(text);
+  const std::string latest = JoinPath(files.root, "latest");
+  auto named = files.root.empty() ? Result<std::string>(Status::NotFound("no root"))
+                                  : ReadLatestTag(env, latest);
+  if (!named.ok() || *named != files.tag) {
+    return view.AddFile(kRootInode, name, std::move(content)).status();
+  }
+  return view.AddFileMadeFrom(kRootInode, name, std::move(content), latest).status();
+}
+
+Result<InodeId> AddUniversalTop(Env& env, View& view, const CheckpointFiles& files, InodeId* udir) {
   const std::string utag = UniversalTag(files.tag);
   if (!files.root.empty()) {
     view.BackRootBy(files.root);
@@ -147,8 +159,7 @@ Result<InodeId> AddUniversalTop(View& view, const CheckpointFiles& files, InodeI
     UCFS_RETURN_IF_ERROR(
         view.AddFile(kRootInode, "latest", std::make_shared<InlineContent>(files.tag)).status());
   }
-  UCFS_RETURN_IF_ERROR(
-      view.AddFile(kRootInode, "latest_universal", std::make_shared<InlineContent>(utag)).status());
+  UCFS_RETURN_IF_ERROR(AddLatestFile(env, view, files, "latest_universal", utag));
   UCFS_ASSIGN_OR_RETURN(*udir, view.AddDirectory(kRootInode, utag));
   return view.AddDirectory(*udir, "zero");
 }
@@ -270,7 +281,7 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const
   }
 
   InodeId udir = 0;
-  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(*view, ckpt->files(), &udir));
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(env, *view, ckpt->files(), &udir));
 
   // A Megatron-DeepSpeed run saved at T = 1 carries universal_checkpoint_info,
   // by whose rules the converter writes each ZeRO-1/2 param's dict (ZeRO-3's

@@ -139,6 +139,18 @@ Result<InodeId> View::AddFile(InodeId parent, std::string_view name,
   return AddNodeLocked(parent, name, std::move(n));
 }
 
+Result<InodeId> View::AddFileMadeFrom(InodeId parent, std::string_view name,
+                                      std::shared_ptr<const FileContent> content,
+                                      const std::string& from) {
+  auto st = env_.Stat(from);
+  WriterLock lock(mu_);
+  Node n;
+  n.content = std::move(content);
+  n.mtime_ns = mtime_ns_;
+  if (st.ok()) n.mtime_ns = st->identity.mtime_ns;
+  return AddNodeLocked(parent, name, std::move(n));
+}
+
 Result<InodeId> View::AddSourceDirectory(InodeId parent, std::string_view name, std::string dir) {
   UCFS_ASSIGN_OR_RETURN(FileStat st, env_.Stat(dir));
   if (!st.is_dir) return Status::InvalidArgument(dir + ": not a directory");

@@ -140,6 +140,12 @@ class View {
   Result<InodeId> AddFile(InodeId parent, std::string_view name,
                           std::shared_ptr<const FileContent> content,
                           std::vector<Xattr> xattrs = {});
+  // A file made from source file `from` alone (`latest_universal` from
+  // `latest`): that file's time; its access as AddFile's (the strictest of
+  // the sources'). Where `from` cannot be stat'ed, as AddFile.
+  Result<InodeId> AddFileMadeFrom(InodeId parent, std::string_view name,
+                                  std::shared_ptr<const FileContent> content,
+                                  const std::string& from);
   // A directory showing a source directory's entries.
   Result<InodeId> AddSourceDirectory(InodeId parent, std::string_view name, std::string dir);
   // A source file, passed through.
