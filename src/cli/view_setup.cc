@@ -94,6 +94,8 @@ Status RouteUpper(const std::string& upper, const std::vector<std::string>& sour
                   OpenedView& out) {
   if (!CheckPlacement(source_dirs, "--upper", upper, Placement::kApart).ok()) return Status::OK();
   if (::mkdir(upper.c_str(), 0755) == 0) {
+    // The mount's root, shared with its users: 0755 whatever the umask took.
+    ::chmod(upper.c_str(), 0755);
     // Made now: the run directory's time, as the overlay gives a root it makes.
     struct stat source {};
     if (::stat(source_dirs.front().c_str(), &source) == 0) {

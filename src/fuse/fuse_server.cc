@@ -53,6 +53,38 @@ constexpr uint64_t kPrefetchWindow = uint64_t{32} << 20;
 
 }  // namespace
 
+Server::~Server() {
+  MutexLock lock(handles_mu);
+  for (OverlayFs::Handle* h : handles) delete h;  // their fds close with the OverlayFs
+  for (DirHandle* d : dir_handles) delete d;
+}
+
+uint64_t Keep(Server& s, std::unique_ptr<OverlayFs::Handle> handle) {
+  MutexLock lock(s.handles_mu);
+  s.handles.insert(handle.get());
+  return reinterpret_cast<uint64_t>(handle.release());
+}
+
+uint64_t Keep(Server& s, std::unique_ptr<DirHandle> handle) {
+  MutexLock lock(s.handles_mu);
+  s.dir_handles.insert(handle.get());
+  return reinterpret_cast<uint64_t>(handle.release());
+}
+
+std::unique_ptr<OverlayFs::Handle> GiveBack(Server& s, uint64_t fh) {
+  auto* h = reinterpret_cast<OverlayFs::Handle*>(fh);
+  MutexLock lock(s.handles_mu);
+  s.handles.erase(h);
+  return std::unique_ptr<OverlayFs::Handle>(h);
+}
+
+std::unique_ptr<DirHandle> GiveBackDir(Server& s, uint64_t fh) {
+  auto* d = reinterpret_cast<DirHandle*>(fh);
+  MutexLock lock(s.handles_mu);
+  s.dir_handles.erase(d);
+  return std::unique_ptr<DirHandle>(d);
+}
+
 int SourceFd(Server& s, uint32_t index) {
   auto file = s.sources.Get(index);
   if (!file.ok()) return -ErrnoOf(file.status());
@@ -110,12 +142,13 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     fuse_reply_err(req, ErrnoOf(entries.status()));
     return;
   }
+  Server& s = Of(req);
   auto handle = std::make_unique<DirHandle>();
   handle->entries = std::move(entries).value();
-  fi->fh = reinterpret_cast<uint64_t>(handle.release());
+  fi->fh = Keep(s, std::move(handle));
   fi->cache_readdir = 1;
   fi->keep_cache = 1;
-  fuse_reply_open(req, fi);
+  if (fuse_reply_open(req, fi) != 0) GiveBackDir(s, fi->fh);
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
@@ -364,7 +397,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct f
 }
 
 void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  delete reinterpret_cast<DirHandle*>(fi->fh);
+  GiveBackDir(Of(req), fi->fh);
   fuse_reply_err(req, 0);
 }
 
@@ -453,6 +486,7 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options,
     std::fprintf(stderr, "ucfs mount: libfuse refused the options '%s'\n", opts.c_str());
     return 1;
   }
+  server.session = se;
   int rc = 1;
   if (fuse_set_signal_handlers(se) == 0) {
     if (fuse_session_mount(se, options.mountpoint.c_str()) == 0) {
@@ -460,7 +494,10 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options,
         if (options.on_mounted) options.on_mounted();
         fuse_loop_config* config = fuse_loop_cfg_create();
         fuse_loop_cfg_set_max_threads(config, 16);
-        fuse_loop_cfg_set_idle_threads(config, 4);
+        // Idle workers are kept (libfuse's default, which it advises): one
+        // that ends itself does so detached, and one still ending when
+        // the session goes at unmount leaks its splice pipe (its
+        // thread-specific destructor no longer runs).
         rc = fuse_session_loop_mt(se, config) == 0 ? 0 : 1;
         fuse_loop_cfg_destroy(config);
       }

@@ -51,8 +51,9 @@ struct ServeOptions {
   // cache; 1.2-2.8x the buffered path's throughput (bench/write_bench.sh).
   // Only write-only handles (such a handle cannot be mmap'd; the kernel
   // drops cached pages a direct write overlaps, so other handles' reads
-  // stay coherent), and none of a set-id file (the kernel clears its bits
-  // only on a buffered write). The kernel's writeback cache, faster than
+  // stay coherent). The kernel clears a set-id file's bits only on a
+  // buffered write: the daemon clears them on every write (WriteBuf,
+  // OverlayFs::BeforeWrite), direct or not. The kernel's writeback cache, faster than
   // buffered but slower than this, is not used: it trusts its own size of
   // a file over the daemon's, so two mounts sharing one upper directory
   // would read each other's files short.

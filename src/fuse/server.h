@@ -32,6 +32,14 @@ namespace ucfs::fuse {
 // to fit, with room for 14 buffers.
 uint32_t MaxReadForSplice();
 
+// A directory listing (in fi->fh), served by ReadDir and freed by
+// ReleaseDir: taken at opendir by the read-only mount, at the first readdir
+// (`listed`) by the writable one.
+struct DirHandle {
+  std::vector<std::pair<std::string, struct stat>> entries;
+  bool listed = false;
+};
+
 // The state every request handler reaches through fuse_req_userdata.
 //
 // Fixed before the session starts, read by every thread without a lock:
@@ -41,8 +49,8 @@ uint32_t MaxReadForSplice();
 // (its own), the View (its own). Guarded by read_mu: read_before.
 //
 // Lock order (outermost first): OverlayFs's table mutex, then the View's
-// mutex, then LazyContent's cache mutex; SourceFiles's mutex and read_mu
-// are leaves — nothing is called while they are held.
+// mutex, then LazyContent's cache mutex; SourceFiles's mutex, read_mu and
+// handles_mu are leaves — nothing is called while they are held.
 struct Server {
   const std::shared_ptr<View> view;
   // The writable mount's layer over `view`; null for a read-only mount.
@@ -54,11 +62,19 @@ struct Server {
   const double timeout;
   std::string statfs_path;
   std::once_flag readahead_raised;
-  bool no_open = false;  // the kernel takes ENOSYS from OPEN as "never ask again"
-  SourceFiles sources;   // every source read of the mount goes through these
+  bool no_open = false;             // the kernel takes ENOSYS from OPEN as "never ask again"
+  fuse_session* session = nullptr;  // for notifications (set before it mounts)
+  SourceFiles sources;              // every source read of the mount goes through these
 
   Mutex read_mu;
   std::unordered_set<InodeId> read_before UCFS_GUARDED_BY(read_mu);  // view files read once
+
+  // The handles the kernel holds (fi->fh), each freed at its release, or,
+  // when an unmount dropped that (it aborts the connection with releases
+  // still queued), with the Server.
+  Mutex handles_mu;
+  std::unordered_set<OverlayFs::Handle*> handles UCFS_GUARDED_BY(handles_mu);
+  std::unordered_set<DirHandle*> dir_handles UCFS_GUARDED_BY(handles_mu);
 
   Server(std::shared_ptr<View> v, ServeOptions o)
       : view(std::move(v)),
@@ -66,7 +82,16 @@ struct Server {
         options(std::move(o)),
         timeout(options.cache_timeout_s),
         sources(*view) {}
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  ~Server();
 };
+
+// fi->fh of a handle the Server keeps until Release gives it back.
+uint64_t Keep(Server& s, std::unique_ptr<OverlayFs::Handle> handle);
+uint64_t Keep(Server& s, std::unique_ptr<DirHandle> handle);
+std::unique_ptr<OverlayFs::Handle> GiveBack(Server& s, uint64_t fh);
+std::unique_ptr<DirHandle> GiveBackDir(Server& s, uint64_t fh);
 
 // The fd of source `index`, open and checked against what the view was
 // built from, or -errno (EIO for a source that changed).
@@ -89,11 +114,6 @@ void RaiseReadaheadOnce(Server& s);
 // `view_inode`: spliced from the sources, with prefetch ahead.
 void ReplyViewRead(fuse_req_t req, Server& s, InodeId view_inode, size_t size, off_t offset);
 
-// A directory listing taken at opendir (in fi->fh), served by ReadDir and
-// freed by ReleaseDir.
-struct DirHandle {
-  std::vector<std::pair<std::string, struct stat>> entries;
-};
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi);
 void ReleaseDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi);
 

@@ -3,10 +3,15 @@
 // fds (reads spliced out of them, writes spliced into them); view files by
 // the view's pieces, as in the read-only mount.
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <string>
 
 #include "fuse/server.h"
 
@@ -55,15 +60,58 @@ void ReplyEntryOrError(fuse_req_t req, const Server& s, const Result<struct stat
   ReplyEntry(req, s, *st);
 }
 
+// The caller's supplementary groups and CAP_FSETID, which a request does
+// not carry: from /proc/<pid>/status (the request's pid is the calling
+// thread's, whose credentials these are). A caller gone meanwhile is taken
+// to have none, and CAP_FSETID as uid 0 only.
+Overlay::Credentials CredentialsOf(pid_t pid, uid_t uid) {
+  Overlay::Credentials c;
+  c.fsetid = uid == 0;
+  if (pid <= 0) return c;
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "re");
+  if (f == nullptr) return c;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (::getline(&line, &cap, f) > 0) {
+    if (std::strncmp(line, "Groups:", 7) == 0) {
+      char* at = line + 7;
+      for (;;) {
+        char* end = nullptr;
+        const unsigned long g = std::strtoul(at, &end, 10);
+        if (end == at) break;
+        c.groups.push_back(static_cast<gid_t>(g));
+        at = end;
+      }
+    } else if (std::strncmp(line, "CapEff:", 7) == 0) {
+      const unsigned long long caps = std::strtoull(line + 7, nullptr, 16);
+      c.fsetid = ((caps >> CAP_FSETID) & 1) != 0;
+    }
+  }
+  std::free(line);
+  std::fclose(f);
+  return c;
+}
+
 // Who asks: new entries are theirs, with their umask (FUSE_CAP_DONT_MASK:
-// the kernel leaves it to us, so it is applied once).
+// the kernel leaves it to us, so it is applied once); what their writes and
+// truncations keep of set-id bits is theirs to decide, by credentials read
+// only when a set-id bit is at stake.
 OverlayFs::Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   OverlayFs::Caller c;
   c.uid = ctx->uid;
   c.gid = ctx->gid;
   c.umask = ctx->umask;
+  c.credentials = [pid = ctx->pid, uid = ctx->uid] { return CredentialsOf(pid, uid); };
   return c;
+}
+
+// The kernel caches attributes for the mount's timeout: those an operation
+// changed behind it (OverlayFs::TakeChangedBehind) it is told to drop.
+void TellKernel(Server& s) {
+  for (InodeId inode : s.overlay->TakeChangedBehind()) {
+    if (s.session != nullptr) fuse_lowlevel_notify_inval_inode(s.session, inode, -1, 0);
+  }
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -91,7 +139,7 @@ void ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets)
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
   RaiseReadaheadOnce(s);
-  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->fd : -1;
+  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->ReadFd() : -1;
   auto st = s.overlay->GetAttr(ino, fd);
   if (!st.ok()) {
     fuse_reply_err(req, ErrnoOf(st.status()));
@@ -119,30 +167,55 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
     r.mtime = attr->st_mtim;
   }
   const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->fd : -1;
-  auto st = s.overlay->SetAttr(ino, r, fd);
+  const OverlayFs::Caller caller = CallerOf(req);
+  auto st = s.overlay->SetAttr(ino, r, fd, &caller);
   if (!st.ok()) {
     fuse_reply_err(req, ErrnoOf(st.status()));
-    return;
+  } else {
+    fuse_reply_attr(req, &*st, s.timeout);
   }
-  fuse_reply_attr(req, &*st, s.timeout);
+  TellKernel(s);
 }
 
+// The listing is taken at the first READDIR (and again at a rewind), not at
+// OPENDIR: reading a directory moves its atime, opening it does not.
 void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  auto entries = Of(req).overlay->ReadDir(ino);
-  if (!entries.ok()) {
-    fuse_reply_err(req, ErrnoOf(entries.status()));
+  auto attr = Of(req).overlay->GetAttr(ino);
+  if (!attr.ok()) {
+    fuse_reply_err(req, ErrnoOf(attr.status()));
     return;
   }
-  auto handle = std::make_unique<DirHandle>();
-  handle->entries = std::move(*entries);
-  fi->fh = reinterpret_cast<uint64_t>(handle.release());
-  fuse_reply_open(req, fi);
+  if (!S_ISDIR(attr->st_mode)) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  Server& s = Of(req);
+  fi->fh = Keep(s, std::make_unique<DirHandle>());
+  if (fuse_reply_open(req, fi) != 0) GiveBackDir(s, fi->fh);
+}
+
+void ReadDirListed(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                   struct fuse_file_info* fi) {
+  auto& dir = *reinterpret_cast<DirHandle*>(fi->fh);
+  if (offset == 0 || !dir.listed) {
+    auto entries = Of(req).overlay->ReadDir(ino);
+    if (!entries.ok()) {
+      fuse_reply_err(req, ErrnoOf(entries.status()));
+      return;
+    }
+    dir.entries = std::move(*entries);
+    dir.listed = true;
+  }
+  ReadDir(req, ino, size, offset, fi);
 }
 
 // Whether an open upper file's handle bypasses the mount's page cache
 // (ServeOptions::direct_writes): write-only handles, but not of a set-id
-// file, whose bits the kernel clears on a buffered write by someone without
-// CAP_FSETID (through SETATTR) but not on a direct one.
+// file. The kernel clears a set-id file's bits on a buffered write by
+// someone without CAP_FSETID (through a SETATTR, whose reply updates the
+// mode it caches), not on a direct one: WriteBuf clears what it leaves, on
+// a file made set-id after a direct open too, and has the kernel drop what
+// it cached.
 bool DirectWrites(const Server& s, const fuse_file_info* fi, int fd) {
   if (!s.options.direct_writes || (fi->flags & O_ACCMODE) != O_WRONLY || fd < 0) return false;
   struct stat st {};
@@ -154,24 +227,26 @@ bool DirectWrites(const Server& s, const fuse_file_info* fi, int fd) {
 // each open, in case DIR was touched directly.
 void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                std::unique_ptr<Handle> handle) {
+  Server& s = Of(req);  // req is gone once replied to, even when that fails
   fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
-  fi->direct_io = DirectWrites(Of(req), fi, handle->fd) ? 1 : 0;
-  fi->fh = reinterpret_cast<uint64_t>(handle.release());
+  fi->direct_io = DirectWrites(s, fi, handle->fd) ? 1 : 0;
+  fi->fh = Keep(s, std::move(handle));
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.
-    Handle* h = HandleOf(fi);
-    Of(req).overlay->Release(ino, *h);
-    delete h;
+    s.overlay->Release(ino, *GiveBack(s, fi->fh));
   }
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  auto handle = Of(req).overlay->Open(ino, fi->flags);
+  Server& s = Of(req);
+  const OverlayFs::Caller caller = CallerOf(req);
+  auto handle = s.overlay->Open(ino, fi->flags, &caller);
   if (!handle.ok()) {
     fuse_reply_err(req, ErrnoOf(handle.status()));
-    return;
+  } else {
+    ReplyOpen(req, ino, fi, std::make_unique<Handle>(*handle));
   }
-  ReplyOpen(req, ino, fi, std::make_unique<Handle>(*handle));
+  TellKernel(s);
 }
 
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -179,45 +254,69 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   Server& s = Of(req);
   const OverlayFs::Caller caller = CallerOf(req);
   auto made = s.overlay->Create(parent, name, fi->flags, mode, &caller);
+  TellKernel(s);
   if (!made.ok()) {
     fuse_reply_err(req, ErrnoOf(made.status()));
     return;
   }
   auto& [st, handle] = *made;
   const fuse_entry_param e = EntryOf(s, st);
-  auto* h = new Handle(handle);
-  fi->fh = reinterpret_cast<uint64_t>(h);
-  fi->direct_io = DirectWrites(s, fi, h->fd) ? 1 : 0;
-  if (fuse_reply_create(req, &e, fi) != 0) {
-    s.overlay->Release(st.st_ino, *h);
-    delete h;
-  }
+  fi->direct_io = DirectWrites(s, fi, handle.fd) ? 1 : 0;
+  fi->fh = Keep(s, std::make_unique<Handle>(handle));
+  if (fuse_reply_create(req, &e, fi) != 0) s.overlay->Release(st.st_ino, *GiveBack(s, fi->fh));
 }
 
 void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, struct fuse_file_info* fi) {
   Server& s = Of(req);
   const Handle& h = *HandleOf(fi);
-  if (h.fd < 0) {
+  // A view file's handle reads the view until the file is copied up, then
+  // the copy (OverlayFs::ViewFile).
+  const int fd = h.ReadFd();
+  if (fd < 0) {
     ReplyViewRead(req, s, h.view_inode, size, offset);
     return;
   }
-  fuse_bufvec buf = FdBuffer(h.fd, offset, size);
+  fuse_bufvec buf = FdBuffer(fd, offset, size);
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
-void WriteBuf(fuse_req_t req, fuse_ino_t, struct fuse_bufvec* in, off_t offset,
+void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offset,
               struct fuse_file_info* fi) {
   const Handle& h = *HandleOf(fi);
   if (h.fd < 0) {
     fuse_reply_err(req, EBADF);
     return;
   }
+  // The set-id bits the write clears: FUSE leaves a direct write's, and
+  // some of a buffered one's (S_ISGID for a writer outside the file's
+  // group), to the file system.
+  auto cleared = OverlayFs::BeforeWrite(h.fd, CallerOf(req));
+  if (!cleared.ok()) {
+    fuse_reply_err(req, ErrnoOf(cleared.status()));
+    return;
+  }
+  Server& s = Of(req);  // req is gone once replied to
+  const bool told = *cleared && s.session != nullptr;
+  // The kernel's cached mode is stale: what asks again (stat, permission
+  // checks) gets the new one.
+  if (told) fuse_lowlevel_notify_inval_inode(s.session, ino, -1, 0);
   fuse_bufvec out = FdBuffer(h.fd, offset, fuse_buf_size(in));
   const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
   if (written < 0) {
     fuse_reply_err(req, static_cast<int>(-written));
   } else {
     fuse_reply_write(req, static_cast<size_t>(written));
+  }
+  // Some checks read the cached mode without asking (hard-link protection,
+  // on the way to a link): the file's names are dropped from the kernel's
+  // cache, so that the next path to it is looked up, its attributes with
+  // it. Only once replied to: this locks each name's directory, and the
+  // writer may hold the file, which an unlink there waits for with the
+  // directory held.
+  if (told) {
+    for (const auto& [parent, name] : s.overlay->NamesOf(ino)) {
+      fuse_lowlevel_notify_inval_entry(s.session, parent, name.data(), name.size());
+    }
   }
 }
 
@@ -234,9 +333,8 @@ void Flush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 }
 
 void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  Handle* h = HandleOf(fi);
-  Of(req).overlay->Release(ino, *h);
-  delete h;
+  Server& s = Of(req);
+  s.overlay->Release(ino, *GiveBack(s, fi->fh));
   fuse_reply_err(req, 0);
 }
 
@@ -271,18 +369,21 @@ void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Server& s = Of(req);
   const OverlayFs::Caller caller = CallerOf(req);
   ReplyEntryOrError(req, s, s.overlay->MakeDir(parent, name, mode, &caller));
+  TellKernel(s);
 }
 
 void MakeNode(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Server& s = Of(req);
   const OverlayFs::Caller caller = CallerOf(req);
   ReplyEntryOrError(req, s, s.overlay->MakeNode(parent, name, mode, rdev, &caller));
+  TellKernel(s);
 }
 
 void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
   const OverlayFs::Caller caller = CallerOf(req);
   ReplyEntryOrError(req, s, s.overlay->Symlink(target, parent, name, &caller));
+  TellKernel(s);
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
@@ -297,19 +398,26 @@ void ReadLink(fuse_req_t req, fuse_ino_t ino) {
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
   Server& s = Of(req);
   ReplyEntryOrError(req, s, s.overlay->Link(ino, new_parent, new_name));
+  TellKernel(s);
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyStatus(req, Of(req).overlay->Unlink(parent, name));
+  Server& s = Of(req);  // req is gone once replied to
+  ReplyStatus(req, s.overlay->Unlink(parent, name));
+  TellKernel(s);
 }
 
 void RemoveDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  ReplyStatus(req, Of(req).overlay->RemoveDir(parent, name));
+  Server& s = Of(req);  // req is gone once replied to
+  ReplyStatus(req, s.overlay->RemoveDir(parent, name));
+  TellKernel(s);
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
             const char* new_name, unsigned int flags) {
-  ReplyStatus(req, Of(req).overlay->Rename(parent, name, new_parent, new_name, flags));
+  Server& s = Of(req);  // req is gone once replied to
+  ReplyStatus(req, s.overlay->Rename(parent, name, new_parent, new_name, flags));
+  TellKernel(s);
 }
 
 void ReplyXattrValue(fuse_req_t req, const Result<std::string>& value, size_t size) {
@@ -334,7 +442,9 @@ void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
-  ReplyStatus(req, Of(req).overlay->SetXattr(ino, name, std::string_view(value, size), flags));
+  Server& s = Of(req);  // req is gone once replied to
+  ReplyStatus(req, s.overlay->SetXattr(ino, name, std::string_view(value, size), flags));
+  TellKernel(s);
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
@@ -352,7 +462,7 @@ fuse_lowlevel_ops WritableOperations() {
   ops.getattr = GetAttr;
   ops.setattr = SetAttr;
   ops.opendir = OpenDir;
-  ops.readdir = ReadDir;
+  ops.readdir = ReadDirListed;
   ops.releasedir = ReleaseDir;
   ops.fsyncdir = FsyncDir;
   ops.open = Open;

@@ -32,11 +32,30 @@ mode_t ViewEntryMode(const Attr& a) {
 uid_t ViewEntryUid(const Attr& a) { return a.uid; }
 gid_t ViewEntryGid(const Attr& a) { return a.gid; }
 
+mode_t ModeAfterWrite(mode_t mode, gid_t gid, const Overlay::Caller& caller) {
+  if (!S_ISREG(mode) || (mode & (S_ISUID | S_ISGID)) == 0) return mode;
+  Overlay::Credentials creds;
+  if (caller.credentials) {
+    creds = caller.credentials();
+  } else {
+    creds.fsetid = caller.uid == 0;
+  }
+  if (creds.fsetid) return mode;
+  mode_t kill = S_ISUID;
+  const bool in_group = caller.gid == gid || std::find(creds.groups.begin(), creds.groups.end(),
+                                                       gid) != creds.groups.end();
+  if ((mode & S_IXGRP) || !in_group) kill |= S_ISGID;
+  return mode & ~kill;
+}
+
 Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
                                                Options options) {
   const bool made = ::mkdir(upper_dir.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) return Errno(upper_dir);
+  // The mount's root, shared with its users: 0755 whatever the daemon's
+  // umask took from it.
+  if (made && ::chmod(upper_dir.c_str(), 0755) != 0) return Errno(upper_dir);
   int fd = ::open(upper_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Fail(errno == ENOTDIR ? ENOTDIR : errno, upper_dir, "not a directory");
   UniqueFd root(fd);
@@ -76,15 +95,11 @@ Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
     if (!e.is_dir) return Fail(ENOTDIR, path, "not a directory on the way");
     UCFS_RETURN_IF_ERROR(CheckName(path, c));
     const std::string stored = StoredName(c);
-    // Whiteouts and opaque markers matter only where the view has entries.
-    bool opaque = false;
-    bool whited = false;
-    if (e.in_upper && e.lower != 0) {
-      opaque = StatAt(cur.get(), std::string(kOpaque));
-      whited = StatAt(cur.get(), WhiteoutName(c));
-    }
+    // Whiteouts matter only where the view has entries (an opaque
+    // directory has none: its `lower` is 0).
+    const bool whited = e.in_upper && e.lower != 0 && StatAt(cur.get(), WhiteoutName(c));
     InodeId view_child = 0;
-    if (e.lower != 0 && !opaque) {
+    if (e.lower != 0) {
       auto found = lower_->Lookup(e.lower, c);
       if (found.ok()) view_child = *found;
     }
@@ -95,8 +110,10 @@ Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
     next.in_upper = e.in_upper && StatAt(cur.get(), stored, &next.st);
     if (next.in_upper) {
       next.is_dir = S_ISDIR(next.st.st_mode);
-      // An upper directory merges with a view directory of the same name.
-      if (next.is_dir && lower_child != 0 && lower_->GetAttr(lower_child)->is_dir) {
+      // An upper directory merges with a view directory of the same name,
+      // unless it is opaque (made where that one was removed).
+      if (next.is_dir && lower_child != 0 && lower_->GetAttr(lower_child)->is_dir &&
+          !IsOpaque(cur.get(), stored)) {
         next.lower = lower_child;
       }
     } else if (lower_child != 0) {
@@ -132,8 +149,8 @@ Result<Overlay::Entry> Overlay::Lookup(std::string_view path) {
   return std::move(r->entry);
 }
 
-Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(
-    std::string_view path) {
+Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(std::string_view path,
+                                                                             bool reading) {
   UCFS_ASSIGN_OR_RETURN(Resolved dir, Resolve(path));
   if (!dir.entry.is_dir) return Fail(ENOTDIR, path, "not a directory");
   if (dir.entry.in_upper && options_.on_upper_dir &&
@@ -143,17 +160,15 @@ Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(
   std::map<std::string, Entry> merged;
   UniqueFd fd;
   std::vector<UpperName> upper;
-  bool opaque = false;
   if (dir.entry.in_upper) {
     if (path.empty()) {
       fd = Dup(root_.get());
     } else {
       UCFS_ASSIGN_OR_RETURN(fd, OpenDirAt(dir.ref.dir.get(), dir.ref.name, path));
     }
-    UCFS_ASSIGN_OR_RETURN(upper, ListUpper(fd.get(), path));
-    opaque = StatAt(fd.get(), std::string(kOpaque));
+    UCFS_ASSIGN_OR_RETURN(upper, ListUpper(fd.get(), path, reading));
   }
-  if (dir.entry.lower != 0 && !opaque) {
+  if (dir.entry.lower != 0) {  // 0 for an opaque directory
     UCFS_ASSIGN_OR_RETURN(auto lower, lower_->ReadDir(dir.entry.lower));
     for (const auto& [name, attr] : lower) {
       Entry e;
@@ -179,7 +194,9 @@ Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(
     auto it = merged.find(name);
     if (it != merged.end()) {
       e.covers_view = true;
-      if (e.is_dir && it->second.is_dir) e.lower = it->second.lower;
+      if (e.is_dir && it->second.is_dir && !IsOpaque(fd.get(), d.stored)) {
+        e.lower = it->second.lower;
+      }
     }
     merged[name] = e;
   }
@@ -199,6 +216,10 @@ Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
       if (!e.is_dir) return Fail(ENOTDIR, rel, "not a directory");
       if (e.lower == 0) return Fail(ENOENT, rel, "no such directory");
       UCFS_ASSIGN_OR_RETURN(Attr a, lower_->GetAttr(e.lower));
+      // A copy-up, which changes nothing the mount shows of the directory
+      // it is made in: its times are put back (as overlayfs does).
+      struct stat parent {};
+      const bool stated = ::fstat(cur.get(), &parent) == 0;
       if (::mkdirat(cur.get(), stored.c_str(), 0700) != 0) return Errno(rel);
       if (can_chown_) {
         ::fchownat(cur.get(), stored.c_str(), ViewEntryUid(a), ViewEntryGid(a),
@@ -208,6 +229,8 @@ Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
       const timespec t{a.mtime_ns / 1000000000, a.mtime_ns % 1000000000};
       const timespec times[2] = {t, t};
       ::utimensat(cur.get(), stored.c_str(), times, AT_SYMLINK_NOFOLLOW);
+      if (stated) RestoreTimes(cur.get(), parent);
+      copied_up_dirs_.push_back(rel);
     } else if (!S_ISDIR(st.st_mode)) {
       return Fail(ENOTDIR, rel, "not a directory");
     }

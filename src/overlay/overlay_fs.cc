@@ -32,6 +32,25 @@ OverlayFs::~OverlayFs() {
   }
 }
 
+OverlayFs::ViewFile::~ViewFile() {
+  const int fd = copy_fd.load();
+  if (fd >= 0) ::close(fd);
+}
+
+std::vector<InodeId> OverlayFs::TakeChangedBehind() {
+  MutexLock lock(mu_);
+  return std::exchange(changed_behind_, {});
+}
+
+Result<bool> OverlayFs::BeforeWrite(int fd, const Caller& caller) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Errno("fstat");
+  const mode_t mode = ModeAfterWrite(st.st_mode, st.st_gid, caller);
+  if (mode == st.st_mode) return false;
+  if (::fchmod(fd, mode & 07777) != 0) return Errno("fchmod");
+  return true;
+}
+
 Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
@@ -44,14 +63,20 @@ Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
 Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
   MutexLock lock(mu_);
   auto path = PathOf(inode);
+  std::shared_ptr<ViewFile> held;  // keeps a view file's copy fd open while used
   if (!path.ok()) {
-    if (fd < 0) fd = OpenFdOf(inode);
+    if (fd < 0) fd = OpenFdOf(inode, &held);
     if (fd < 0) {
       auto it = nodes_.find(inode);
       if (it != nodes_.end() && it->second.view_inode != 0) {
         Overlay::Entry e;
         e.lower = it->second.view_inode;
         return StatOf("", e, inode);
+      }
+      if (it != nodes_.end() && it->second.orphan) {
+        struct stat st = *it->second.orphan;
+        st.st_ino = inode;
+        return st;
       }
       return path.status();
     }
@@ -67,8 +92,17 @@ Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
 
 Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(InodeId dir) {
   MutexLock lock(mu_);
-  UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(dir));
-  UCFS_ASSIGN_OR_RETURN(auto entries, overlay_->ReadDir(path));
+  auto named = PathOf(dir);
+  if (!named.ok()) {
+    // A removed directory, open elsewhere, is empty.
+    auto it = nodes_.find(dir);
+    if (it != nodes_.end() && it->second.orphan && S_ISDIR(it->second.orphan->st_mode)) {
+      return std::vector<std::pair<std::string, struct stat>>();
+    }
+    return named.status();
+  }
+  const std::string& path = *named;
+  UCFS_ASSIGN_OR_RETURN(auto entries, overlay_->ReadDir(path, /*reading=*/true));
   std::vector<std::pair<std::string, struct stat>> out;
   out.reserve(entries.size());
   for (const auto& [name, entry] : entries) {
@@ -86,23 +120,65 @@ Result<InodeId> OverlayFs::ViewInodeOf(InodeId inode) {
   return e.in_upper ? 0 : e.lower;
 }
 
-Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents) {
+Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless) {
   std::optional<Overlay::CopyAside> copy;
+  // A view file whose names are all gone, open read-only: copied to a file
+  // of no name, which its handles go on with (as a file system's unlinked
+  // file stays one file for its fds).
+  std::shared_ptr<ViewFile> unnamed;
   {
     MutexLock lock(mu_);
     auto path = PathOf(inode);
-    if (!path.ok()) return Status::OK();  // the operation itself answers
-    UCFS_ASSIGN_OR_RETURN(copy, overlay_->PrepareCopyAside(*path, keep_contents));
+    if (path.ok()) {
+      UCFS_ASSIGN_OR_RETURN(copy, overlay_->PrepareCopyAside(*path, keep_contents));
+    } else if (auto it = nodes_.find(inode);
+               nameless && it != nodes_.end() && it->second.fds.empty()) {
+      unnamed = it->second.view_file.lock();
+      if (!unnamed || unnamed->copy_fd.load() >= 0) return Status::OK();
+      UCFS_ASSIGN_OR_RETURN(Overlay::CopyAside made, overlay_->CopyAsideOf(unnamed->view_inode));
+      copy.emplace(std::move(made));
+    }
+    // Otherwise the operation itself answers.
   }
   if (!copy) return Status::OK();
   UCFS_RETURN_IF_ERROR(copy->Run());
   MutexLock lock(mu_);
+  if (unnamed) {
+    if (unnamed->copy_fd.load() < 0) {
+      UCFS_ASSIGN_OR_RETURN(int fd, copy->TakeUnnamed());
+      unnamed->copy_fd.store(fd);
+    }
+    return Status::OK();
+  }
   auto path = PathOf(inode);  // where it is now: it may have moved meanwhile
   if (!path.ok()) return Status::OK();
-  return overlay_->Adopt(*path, std::move(*copy));
+  Status adopted = overlay_->Adopt(*path, std::move(*copy));
+  NoteCopiedUpDirs();
+  FollowCopyUp(inode);
+  return adopted;
 }
 
-Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
+void OverlayFs::FollowCopyUp(InodeId inode) {
+  auto it = nodes_.find(inode);
+  if (it == nodes_.end()) return;
+  std::shared_ptr<ViewFile> view_file = it->second.view_file.lock();
+  if (!view_file || view_file->copy_fd.load() >= 0) return;
+  auto path = PathOf(inode);
+  if (!path.ok()) return;
+  auto e = overlay_->Lookup(*path);
+  if (!e.ok() || !e->in_upper || !S_ISREG(e->st.st_mode)) return;
+  auto fd = overlay_->OpenRead(*path, O_RDONLY | O_NONBLOCK);
+  if (fd.ok()) view_file->copy_fd.store(*fd);
+}
+
+void OverlayFs::NoteCopiedUpDirs() {
+  for (const std::string& dir : overlay_->TakeCopiedUpDirs()) {
+    auto it = by_path_.find(dir);
+    if (it != by_path_.end()) changed_behind_.push_back(it->second);
+  }
+}
+
+Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller* caller) {
   if ((flags & O_ACCMODE) != O_RDONLY && !(flags & O_TRUNC)) {
     UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true));
   }
@@ -125,12 +201,30 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags) {
       Node& node = nodes_[inode];
       handle.keep_cache = node.view_inode == e.lower;
       node.view_inode = e.lower;
+      handle.view_file = node.view_file.lock();
+      if (!handle.view_file || handle.view_file->view_inode != e.lower) {
+        handle.view_file = std::make_shared<ViewFile>(e.lower);
+        node.view_file = handle.view_file;
+      }
       return handle;
     }
     UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenRead(path, flags));
   } else {
     if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
-    UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenWrite(path, flags, 0));
+    auto opened = overlay_->OpenWrite(path, flags, 0);
+    NoteCopiedUpDirs();
+    UCFS_ASSIGN_OR_RETURN(handle.fd, std::move(opened));
+    FollowCopyUp(inode);
+    // The truncation FUSE_CAP_ATOMIC_O_TRUNC leaves to us, with what it
+    // clears.
+    if ((flags & O_TRUNC) && caller != nullptr) {
+      auto cleared = BeforeWrite(handle.fd, *caller);
+      if (!cleared.ok()) {
+        ::close(handle.fd);
+        return cleared.status();
+      }
+      if (*cleared) changed_behind_.push_back(inode);
+    }
   }
   nodes_[inode].fds.push_back(handle.fd);
   return handle;
@@ -165,15 +259,23 @@ Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId pare
   flags &= ~(O_DIRECT | O_NOCTTY);
   const bool existed = overlay_->Lookup(path).ok();
   Handle handle;
-  UCFS_ASSIGN_OR_RETURN(handle.fd,
-                        overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller));
-  auto st = existed ? StatPath(path, 0) : NewEntry(path);
+  auto opened = overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller);
+  NoteCopiedUpDirs();
+  UCFS_ASSIGN_OR_RETURN(handle.fd, std::move(opened));
+  Status cleared;
+  if (existed && (flags & O_TRUNC) && caller != nullptr) {
+    cleared = BeforeWrite(handle.fd, *caller).status();  // the reply carries the mode
+  }
+  auto st = !cleared.ok() ? Result<struct stat>(cleared)
+            : existed     ? StatPath(path, 0)
+                          : NewEntry(path);
   if (!st.ok()) {
     ::close(handle.fd);
     return st.status();
   }
   if (existed) {
     st->st_ino = InodeFor(path, 1);
+    FollowCopyUp(st->st_ino);
   }
   nodes_[st->st_ino].fds.push_back(handle.fd);
   return std::make_pair(*st, handle);
@@ -183,7 +285,9 @@ Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mo
                                        const Caller* caller) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->MakeDir(path, mode & 07777, caller));
+  Status made = overlay_->MakeDir(path, mode & 07777, caller);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(made);
   return NewEntry(path);
 }
 
@@ -191,7 +295,9 @@ Result<struct stat> OverlayFs::MakeNode(InodeId parent, std::string_view name, m
                                         dev_t rdev, const Caller* caller) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->MakeNode(path, mode, rdev, caller));
+  Status made = overlay_->MakeNode(path, mode, rdev, caller);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(made);
   return NewEntry(path);
 }
 
@@ -199,7 +305,9 @@ Result<struct stat> OverlayFs::Symlink(std::string_view target, InodeId parent,
                                        std::string_view name, const Caller* caller) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->Symlink(target, path, caller));
+  Status made = overlay_->Symlink(target, path, caller);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(made);
   return NewEntry(path);
 }
 
@@ -214,7 +322,10 @@ Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::stri
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
-  UCFS_RETURN_IF_ERROR(overlay_->Link(from, to));
+  Status linked = overlay_->Link(from, to);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(linked);
+  FollowCopyUp(inode);
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(to));
   DropPath(to);
   Node& node = nodes_[inode];
@@ -232,16 +343,24 @@ Result<struct stat> OverlayFs::Link(InodeId inode, InodeId new_parent, std::stri
 Status OverlayFs::Unlink(InodeId parent, std::string_view name) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->Unlink(path));
+  const auto last = LastAttrs(path);
+  Status removed = overlay_->Unlink(path);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(removed);
   Detach(path);
+  Orphan(last);
   return Status::OK();
 }
 
 Status OverlayFs::RemoveDir(InodeId parent, std::string_view name) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
-  UCFS_RETURN_IF_ERROR(overlay_->RemoveDir(path));
+  const auto last = LastAttrs(path);
+  Status removed = overlay_->RemoveDir(path);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(removed);
   Detach(path);
+  Orphan(last);
   return Status::OK();
 }
 
@@ -250,56 +369,103 @@ Status OverlayFs::Rename(InodeId parent, std::string_view name, InodeId new_pare
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string from, ChildPath(parent, name));
   UCFS_ASSIGN_OR_RETURN(std::string to, ChildPath(new_parent, new_name));
-  UCFS_RETURN_IF_ERROR(overlay_->Rename(from, to, flags));
+  const bool exchange = (flags & RENAME_EXCHANGE) != 0;
+  // What is replaced (or, for an exchange, moved too): the inodes there.
+  const auto last = exchange || from == to ? std::nullopt : LastAttrs(to);
+  const auto at_from = by_path_.find(from);
+  const auto at_to = by_path_.find(to);
+  const InodeId moved = at_from == by_path_.end() ? 0 : at_from->second;
+  const InodeId other = exchange && at_to != by_path_.end() ? at_to->second : 0;
+  Status renamed = overlay_->Rename(from, to, flags);
+  NoteCopiedUpDirs();
+  UCFS_RETURN_IF_ERROR(renamed);
   if (from == to) return Status::OK();
-  if (flags & RENAME_EXCHANGE) {
+  if (exchange) {
     Exchange(from, to);
   } else {
     Move(from, to);
+    Orphan(last);
   }
+  // A view file renamed was copied up first.
+  if (moved != 0) FollowCopyUp(moved);
+  if (other != 0) FollowCopyUp(other);
   return Status::OK();
 }
 
-Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& request, int fd) {
-  UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, !(request.size && *request.size == 0)));
+Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& request, int fd,
+                                       const Caller* caller) {
+  const bool to_empty = request.size && *request.size == 0;
+  UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, !to_empty, /*nameless=*/true));
   MutexLock lock(mu_);
   auto path = PathOf(inode);
-  // A file whose names are gone is changed through an fd of it.
-  if (!path.ok() && fd < 0) fd = OpenFdOf(inode);
-  if (!path.ok() && fd < 0) return path.status();
+  std::shared_ptr<ViewFile> held;  // keeps a view file's copy fd open while used
+  // A file whose names are gone is changed through an fd of it; a
+  // directory or special file, as it was kept.
+  if (!path.ok() && fd < 0) fd = OpenFdOf(inode, &held);
+  if (!path.ok() && fd < 0) {
+    auto it = nodes_.find(inode);
+    if (it != nodes_.end() && it->second.orphan) return SetOrphanAttr(inode, it->second, request);
+    return path.status();
+  }
   Overlay::UpperRef ref;
   if (path.ok()) {
-    const bool to_empty = request.size && *request.size == 0;
-    UCFS_ASSIGN_OR_RETURN(ref, overlay_->PrepareChange(*path, !to_empty));
+    auto prepared = overlay_->PrepareChange(*path, !to_empty);
+    NoteCopiedUpDirs();
+    UCFS_ASSIGN_OR_RETURN(ref, std::move(prepared));
+    FollowCopyUp(inode);
   }
   const std::string what = path.ok() ? *path : "inode " + std::to_string(inode);
   const char* name = ref.name.c_str();
+  auto stat_now = [&](struct stat* st) {
+    return fd >= 0 ? ::fstat(fd, st) : ::fstatat(ref.dir.get(), name, st, AT_SYMLINK_NOFOLLOW);
+  };
+  auto chmod_to = [&](mode_t mode) {
+    return fd >= 0 ? ::fchmod(fd, mode & 07777) : ::fchmodat(ref.dir.get(), name, mode & 07777, 0);
+  };
   if (request.size) {
     const off_t size = static_cast<off_t>(*request.size);
-    if (fd >= 0) {
-      if (::ftruncate(fd, size) != 0) return Errno(what);
-    } else {
-      UniqueFd w(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
-      if (!w || ::ftruncate(w.get(), size) != 0) return Errno(what);
+    UniqueFd opened;
+    int w = fd;
+    if (w < 0) {
+      opened = UniqueFd(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+      w = opened.get();
     }
+    if (w < 0 || ::ftruncate(w, size) != 0) return Errno(what);
   }
   const bool nothing = !request.size && !request.uid && !request.gid && !request.mode &&
                        !request.atime && !request.mtime;
+  // The group the set-id bits go by, and whether a chown is to clear them.
+  struct stat before {};
+  bool owners_changed = false;
   // chown(f, -1, -1) arrives as a setattr of nothing: as on a local file
   // system, it still changes the ctime.
   if (request.uid || request.gid || nothing) {
+    if (stat_now(&before) != 0) return Errno(what);
     const uid_t uid = request.uid.value_or(static_cast<uid_t>(-1));
     const gid_t gid = request.gid.value_or(static_cast<gid_t>(-1));
     const int rc = fd >= 0 ? ::fchown(fd, uid, gid)
                            : ::fchownat(ref.dir.get(), name, uid, gid, AT_SYMLINK_NOFOLLOW);
     if (rc != 0) return Errno(what);
+    // An empty setattr is also what a write's clearing of S_ISGID (the
+    // caller outside the file's group, the group not executing it) comes
+    // as when the kernel leaves that to us: for the owner, chown(f, -1,
+    // -1) clears it too, so it is cleared now; for anyone else, at the
+    // write (BeforeWrite), as a chown by them should fail instead.
+    owners_changed = !nothing || (caller != nullptr && caller->uid == before.st_uid);
   }
   // After a chown, which may have cleared the set-id bits a chmod of the
   // same call sets.
-  if (request.mode) {
-    const mode_t mode = *request.mode & 07777;
-    const int rc = fd >= 0 ? ::fchmod(fd, mode) : ::fchmodat(ref.dir.get(), name, mode, 0);
-    if (rc != 0) return Errno(what);
+  if (request.mode && chmod_to(*request.mode) != 0) return Errno(what);
+  // A truncation or chown clears what a write by the same caller would
+  // (for a chown, by the group the file had). The kernel sends what it
+  // clears itself as a mode in the same request, S_ISGID without group
+  // execute left in it; the daemon's own chown, as root, keeps that too.
+  if (caller != nullptr && (request.size || owners_changed)) {
+    struct stat now {};
+    if (stat_now(&now) != 0) return Errno(what);
+    const gid_t gid = owners_changed ? before.st_gid : now.st_gid;
+    const mode_t mode = ModeAfterWrite(now.st_mode, gid, *caller);
+    if (mode != now.st_mode && chmod_to(mode) != 0) return Errno(what);
   }
   if (request.atime || request.mtime) {
     timespec times[2];
@@ -316,6 +482,27 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     return st;
   }
   return StatPath(*path, inode);
+}
+
+Result<struct stat> OverlayFs::SetOrphanAttr(InodeId inode, Node& node,
+                                             const SetAttrRequest& request) {
+  struct stat& st = *node.orphan;
+  if (request.size) {
+    return Status::Posix(S_ISDIR(st.st_mode) ? EISDIR : EINVAL,
+                         "inode " + std::to_string(inode) + ": not a file to truncate");
+  }
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  auto time_of = [&](const timespec& t) { return t.tv_nsec == UTIME_NOW ? now : t; };
+  if (request.uid) st.st_uid = *request.uid;
+  if (request.gid) st.st_gid = *request.gid;
+  if (request.mode) st.st_mode = (st.st_mode & S_IFMT) | (*request.mode & 07777);
+  if (request.atime && request.atime->tv_nsec != UTIME_OMIT) st.st_atim = time_of(*request.atime);
+  if (request.mtime && request.mtime->tv_nsec != UTIME_OMIT) st.st_mtim = time_of(*request.mtime);
+  st.st_ctim = now;
+  struct stat out = st;
+  out.st_ino = inode;
+  return out;
 }
 
 }  // namespace ucfs

@@ -23,6 +23,22 @@ bool IsAtOrBelow(const std::string& path, const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::pair<InodeId, std::string>> OverlayFs::NamesOf(InodeId inode) {
+  MutexLock lock(mu_);
+  std::vector<std::pair<InodeId, std::string>> out;
+  auto it = nodes_.find(inode);
+  if (it == nodes_.end()) return out;
+  for (const std::string& path : it->second.paths) {
+    const size_t slash = path.rfind('/');
+    const std::string parent = slash == std::string::npos ? "" : path.substr(0, slash);
+    auto p = by_path_.find(parent);
+    if (p != by_path_.end()) {
+      out.emplace_back(p->second, slash == std::string::npos ? path : path.substr(slash + 1));
+    }
+  }
+  return out;
+}
+
 size_t OverlayFs::inode_count() {
   MutexLock lock(mu_);
   return nodes_.size();
@@ -94,6 +110,11 @@ struct stat OverlayFs::StatOf(const std::string& path, const Overlay::Entry& e, 
   // Read-only entries show so, and the kernel refuses writers (EACCES)
   // before asking.
   if (overlay_->IsReadOnly(path)) st.st_mode &= ~static_cast<mode_t>(0222);
+  // A merged directory's subdirectories are its upper directory's and the
+  // view's: its link count is not counted but shown as 1, "unknown" (as
+  // overlayfs shows one), which find(1) and the like take to mean so. The
+  // upper directory's own count would leave the view's out.
+  if (e.in_upper && e.is_dir && e.lower != 0) st.st_nlink = 1;
   st.st_ino = inode;
   return st;
 }
@@ -103,10 +124,37 @@ Result<struct stat> OverlayFs::StatPath(const std::string& path, InodeId inode) 
   return StatOf(path, e, inode);
 }
 
-int OverlayFs::OpenFdOf(InodeId inode) {
+int OverlayFs::OpenFdOf(InodeId inode, std::shared_ptr<ViewFile>* held) {
   auto it = nodes_.find(inode);
-  if (it == nodes_.end() || it->second.fds.empty()) return -1;
-  return it->second.fds.front();
+  if (it == nodes_.end()) return -1;
+  if (!it->second.fds.empty()) return it->second.fds.front();
+  *held = it->second.view_file.lock();
+  return *held ? (*held)->copy_fd.load() : -1;
+}
+
+std::optional<std::pair<InodeId, struct stat>> OverlayFs::LastAttrs(const std::string& path) {
+  auto it = by_path_.find(path);
+  if (it == by_path_.end()) return std::nullopt;
+  auto e = overlay_->Lookup(path);
+  if (!e.ok()) return std::nullopt;
+  struct stat st = StatOf(path, *e, it->second);
+  // A regular file answers through its open files only (it is gone once
+  // closed); a directory or special file is opened without us.
+  if (S_ISREG(st.st_mode)) return std::nullopt;
+  // The link the removal takes away: an upper entry's own (a directory's
+  // every one); a view entry's lower part, and so its count, stays (as
+  // overlayfs's lower layer keeps the file).
+  if (e->in_upper && !(e->is_dir && e->lower != 0)) {
+    st.st_nlink = e->is_dir || st.st_nlink == 0 ? 0 : st.st_nlink - 1;
+  }
+  return std::make_pair(it->second, st);
+}
+
+void OverlayFs::Orphan(const std::optional<std::pair<InodeId, struct stat>>& last) {
+  if (!last) return;
+  auto it = nodes_.find(last->first);
+  if (it == nodes_.end() || !it->second.paths.empty()) return;
+  it->second.orphan = last->second;
 }
 
 void OverlayFs::DropPath(const std::string& path) {

@@ -176,6 +176,8 @@ TEST_F(OverlayFsTest, HardLinksAreOneInode) {
   EXPECT_EQ(linked->st_nlink, 2u);
   EXPECT_EQ(Lookup(kRootInode, "a2"), a);
   EXPECT_EQ(fs_->GetAttr(a)->st_nlink, 2u);
+  using Names = std::vector<std::pair<InodeId, std::string>>;
+  EXPECT_EQ(fs_->NamesOf(a), (Names{{t, "a"}, {kRootInode, "a2"}}));
   // Dropping one name keeps the inode answering by the other.
   ASSERT_TRUE(fs_->Unlink(t, "a").ok());
   EXPECT_EQ(fs_->GetAttr(a)->st_nlink, 1u);
@@ -269,6 +271,211 @@ TEST_F(OverlayFsTest, ViewFilesAreServedFromTheViewUntilWritten) {
   EXPECT_EQ(Read(a), "");
   EXPECT_EQ(fs_->Create(t, "a", O_WRONLY | O_EXCL, 0644).status().posix_errno(), EEXIST);
   EXPECT_EQ(fs_->Lookup(kRootInode, "..").status().posix_errno(), EINVAL);
+}
+
+// A read-only handle of a view file reads the copy once the file is
+// copied up, through its name or any other way, as overlayfs reopens such
+// a file on its upper layer; and fstat of it answers for the copy, after
+// the copy lost its name too.
+TEST_F(OverlayFsTest, ViewFileHandlesFollowTheCopy) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  auto h = fs_->Open(a, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  ASSERT_NE(h->view_file, nullptr);
+  EXPECT_EQ(h->ReadFd(), -1);  // the view serves it
+  OverlayFs::SetAttrRequest shorter;
+  shorter.size = 3;
+  ASSERT_TRUE(fs_->SetAttr(a, shorter).ok());
+  ASSERT_GE(h->ReadFd(), 0);
+  char buf[16] = {};
+  EXPECT_EQ(::pread(h->ReadFd(), buf, sizeof buf, 0), 3);
+  EXPECT_EQ(std::string(buf, 3), "A-v");
+  // A second handle opened now is the upper file's own.
+  auto again = fs_->Open(a, O_RDONLY);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GE(again->fd, 0);
+  fs_->Release(a, *again);
+  ASSERT_TRUE(fs_->Unlink(t, "a").ok());
+  auto st = fs_->GetAttr(a);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->st_size, 3);
+  EXPECT_EQ(st->st_nlink, 0u);
+  fs_->Release(a, *h);
+  // Renamed first, then copied up by a write through the new name.
+  const InodeId b = Lookup(t, "b");
+  auto hb = fs_->Open(b, O_RDONLY);
+  ASSERT_TRUE(hb.ok());
+  ASSERT_TRUE(fs_->Rename(t, "b", kRootInode, "b2", 0).ok());
+  EXPECT_GE(hb->ReadFd(), 0);  // a rename copies a view file up
+  auto w = fs_->Open(b, O_WRONLY);
+  ASSERT_TRUE(w.ok());
+  WriteAll(w->fd, "XY");
+  fs_->Release(b, *w);
+  EXPECT_EQ(::pread(hb->ReadFd(), buf, sizeof buf, 0), 6);
+  EXPECT_EQ(std::string(buf, 6), "XYview");
+}
+
+// fchmod, fchown, futimens through a read-only handle of a view file whose
+// names are all gone: the file is copied to one of no name, which the
+// handle reads and changes from then on (as a local file system's
+// unlinked file stays one for its fds; ucfs(1), Open files).
+TEST_F(OverlayFsTest, NamelessViewFilesAreCopiedForTheirHandles) {
+  const InodeId t = Lookup(kRootInode, "t");
+  const InodeId a = Lookup(t, "a");
+  auto h = fs_->Open(a, O_RDONLY);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(fs_->Unlink(t, "a").ok());
+  EXPECT_EQ(fs_->GetAttr(a)->st_size, 6);  // the view's, while nothing is changed
+  OverlayFs::SetAttrRequest chmod;
+  chmod.mode = 0600;
+  chmod.mtime = timespec{1234, 0};
+  auto st = fs_->SetAttr(a, chmod);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->st_mode & 07777, 0600u);
+  EXPECT_EQ(st->st_mtim.tv_sec, 1234);
+  EXPECT_EQ(st->st_nlink, 0u);
+  ASSERT_GE(h->ReadFd(), 0);
+  char buf[16] = {};
+  EXPECT_EQ(::pread(h->ReadFd(), buf, sizeof buf, 0), 6);
+  EXPECT_EQ(std::string(buf, 6), "A-view");
+  EXPECT_EQ(fs_->GetAttr(a)->st_mode & 07777, 0600u);
+  // Nothing of it in DIR but the whiteout.
+  for (const auto& e : fs::recursive_directory_iterator(upper_)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name == "t" || name == ".wh.a") << e.path();
+  }
+  fs_->Release(a, *h);
+}
+
+// A removed directory (or special file) still answers while the kernel
+// holds it (an fd of it): as it was, with no links of its own left, and its
+// attributes may still change.
+TEST_F(OverlayFsTest, RemovedDirectoriesAnswerAsTheyWere) {
+  auto made = fs_->MakeDir(kRootInode, "e", 0750);
+  ASSERT_TRUE(made.ok());
+  const InodeId e = made->st_ino;
+  ASSERT_TRUE(fs_->RemoveDir(kRootInode, "e").ok());
+  auto st = fs_->GetAttr(e);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_TRUE(S_ISDIR(st->st_mode));
+  EXPECT_EQ(st->st_mode & 07777, 0750u);
+  EXPECT_EQ(st->st_nlink, 0u);
+  OverlayFs::SetAttrRequest chmod;
+  chmod.mode = 0700;
+  chmod.atime = timespec{77, 0};
+  ASSERT_TRUE(fs_->SetAttr(e, chmod).ok());
+  EXPECT_EQ(fs_->GetAttr(e)->st_mode & 07777, 0700u);
+  EXPECT_EQ(fs_->GetAttr(e)->st_atim.tv_sec, 77);
+  ASSERT_TRUE(fs_->ReadDir(e).ok());
+  EXPECT_TRUE(fs_->ReadDir(e)->empty());
+  OverlayFs::SetAttrRequest truncate;
+  truncate.size = 0;
+  EXPECT_EQ(fs_->SetAttr(e, truncate).status().posix_errno(), EISDIR);
+  // The view's directory, emptied and removed; a FIFO unlinked.
+  const InodeId d = Lookup(kRootInode, "d");
+  ASSERT_TRUE(fs_->Unlink(d, "x").ok());
+  ASSERT_TRUE(fs_->RemoveDir(kRootInode, "d").ok());
+  EXPECT_TRUE(S_ISDIR(fs_->GetAttr(d)->st_mode));
+  auto fifo = fs_->MakeNode(kRootInode, "p", S_IFIFO | 0640, 0);
+  ASSERT_TRUE(fifo.ok());
+  ASSERT_TRUE(fs_->Unlink(kRootInode, "p").ok());
+  EXPECT_TRUE(S_ISFIFO(fs_->GetAttr(fifo->st_ino)->st_mode));
+  EXPECT_EQ(fs_->GetAttr(fifo->st_ino)->st_nlink, 0u);
+  // Forgotten, they are gone.
+  fs_->Forget(e, 1);
+  EXPECT_EQ(fs_->GetAttr(e).status().posix_errno(), ESTALE);
+}
+
+// A merged directory shows one link (as overlayfs shows it: not counted);
+// a view directory copied up to make room for a change below it becomes
+// one, and the kernel is to be told.
+TEST_F(OverlayFsTest, MergedDirectoriesShowOneLink) {
+  EXPECT_EQ(fs_->GetAttr(kRootInode)->st_nlink, 1u);
+  const InodeId d = Lookup(kRootInode, "d");
+  const InodeId x = Lookup(d, "x");
+  EXPECT_EQ(fs_->GetAttr(d)->st_nlink, 2u);  // the view's
+  EXPECT_TRUE(fs_->TakeChangedBehind().empty());
+  OverlayFs::SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(x, chmod).ok());
+  EXPECT_EQ(fs_->GetAttr(d)->st_nlink, 1u);
+  EXPECT_EQ(fs_->TakeChangedBehind(), std::vector<InodeId>{d});
+  EXPECT_TRUE(fs_->TakeChangedBehind().empty());
+  // A directory of the upper directory alone counts its own.
+  auto e = fs_->MakeDir(kRootInode, "e", 0755);
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(fs_->MakeDir(e->st_ino, "f", 0755).ok());
+  EXPECT_EQ(fs_->GetAttr(e->st_ino)->st_nlink, 3u);
+}
+
+// What a write, an O_TRUNC open, a truncation and a chown by a caller
+// without CAP_FSETID clear of a file's set-id bits (ModeAfterWrite): the
+// kernel leaves these to the file system.
+TEST_F(OverlayFsTest, WritesAndTruncationsClearSetIdBits) {
+  const OverlayFs::Caller alice{1001, 1001, 022, [] {
+                                  return Overlay::Credentials{{1001, 3000}, false};
+                                }};
+  const OverlayFs::Caller carol{1003, 3001, 022, [] {
+                                  return Overlay::Credentials{{3001}, false};
+                                }};
+  const OverlayFs::Caller root{0, 0, 022, {}};
+  auto make = [&](const char* name, mode_t mode, gid_t gid) {
+    auto made = fs_->Create(kRootInode, name, O_WRONLY, mode);
+    EXPECT_TRUE(made.ok());
+    if (!made.ok()) return OverlayFs::Handle{};
+    EXPECT_EQ(::fchown(made->second.fd, 1001, gid), 0);
+    EXPECT_EQ(::fchmod(made->second.fd, mode), 0);
+    return made->second;
+  };
+  auto cleared = [](int fd, const OverlayFs::Caller& caller) {
+    auto changed = OverlayFs::BeforeWrite(fd, caller);
+    EXPECT_TRUE(changed.ok()) << changed.status().ToString();
+    return changed.ok() && *changed;
+  };
+  auto mode_of = [&](const char* name) {
+    return fs_->GetAttr(Lookup(kRootInode, name))->st_mode & 07777;
+  };
+  OverlayFs::Handle w = make("w", 06755, 3000);
+  EXPECT_FALSE(cleared(w.fd, root));
+  EXPECT_EQ(mode_of("w"), 06755u);
+  EXPECT_TRUE(cleared(w.fd, alice));
+  EXPECT_EQ(mode_of("w"), 0755u);
+  OverlayFs::Handle g = make("g", 02666, 3000);
+  EXPECT_FALSE(cleared(g.fd, alice));  // of the group
+  EXPECT_EQ(mode_of("g"), 02666u);
+  EXPECT_TRUE(cleared(g.fd, carol));
+  EXPECT_EQ(mode_of("g"), 0666u);
+  make("o", 06777, 3000);
+  EXPECT_TRUE(fs_->TakeChangedBehind().empty());
+  auto opened = fs_->Open(Lookup(kRootInode, "o"), O_WRONLY | O_TRUNC, &carol);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(mode_of("o"), 0777u);
+  EXPECT_EQ(fs_->TakeChangedBehind(), std::vector<InodeId>{Lookup(kRootInode, "o")});
+  make("tr", 04777, 3000);
+  OverlayFs::SetAttrRequest truncate;
+  truncate.size = 1;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &root).ok());
+  EXPECT_EQ(mode_of("tr"), 04777u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &alice).ok());
+  EXPECT_EQ(mode_of("tr"), 0777u);
+  // The kernel sends what it clears itself with the truncation, S_ISGID
+  // without group execute left for us.
+  make("tk", 07563, 0);
+  truncate.mode = 03563;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tk"), truncate, -1, &alice).ok());
+  EXPECT_EQ(mode_of("tk"), 01563u);
+  // chown(f, -1, -1), an empty setattr: its owner outside the group loses
+  // S_ISGID; anyone else's is left for the write it may precede.
+  make("c", 02666, 3001);
+  const OverlayFs::SetAttrRequest nothing;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &root).ok());
+  EXPECT_EQ(mode_of("c"), 02666u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &carol).ok());
+  EXPECT_EQ(mode_of("c"), 02666u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &alice).ok());
+  EXPECT_EQ(mode_of("c"), 0666u);
+  fs_->Release(Lookup(kRootInode, "o"), *opened);
 }
 
 }  // namespace

@@ -94,7 +94,10 @@ Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_v
   if (!e.in_upper && name.starts_with(kXattrPrefix)) {
     return Status::Posix(EPERM, name + ": the view's attributes are read-only");
   }
-  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
+  auto prepared = overlay_->PrepareChange(path);
+  NoteCopiedUpDirs();
+  UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, std::move(prepared));
+  FollowCopyUp(inode);
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
   if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
     return Errno(name);

@@ -77,8 +77,12 @@ Result<UniqueFd> OpenDirAt(int dir, const std::string& name, std::string_view wh
 
 UniqueFd Dup(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
 
-Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what) {
-  int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what, bool touch_atime) {
+  constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  int fd = touch_atime ? -1 : ::openat(dir, ".", kFlags | O_NOATIME);
+  // O_NOATIME is the owner's (or CAP_FOWNER's): a daemon that is neither
+  // reads as anyone would.
+  if (fd < 0) fd = ::openat(dir, ".", kFlags);
   if (fd < 0) return Errno(what);
   DIR* d = ::fdopendir(fd);
   if (d == nullptr) {
@@ -124,9 +128,25 @@ void RemoveStaleCopyUps(int dir, int depth) {
 }
 
 void MarkOpaque(int dir, const std::string& name) {
-  int fd = ::openat(dir, (name + "/" + std::string(kOpaque)).c_str(),
+  auto self = OpenDirAt(dir, name, name);
+  if (!self.ok()) return;
+  struct stat before {};
+  const bool stated = ::fstat(self->get(), &before) == 0;
+  int fd = ::openat(self->get(), std::string(kOpaque).c_str(),
                     O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd >= 0) ::close(fd);
+  if (stated) RestoreTimes(self->get(), before);
+}
+
+bool IsOpaque(int dir, const std::string& name) {
+  return StatAt(dir, name + "/" + std::string(kOpaque));
+}
+
+void RestoreTimes(int fd, const struct stat& before) {
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  // An O_PATH fd's own times are set through its /proc link.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  ::utimensat(AT_FDCWD, self.c_str(), times, 0);
 }
 
 }  // namespace ucfs

@@ -57,13 +57,24 @@ struct UpperName {
   bool is_dir;
 };
 // The entries of an upper directory (stored names), without "." and "..".
-Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what);
+// `touch_atime`: read as the mount's user reads a directory, which may move
+// its atime; otherwise with O_NOATIME (where the daemon may), as the
+// overlay's own looks at a directory are no reading of it.
+Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what, bool touch_atime = false);
 // Copy-up temporaries a crash left behind, anywhere in the upper tree.
 void RemoveStaleCopyUps(int dir, int depth);
 // Marks the directory `name` in `dir` opaque: the view's directory of the
-// same name no longer shows through it. Best effort, as the entry it marks
-// is already made.
+// same name no longer shows through it; its times stay (the marker is
+// bookkeeping, not a change of the directory). Best effort, as the entry it
+// marks is already made.
 void MarkOpaque(int dir, const std::string& name);
+// Whether the upper directory `name` in `dir` is opaque.
+bool IsOpaque(int dir, const std::string& name);
+
+// Puts the atime and mtime of `fd` (any fd, O_PATH ones too) back to
+// `before`'s: the overlay's bookkeeping in a directory is no change of it.
+// Best effort.
+void RestoreTimes(int fd, const struct stat& before);
 
 }  // namespace ucfs
 

@@ -62,13 +62,25 @@ class Overlay {
     struct stat st {};         // in_upper: the upper entry's lstat
   };
 
+  // What a caller's writes and truncations may keep of a file's set-id
+  // bits depends on beyond its uid and gid (ModeAfterWrite).
+  struct Credentials {
+    std::vector<gid_t> groups;  // supplementary
+    bool fsetid = false;        // CAP_FSETID
+  };
+
   // Who makes a new entry: it is made theirs when the daemon may chown
   // (runs as root; otherwise new entries stay the daemon's), with `umask`
-  // taken from the mode asked for exactly once.
+  // taken from the mode asked for exactly once. Who writes or truncates a
+  // file: what it keeps of its set-id bits is theirs to decide.
   struct Caller {
     uid_t uid = 0;
     gid_t gid = 0;
     mode_t umask = 0;
+    // Asked only when a set-id bit is at stake (FUSE sends neither, so the
+    // adapter reads them from /proc). Null: no supplementary groups, and
+    // CAP_FSETID for uid 0 only.
+    std::function<Credentials()> credentials;
   };
 
   // An entry of the upper directory, to act on relative to its directory:
@@ -96,15 +108,24 @@ class Overlay {
         on_upper_dir;
   };
 
-  // Creates `upper_dir` if needed, and removes the temporary files of
-  // copy-ups a crash interrupted.
+  // Creates `upper_dir` if needed (0755 whatever the umask: a shared
+  // mount's root must be open to its users), and removes the temporary
+  // files of copy-ups a crash interrupted.
   static Result<std::unique_ptr<Overlay>> Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
                                                Options options = {});
 
+  // A directory of the view that an upper directory of the same name merges
+  // with (`lower` set) shows through it unless that one is opaque: a
+  // directory made or moved where a view directory was removed holds
+  // nothing of the view, so it is no merge (and renames like any other).
   Result<Entry> Lookup(std::string_view path);
   // The merged listing, sorted by name, whiteouts applied and hidden.
-  Result<std::vector<std::pair<std::string, Entry>>> ReadDir(std::string_view path);
+  // `reading`: a listing the mount's user asked for, which moves the upper
+  // directory's atime as reading any directory does; the overlay's own
+  // (is it empty? what is there to clear?) leave it.
+  Result<std::vector<std::pair<std::string, Entry>>> ReadDir(std::string_view path,
+                                                             bool reading = false);
 
   // `caller` null: the entry is the daemon's, mode as given.
   Status MakeDir(std::string_view path, mode_t mode, const Caller* caller = nullptr);
@@ -139,12 +160,20 @@ class Overlay {
   Result<UpperRef> LocateUpper(std::string_view path);
 
   // The slow half of a copy-up, done apart: a view file's bytes, owner,
-  // mode and times written to a temporary of the upper directory. It reads
-  // only the View and writes only that fresh file, so it needs none of the
-  // Overlay's state and runs while other operations go on (OverlayFs runs
-  // it with its table unlocked: a copy of gigabytes must not stop every
-  // lookup on the mount). Adopt then makes it the upper file at a path, a
-  // rename; a copy never adopted is removed when it goes.
+  // mode and times written to a file of its own. It reads only the View
+  // and writes only that fresh file, so it needs none of the Overlay's
+  // state and runs while other operations go on (OverlayFs runs it with
+  // its table unlocked: a copy of gigabytes must not stop every lookup on
+  // the mount). Adopt then gives it its name, a link (or rename); a copy
+  // never adopted is removed when it goes.
+  //
+  // The file is made when the CopyAside is (under the Overlay's caller's
+  // lock), nameless (O_TMPFILE) where the upper file system allows: no
+  // directory but the one it is adopted into sees it, and that one's times
+  // are kept (as overlayfs keeps a copy-up's parent's). A source's link,
+  // or a file system without O_TMPFILE, gets a temporary name in the upper
+  // root instead, whose times are put back at adoption if nothing else
+  // changed them meanwhile.
   class CopyAside {
    public:
     CopyAside(CopyAside&&) noexcept = default;
@@ -153,13 +182,20 @@ class Overlay {
     // Writes the copy. Thread-safe with any Overlay call.
     Status Run();
     InodeId lower() const { return lower_; }
+    // The written copy as a file of no name, open for reading and writing:
+    // the file of handles whose view file lost its every name before it
+    // was copied (OverlayFs). The caller closes it.
+    Result<int> TakeUnnamed();
 
    private:
     friend class Overlay;
     CopyAside() = default;
     Status RunForLink(const Attr& attr);
-    UniqueFd root_;  // the upper root (a dup: independent of the Overlay)
-    std::string temp_;
+    UniqueFd root_;               // the upper root (a dup: independent of the Overlay)
+    UniqueFd file_;               // the copy (a regular file's), nameless or at temp_
+    std::string temp_;            // its temporary name in the root, if it has one
+    struct stat root_before_ {};  // the root's stat before temp_ was made,
+    struct stat root_after_ {};   // and after
     std::shared_ptr<View> view_;
     Env* env_ = nullptr;
     InodeId lower_ = 0;
@@ -172,6 +208,8 @@ class Overlay {
   // a read-only entry: the change itself then answers).
   Result<std::optional<CopyAside>> PrepareCopyAside(std::string_view path,
                                                     bool keep_contents = true);
+  // A copy of the view file `lower` whatever its name (TakeUnnamed).
+  Result<CopyAside> CopyAsideOf(InodeId lower);
   // Makes `copy` (Run) the upper file of `path` if `path` still shows the
   // view file it copied; else drops it (renamed, removed or copied up
   // meanwhile: the change then goes on as if it had not been made).
@@ -183,6 +221,11 @@ class Overlay {
 
   // Whether `path` is in or at a read-only root entry.
   bool IsReadOnly(std::string_view path) const;
+
+  // The directories of the view copied into the upper directory since the
+  // last call (to make room for a change below them), by path: they are
+  // merged directories now, whose link count shows otherwise (OverlayFs).
+  std::vector<std::string> TakeCopiedUpDirs() { return std::exchange(copied_up_dirs_, {}); }
 
   const std::string& upper_dir() const { return upper_; }
 
@@ -208,8 +251,9 @@ class Overlay {
   // Removes the whiteout of `name` in `dir`; true if there was one.
   bool RemoveWhiteout(int dir, std::string_view name);
   Status CopyUp(int dir, std::string_view name, InodeId lower, bool keep_contents);
-  CopyAside NewCopyAside(InodeId lower, bool keep_contents);
-  // Renames a written copy into `dir` as `name`.
+  // Makes the copy's file (CopyAside).
+  Result<CopyAside> NewCopyAside(InodeId lower, bool keep_contents);
+  // Gives a written copy its name `name` in `dir`, whose times it keeps.
   Status Install(int dir, std::string_view name, CopyAside copy);
   // After `name` was made in `dir` by the daemon: owner and mode as they
   // would be had `caller` made it with `mode` (umask applied by the caller).
@@ -233,11 +277,20 @@ class Overlay {
   Options options_;
   const bool can_chown_;
   uint64_t copy_ups_ = 0;
+  std::vector<std::string> copied_up_dirs_;
 };
 
 // Whiteout bookkeeping names as stored in an upper directory, hidden from
 // listings.
 bool IsOverlayInternalName(std::string_view name);
+
+// The mode a write or truncation by `caller` leaves a file of `mode` and
+// group `gid`, as the kernel's setattr_should_drop_suidgid decides it:
+// without CAP_FSETID, a regular file loses S_ISUID, and S_ISGID where its
+// group may execute it or the caller is not of its group. FUSE leaves a
+// direct write's, an O_TRUNC open's and part of the rest to the file
+// system (ucfs(1), THE WRITABLE MOUNT).
+mode_t ModeAfterWrite(mode_t mode, gid_t gid, const Overlay::Caller& caller);
 
 // The mode (type and permissions) and owner the mount shows for a view entry.
 mode_t ViewEntryMode(const Attr& a);

@@ -16,7 +16,7 @@
 // Thread safety: every method may be called concurrently; one mutex
 // serialises them (metadata operations are rare next to reads and writes,
 // which never take it). A copy-up's bytes are written with it released
-// (CopyUpUnlocked): only the rename that installs them holds it. Lock
+// (CopyUpUnlocked): only the link that installs them holds it. Lock
 // order: OverlayFs::mu_, then View's.
 #ifndef UCFS_OVERLAY_OVERLAY_FS_H_
 #define UCFS_OVERLAY_OVERLAY_FS_H_
@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,14 +44,32 @@ namespace ucfs {
 
 class OverlayFs {
  public:
+  // What the read-only handles of a view file read: the view's pieces
+  // until the file is copied up, and from then on the copy, through
+  // `copy_fd` (as overlayfs reopens such a file on its upper layer), even
+  // once the copy has lost its names. Shared by the handles of one inode;
+  // the copy's fd closes with the last of them.
+  struct ViewFile {
+    explicit ViewFile(InodeId view) : view_inode(view) {}
+    ViewFile(const ViewFile&) = delete;
+    ViewFile& operator=(const ViewFile&) = delete;
+    ~ViewFile();
+    const InodeId view_inode;
+    std::atomic<int> copy_fd{-1};  // set once, under OverlayFs's lock
+  };
+
   // An open file: an fd of the upper file (released by Release), or the
-  // view inode whose pieces serve reads.
+  // view inode whose pieces serve reads (`view_file`).
   struct Handle {
     int fd = -1;
     InodeId view_inode = 0;
+    std::shared_ptr<ViewFile> view_file;
     // A view file whose pages the kernel may keep from an earlier open (it
     // is the view file it was then).
     bool keep_cache = false;
+    // The fd reads and fstat of this handle go to: its own, or its view
+    // file's copy once there is one; -1 while the view serves it.
+    int ReadFd() const { return fd >= 0 ? fd : view_file ? view_file->copy_fd.load() : -1; }
   };
 
   // What a setattr asks for; times may be UTIME_NOW in tv_nsec.
@@ -73,14 +92,20 @@ class OverlayFs {
   Result<struct stat> Lookup(InodeId parent, std::string_view name);
   void Forget(InodeId inode, uint64_t count);
   // `fd` >= 0: an open file's fd. An inode whose names are all gone still
-  // answers while a file of it is open (fstat, fchmod, futimens of an
-  // unlinked file).
+  // answers while the kernel holds it (fstat, fchmod, futimens of an
+  // unlinked file, of a removed directory): through a file of it that is
+  // open, else as it was when it lost its last name (a directory or a
+  // special file: kept here, as a file system keeps such an inode).
   Result<struct stat> GetAttr(InodeId inode, int fd = -1);
-  // Entries sorted by name, with their inode numbers.
+  // Entries sorted by name, with their inode numbers: a reading of the
+  // directory (its atime moves as the upper file system moves it). A
+  // removed directory the kernel still holds is empty.
   Result<std::vector<std::pair<std::string, struct stat>>> ReadDir(InodeId dir);
 
-  // `flags` as open(2) gets them (no O_CREAT: that is Create).
-  Result<Handle> Open(InodeId inode, int flags);
+  // `flags` as open(2) gets them (no O_CREAT: that is Create). An O_TRUNC
+  // open by `caller` clears the set-id bits their truncation clears
+  // (ModeAfterWrite); null: the daemon's.
+  Result<Handle> Open(InodeId inode, int flags, const Caller* caller = nullptr);
   // `caller` null: made as the daemon, `mode` as given.
   Result<std::pair<struct stat, Handle>> Create(InodeId parent, std::string_view name, int flags,
                                                 mode_t mode, const Caller* caller = nullptr);
@@ -101,8 +126,25 @@ class OverlayFs {
   // `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE.
   Status Rename(InodeId parent, std::string_view name, InodeId new_parent,
                 std::string_view new_name, unsigned flags);
-  // A view file is copied up first (truncation to 0 skips the copy).
-  Result<struct stat> SetAttr(InodeId inode, const SetAttrRequest& request, int fd = -1);
+  // A view file is copied up first (truncation to 0 skips the copy). A
+  // truncation by `caller` clears the set-id bits it clears
+  // (ModeAfterWrite).
+  Result<struct stat> SetAttr(InodeId inode, const SetAttrRequest& request, int fd = -1,
+                              const Caller* caller = nullptr);
+  // Before a write by `caller` through `fd` (an open upper file): the
+  // set-id bits such a write clears, cleared (ModeAfterWrite); true if
+  // there were any (behind the kernel's back: it is to be told). Takes no
+  // lock, as writes take none.
+  static Result<bool> BeforeWrite(int fd, const Caller& caller);
+
+  // The names of `inode` the table knows: (parent inode, name).
+  std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId inode);
+
+  // Inodes whose attributes changed without an operation on them (a view
+  // directory copied up to make room for a change below it is a merged
+  // directory from then on, with another link count): the kernel, which
+  // caches attributes, is to be told. Since the last call.
+  std::vector<InodeId> TakeChangedBehind();
 
   // Extended attributes: the view's ("user.ucfs.*", read-only) for view
   // entries, the upper entry's own otherwise. Setting one on a view entry
@@ -124,16 +166,23 @@ class OverlayFs {
   struct Node {
     std::vector<std::string> paths;  // its names ("" for the root); none once all are gone
     uint64_t lookups = 0;
-    std::vector<int> fds;       // open upper files of it, which outlive its names
-    InodeId view_inode = 0;     // the view file it last opened as
-    bool has_file_key = false;  // in by_file_ under file_key
+    std::vector<int> fds;               // open upper files of it, which outlive its names
+    InodeId view_inode = 0;             // the view file it last opened as
+    std::weak_ptr<ViewFile> view_file;  // its view file's, while a handle holds it
+    bool has_file_key = false;          // in by_file_ under file_key
     std::pair<dev_t, ino_t> file_key{};
+    // Its attributes once its last name went, where no open file of it
+    // answers for it (a removed directory, FIFO, socket, symlink).
+    std::optional<struct stat> orphan;
   };
 
   // Copies the view file at `inode` up with the table unlocked (the bytes
   // written aside, then renamed in under the lock), so that a copy-up of
   // gigabytes holds no other operation up; a no-op for anything else.
-  Status CopyUpUnlocked(InodeId inode, bool keep_contents) UCFS_EXCLUDES(mu_);
+  // `nameless`: a view file whose names are all gone is copied for its
+  // open handles (ViewFile), to a file of no name.
+  Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false)
+      UCFS_EXCLUDES(mu_);
   Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
   Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
   // The inode of `path`, made if new; `count` lookups added. An upper
@@ -143,8 +192,9 @@ class OverlayFs {
   Result<struct stat> StatPath(const std::string& path, InodeId inode) UCFS_REQUIRES(mu_);
   struct stat StatOf(const std::string& path, const Overlay::Entry& e, InodeId inode)
       UCFS_REQUIRES(mu_);
-  // An fd of a file of `inode` that is open, or -1.
-  int OpenFdOf(InodeId inode) UCFS_REQUIRES(mu_);
+  // An fd of a file of `inode` that is open, or -1: an upper file's, or
+  // its view file's copy (ViewFile::copy_fd, kept open by *held).
+  int OpenFdOf(InodeId inode, std::shared_ptr<ViewFile>* held) UCFS_REQUIRES(mu_);
   // Drops `inode` from the table once neither the kernel (lookups) nor an
   // open file holds it.
   void MaybeErase(InodeId inode) UCFS_REQUIRES(mu_);
@@ -157,6 +207,23 @@ class OverlayFs {
   void Exchange(const std::string& a, const std::string& b) UCFS_REQUIRES(mu_);
   // Makes `path`'s entry a new one: the reply of a create.
   Result<struct stat> NewEntry(const std::string& path) UCFS_REQUIRES(mu_);
+  // After a change that may have copied `inode` up: its view file's open
+  // handles read the copy from now on (ViewFile::copy_fd).
+  void FollowCopyUp(InodeId inode) UCFS_REQUIRES(mu_);
+  // After any change: the view directories it copied up are merged ones
+  // now (changed_behind_).
+  void NoteCopiedUpDirs() UCFS_REQUIRES(mu_);
+  // Before `path` loses its entry: the inode there and its attributes as
+  // they will be once the entry is gone, if it is a directory or special
+  // file (whose fds are the kernel's alone); Orphan keeps them for an inode
+  // left with no name.
+  std::optional<std::pair<InodeId, struct stat>> LastAttrs(const std::string& path)
+      UCFS_REQUIRES(mu_);
+  void Orphan(const std::optional<std::pair<InodeId, struct stat>>& last) UCFS_REQUIRES(mu_);
+  // A setattr of an inode with no name and no open file: its kept
+  // attributes changed.
+  Result<struct stat> SetOrphanAttr(InodeId inode, Node& node, const SetAttrRequest& request)
+      UCFS_REQUIRES(mu_);
 
   // The Overlay is not thread-safe: every call into it holds mu_.
   const std::unique_ptr<Overlay> overlay_ UCFS_PT_GUARDED_BY(mu_);
@@ -168,6 +235,7 @@ class OverlayFs {
   std::unordered_map<std::string, InodeId> by_path_ UCFS_GUARDED_BY(mu_);
   // Upper files with several links: (device, inode) -> their inode here.
   std::map<std::pair<dev_t, ino_t>, InodeId> by_file_ UCFS_GUARDED_BY(mu_);
+  std::vector<InodeId> changed_behind_ UCFS_GUARDED_BY(mu_);
 };
 
 }  // namespace ucfs
