@@ -177,10 +177,9 @@ int RunMount(MountArgs a, int verbosity) {
     if (std::shared_ptr<ucfs::UpperRootViews> views = opened_view->upper_views) {
       // Checkpoints saved through the mount are roots like the source's.
       upper = opened_view->upper_dir;
-      overlay_options.on_upper_dir = [views](const std::string& path, const std::string& dir,
-                                             std::string_view missed) {
-        return (missed.empty() || ucfs::UpperRootViews::MightShow(missed)) &&
-               views->Update(path, dir);
+      overlay_options.might_show = &ucfs::UpperRootViews::MightShow;
+      overlay_options.on_upper_dir = [views](const std::string& path, const std::string& dir) {
+        return views->Update(path, dir);
       };
     }
     auto opened =

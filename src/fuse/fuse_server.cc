@@ -113,7 +113,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto st = s.read_only.Lookup(parent, name);
   if (!st.ok()) {
     // A negative entry is cacheable too: the tree does not change.
-    ReplyLookupError(req, s, st.status());
+    ReplyLookupError(req, st.status(), s.timeout);
     return;
   }
   fuse_entry_param e{};
@@ -269,10 +269,10 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &sv);
 }
 
-void ReplyLookupError(fuse_req_t req, const Server& s, const Status& status) {
+void ReplyLookupError(fuse_req_t req, const Status& status, double negative_timeout) {
   if (ErrnoOf(status) == ENOENT) {
     fuse_entry_param e{};
-    e.entry_timeout = s.timeout;
+    e.entry_timeout = negative_timeout;
     fuse_reply_entry(req, &e);
     return;
   }

@@ -103,8 +103,8 @@ inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userda
 int ErrnoOf(const Status& s);
 
 // Answers a failed lookup: "no such entry" as a negative entry the kernel
-// may cache for the mount's timeout, anything else as its errno.
-void ReplyLookupError(fuse_req_t req, const Server& s, const Status& status);
+// may cache for `negative_timeout` seconds, anything else as its errno.
+void ReplyLookupError(fuse_req_t req, const Status& status, double negative_timeout);
 
 // The kernel resets a mount's readahead at INIT; the first request after
 // it raises it (once).

@@ -119,8 +119,11 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   RaiseReadaheadOnce(s);
   auto st = s.overlay->Lookup(parent, name);
   if (!st.ok()) {
-    // Negative entries are cached too; every change comes through here.
-    ReplyLookupError(req, s, st.status());
+    // Negative entries are cached too, as every change comes through here
+    // but the views of a tag saved through the mount: a name one may add
+    // would otherwise stay missing in the kernel for the timeout after it
+    // is listed (HF Trainer looks model.safetensors up before it saves).
+    ReplyLookupError(req, st.status(), s.overlay->MightAppear(name) ? 0.0 : s.timeout);
     return;
   }
   ReplyEntry(req, s, *st);

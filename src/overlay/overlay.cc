@@ -137,11 +137,11 @@ Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
 
 Result<Overlay::Entry> Overlay::Lookup(std::string_view path) {
   auto r = Resolve(path);
-  if (!r.ok() && r.status().posix_errno() == ENOENT && options_.on_upper_dir && !path.empty()) {
-    auto [parent, name] = SplitLast(path);
+  auto [parent, name] = SplitLast(path);
+  if (!r.ok() && r.status().posix_errno() == ENOENT && !path.empty() && MightAppear(name)) {
     auto p = Resolve(parent);
     if (p.ok() && p->entry.in_upper && p->entry.is_dir &&
-        options_.on_upper_dir(std::string(parent), p->entry.upper_path, name)) {
+        options_.on_upper_dir(std::string(parent), p->entry.upper_path)) {
       r = Resolve(path);
     }
   }
@@ -149,12 +149,16 @@ Result<Overlay::Entry> Overlay::Lookup(std::string_view path) {
   return std::move(r->entry);
 }
 
+bool Overlay::MightAppear(std::string_view name) const {
+  return options_.on_upper_dir && options_.might_show && options_.might_show(name);
+}
+
 Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(std::string_view path,
                                                                              bool reading) {
   UCFS_ASSIGN_OR_RETURN(Resolved dir, Resolve(path));
   if (!dir.entry.is_dir) return Fail(ENOTDIR, path, "not a directory");
   if (dir.entry.in_upper && options_.on_upper_dir &&
-      options_.on_upper_dir(std::string(path), dir.entry.upper_path, {})) {
+      options_.on_upper_dir(std::string(path), dir.entry.upper_path)) {
     UCFS_ASSIGN_OR_RETURN(dir, Resolve(path));
   }
   std::map<std::string, Entry> merged;

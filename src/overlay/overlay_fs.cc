@@ -60,6 +60,11 @@ Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   return StatOf(path, e, inode);
 }
 
+bool OverlayFs::MightAppear(std::string_view name) {
+  MutexLock lock(mu_);
+  return overlay_->MightAppear(name);
+}
+
 Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
   MutexLock lock(mu_);
   auto path = PathOf(inode);

@@ -9,7 +9,9 @@ config.json, and `latest` written last, as DeepSpeed writes it):
 
 - while the tag is half-saved (one rank's files still missing) checkpoint-12
   shows as written, no view; once whole, model.safetensors appears beside its
-  config.json, byte for byte what a read-only mount of the same files shows;
+  config.json, byte for byte what a read-only mount of the same files shows,
+  and a stat finds it at once though one missed it before (HF Trainer looks
+  the name up before it saves: the kernel must not have kept that miss);
 - without --views no _universal/_fp32/latest_universal; with --views they
   appear, and global_step12_universal/ is byte for byte `ucfs export`'s;
 - a look-up of global_step12_universal/ with no listing first finds it;
@@ -96,11 +98,14 @@ def test(base):
             save_through(m.dir, "z3_bf16_ws3", hold_back=held)
             names = sorted(os.listdir(ck))
             assert names == ["config.json", "global_step12", "latest"], names
+            assert not os.path.exists(os.path.join(ck, "model.safetensors"))
             shutil.copyfile(os.path.join(fixture_tag("z3_bf16_ws3"), held),
                             os.path.join(ck, "global_step12", held))
         check("a half-saved checkpoint shows as written, no view", half_saved_shows_as_written)
 
         def weights_once_whole():
+            # Found at once by a lookup that follows the one that missed.
+            assert os.path.isfile(os.path.join(ck, "model.safetensors"))
             names = sorted(os.listdir(ck))
             assert names == ["config.json", "global_step12", "latest", "model.safetensors"], names
             with open(os.path.join(ck, "model.safetensors"), "rb") as f:

@@ -97,15 +97,19 @@ class Overlay {
     // made, changed, removed, renamed or linked (EROFS), and their modes
     // show no write bits.
     std::vector<std::string> read_only;
-    // Asked when an upper directory is listed (`missed` empty), or a name
-    // is looked up in one and missed: the view may add to its directory at
-    // `path` what it makes of the upper directory `upper_dir` (the views of
-    // a checkpoint saved through the mount: upper_root_views.h); true when
-    // it did, and the overlay then looks again. Runs under the OverlayFs
-    // lock, so it must not call into the Overlay.
-    std::function<bool(const std::string& path, const std::string& upper_dir,
-                       std::string_view missed)>
-        on_upper_dir;
+    // What a view may add to the upper directories (the views of a
+    // checkpoint saved through the mount: upper_root_views.h). Both set, or
+    // neither.
+    //
+    // Whether a name missed in an upper directory is one the view could add
+    // there: only such a miss asks `on_upper_dir`, and none is final.
+    std::function<bool(std::string_view name)> might_show;
+    // Asked when an upper directory is listed, or a name `might_show` is
+    // looked up in one and missed: the view may add to its directory at
+    // `path` what it makes of the upper directory `upper_dir`; true when it
+    // did, and the overlay then looks again. Runs under the OverlayFs lock,
+    // so it must not call into the Overlay.
+    std::function<bool(const std::string& path, const std::string& upper_dir)> on_upper_dir;
   };
 
   // Creates `upper_dir` if needed (0755 whatever the umask: a shared
@@ -120,6 +124,9 @@ class Overlay {
   // directory made or moved where a view directory was removed holds
   // nothing of the view, so it is no merge (and renames like any other).
   Result<Entry> Lookup(std::string_view path);
+  // Whether `name`, missing now, may yet appear without being made through
+  // the overlay (Options::might_show): a miss of it must not be remembered.
+  bool MightAppear(std::string_view name) const;
   // The merged listing, sorted by name, whiteouts applied and hidden.
   // `reading`: a listing the mount's user asked for, which moves the upper
   // directory's atime as reading any directory does; the overlay's own

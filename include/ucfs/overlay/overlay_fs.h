@@ -90,6 +90,9 @@ class OverlayFs {
   // Every entry returned by Lookup, Create, MakeDir, MakeNode, Symlink and
   // Link counts one lookup, which Forget gives back.
   Result<struct stat> Lookup(InodeId parent, std::string_view name);
+  // Whether a miss of `name` may stop being one with no call through this
+  // (Overlay::MightAppear): the kernel must not cache it.
+  bool MightAppear(std::string_view name);
   void Forget(InodeId inode, uint64_t count);
   // `fd` >= 0: an open file's fd. An inode whose names are all gone still
   // answers while the kernel holds it (fstat, fchmod, futimens of an
