@@ -640,6 +640,15 @@ def launch(ctx, W, program, args, log, env=None, timeout=900):
     return ctx.run(cmd, REPO, log, timeout=timeout + 60, env=env)
 
 
+def recipe_commands(program, W, resume_note=""):
+    """A recipe's rank program and the commands that run its two phases on W ranks in the root."""
+    launch_program = (f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
+                      f"tests/tools/modern/{program} --spec SPEC.json --phase")
+    return {"program": f"tests/tools/modern/{program} (one rank; started by tests/ecosystem/harness/launch.py)",
+            "train_command": f"{launch_program} train",
+            "resume_command": f"{launch_program} resume{resume_note}"}
+
+
 GATE_NOTE = ("TrickyNet's gate is a [1] param here (0-dim [] in the 0.14.5 fixtures): DeepSpeed 0.19.8 cannot take a "
              "0-dim param at any ZeRO stage: DeepSpeedEngine._broadcast_model does dist.broadcast(p.data.view("
              "torch.uint8)) -> 'RuntimeError: self.dim() cannot be 0 to view Float as Byte (different element "
@@ -724,11 +733,7 @@ def build_ds(ctx, spec, a):
     check_tools(fx, roots, live_by_tag, module_by_tag, {("checkpoint", tag): tr["model"]})
     cfg = spec["ds_config"]
     recipe = {
-        "program": "tests/tools/modern/ds_worker.py (one rank; started by tests/ecosystem/harness/launch.py)",
-        "train_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                         f"tests/tools/modern/ds_worker.py --spec SPEC.json --phase train",
-        "resume_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                          f"tests/tools/modern/ds_worker.py --spec SPEC.json --phase resume",
+        **recipe_commands("ds_worker.py", W),
         "spec": dict(wspec, ckpt="<checkpoint dir>", result="<result path prefix>"),
         "model": describe_ds_model(),
         "init": "torch.manual_seed(1234) then TrickyNet(), on every rank (resume: seed 4321, then load_checkpoint)",
@@ -793,17 +798,18 @@ def build_ds(ctx, spec, a):
     return base
 
 
-def state_equal(tr, rr):
+def state_equal(saved, loaded):
+    """Names whose sha256 differ between a save-time capture and a load-time capture ({"live", "module"} each: the
+    resume check of every builder)."""
     bad = []
-    for n, e in tr["live"]["params"].items():
+    for n, e in saved["live"]["params"].items():
         for k, r in e.items():
-            if r is None:
-                continue
-            got = rr["live"]["params"].get(n, {}).get(k)
-            if not got or got["sha256"] != r["sha256"]:
-                bad.append(f"{n}.{k}")
-    for n, r in tr["module"]["params"].items():
-        got = rr["module"]["params"].get(n)
+            if isinstance(r, dict) and "sha256" in r:
+                got = loaded["live"]["params"].get(n, {}).get(k)
+                if not got or got["sha256"] != r["sha256"]:
+                    bad.append(f"{n}.{k}")
+    for n, r in saved["module"]["params"].items():
+        got = loaded["module"]["params"].get(n)
         if not got or got["sha256"] != r["sha256"]:
             bad.append(f"module.{n}")
     return {"equal": not bad, "differ": bad}

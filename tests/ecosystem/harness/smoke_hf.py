@@ -8,13 +8,14 @@ config (no download) with DeepSpeed ZeRO-3 bf16 on CPU ranks, saves, and resumes
 The resumed run checks, before its first step, that the global step is 3 and that the gathered weights equal, bit for
 bit, those the first run had when it saved (recorded by each rank in D/weights_rank{R}.pt).
 """
-import argparse
 import os
 import sys
 
 import shims
 
 shims.apply(hf=True)
+
+import smoke_common  # noqa: E402
 
 import torch  # noqa: E402
 import deepspeed  # noqa: E402
@@ -48,10 +49,7 @@ class Check(transformers.TrainerCallback):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", required=True)
-    ap.add_argument("--phase", choices=("save", "load"), required=True)
-    a = ap.parse_args()
+    a = smoke_common.phase_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
     ds_config = {
@@ -80,9 +78,7 @@ def main():
             sys.stdout.write(f"[hf] ZeRO-3 bf16 Trainer: {trainer.state.global_step} steps; checkpoint-3: "
                              f"{sorted(os.listdir(ck))}, tag: {sorted(os.listdir(os.path.join(ck, 'global_step3')))}\n")
     else:
-        assert check.result is not None, "never trained after resuming"
-        sys.stdout.write(f"[hf] rank {rank}: resumed at step {check.result[0]} with the saved weights "
-                         f"({', '.join(check.result[1])}), bit for bit; trained to step {trainer.state.global_step}\n")
+        smoke_common.report_resumed("hf", rank, check.result, trainer.state.global_step)
 
 
 if __name__ == "__main__":

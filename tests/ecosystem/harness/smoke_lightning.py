@@ -9,7 +9,6 @@ One rank of a launch.py run (Lightning sees LOCAL_RANK and leaves process creati
 The resumed run checks, at its first training step, that the global step is 3 and that the module's weights equal,
 bit for bit, the ones the first run had when it saved (recorded by each rank in D/weights_rank{R}.pt).
 """
-import argparse
 import glob
 import os
 import sys
@@ -17,6 +16,8 @@ import sys
 import shims
 
 shims.apply()
+
+import smoke_common  # noqa: E402
 
 import torch  # noqa: E402
 import lightning.pytorch as pl  # noqa: E402
@@ -49,17 +50,14 @@ class Tiny(pl.LightningModule):
         if bad or self.trainer.global_step != ref["global_step"]:
             raise AssertionError(f"resume: global_step {self.trainer.global_step} (saved at {ref['global_step']}), "
                                  f"weights differ: {bad}")
-        return {"step": self.trainer.global_step, "dtypes": sorted({str(v.dtype) for v in got.values()})}
+        return self.trainer.global_step, sorted({str(v.dtype) for v in got.values()})
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-2)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", required=True)
-    ap.add_argument("--phase", choices=("save", "load"), required=True)
-    a = ap.parse_args()
+    a = smoke_common.phase_args()
     world = int(os.environ["WORLD_SIZE"])
     rank = int(os.environ["RANK"])
 
@@ -85,9 +83,7 @@ def main():
             sys.stdout.write(f"[lightning] ZeRO-2 bf16: 1 epoch, {trainer.global_step} steps; saved "
                              f"{[os.path.relpath(f, a.dir) for f in found]}\n")
     else:
-        assert model.checked is not None, "never trained after resuming"
-        sys.stdout.write(f"[lightning] rank {rank}: resumed at step {model.checked['step']} with the saved weights "
-                         f"({', '.join(model.checked['dtypes'])}), bit for bit; trained to step {trainer.global_step}\n")
+        smoke_common.report_resumed("lightning", rank, model.checked, trainer.global_step)
 
 
 if __name__ == "__main__":

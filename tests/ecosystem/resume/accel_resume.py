@@ -14,7 +14,6 @@ scheduler.bin, random_states_<rank>.pkl), then right after it both engines' live
 their modules, accelerator.step, the scheduler, and whether the torch RNG is the saving rank's (r mod W); then the
 `extra` steps on the saving run's batches 4 and 5 (inside accelerator.accumulate, as the fixture stepped).
 """
-import argparse
 import os
 import sys
 
@@ -33,19 +32,9 @@ from rcommon import common, models  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    a = ap.parse_args()
-    spec = rcommon.load_spec(a.spec)
-    facts = rcommon.load_spec(spec["modern"])
-    recipe = facts["recipe"]["spec"]
-    common.watchdog(spec.get("watchdog", 400))
-    rank, world = common.rank(), common.world()
+    spec, facts, recipe, rank, world = rcommon.start()
     W, micro, gas = spec["world_size_saved"], spec["micro"], spec["gas"]
-    ds_config = dict(facts["ds_config"])
-    gb = ds_config["train_batch_size"]
-    assert gb == micro * gas * world
-    ds_config.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas, train_batch_size=gb)
+    ds_config, gb = rcommon.keep_global_batch(facts["ds_config"], micro, gas, world)
     plugin = DeepSpeedPlugin(hf_ds_config=ds_config)
     accelerator = Accelerator(deepspeed_plugin=plugin, mixed_precision="bf16" if recipe["dtype"] == "bf16" else "no",
                               project_config=ProjectConfiguration(project_dir=spec["scratch_project"],

@@ -207,6 +207,37 @@ def reproducer(ucfs_cmd, run_cmd):
             "           then: ucfs umount MNT"]
 
 
+def ranks_on_mount(ctx, n, program, spec, m, scratch, timeout=600):
+    """Runs `program` on n ranks reading the mount m, then unmounts it whatever happened (m.advice then holds ucfs's
+    batch advice). Returns (rc, log path, command string)."""
+    try:
+        rc, _, log, cmd = ctx.run_ranks(n, program, spec, [m], scratch, timeout=timeout)
+    finally:
+        close_all([m], scratch)
+    return rc, log, cmd
+
+
+def result_of(spec, rc, log, repro=()):
+    """What the program recorded (spec["result"]); Failed, with its last error lines, its log and the reproducer
+    lines `repro`, when it did not end well."""
+    if rc != 0 or not os.path.exists(spec["result"]):
+        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)), [f"log: {log}"] + list(repro))
+    return load_result(spec["result"])
+
+
+def advised(summary, advice):
+    """The check's summary with ucfs's batch advice, when the mount gave one."""
+    return summary + f"; ucfs advised: {advice}" if advice else summary
+
+
+def verdict(bad, summary, log, repro):
+    """A check's outcome: its summary when nothing is `bad`, else Failed on the first mismatch (the first 12 listed
+    below it, with the log and the reproducer lines `repro`)."""
+    if bad:
+        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary, bad[:12] + [f"log: {log}"] + repro)
+    return summary
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # 1 + 2: DeepSpeed engine.load_checkpoint, natively from the reshard view and with load_universal from the universal
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,17 +263,10 @@ def ds_check(ctx, name, mode, n, control=False):
     spec = {"modern": os.path.join(fx, "MODERN.json"), "ckpt": m.dir, "mode": mode, "micro": micro, "gas": gas,
             "result": os.path.join(scratch, "result.json"), "source_model_states": os.path.join(src, tag, ms),
             "fix_ds_zero3_universal": mode == "universal" and stage == 3}
-    try:
-        rc, secs, log, cmd = ctx.run_ranks(n, "ds_resume.py", spec, [m], scratch)
-    finally:
-        close_all([m], scratch)
-    adv = m.advice
+    rc, log, cmd = ranks_on_mount(ctx, n, "ds_resume.py", spec, m, scratch)
     unchanged(before, snapshot(src), "checkpoint")
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)),
-                     [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    r = load_result(spec["result"])
-    return judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log)
+    r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
+    return judge_ds(facts, r, mode, stage, m.advice, ucfs_cmd, cmd, log)
 
 
 def ds_control(ctx, name, n):
@@ -260,10 +284,8 @@ def ds_control(ctx, name, n):
     spec = {"modern": os.path.join(fx, "MODERN.json"), "ckpt": d, "mode": "universal", "micro": micro, "gas": gas,
             "result": os.path.join(scratch, "result.json"), "source_model_states": os.path.join(d, tag, ms),
             "fix_ds_zero3_universal": facts["zero_stage"] == 3}
-    rc, secs, log, cmd = ctx.run_ranks(n, "ds_resume.py", spec, [], scratch)
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)), [f"log: {log}"])
-    return judge_ds(facts, load_result(spec["result"]), "universal", facts["zero_stage"], None,
+    rc, _, log, cmd = ctx.run_ranks(n, "ds_resume.py", spec, [], scratch)
+    return judge_ds(facts, result_of(spec, rc, log), "universal", facts["zero_stage"], None,
                     "(no mount: DeepSpeed's own converter output in " + d + ")", cmd, log)
 
 
@@ -286,7 +308,7 @@ def judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log):
         bad.append(f"lr scheduler {r.get('lr_scheduler')} != saved {r.get('lr_scheduler_saved')}")
     hd = judge.hyper_diff(live_want["param_groups_hyper"], r["engine_param_groups"])
     if hd:
-        what = "; ".join(f"group {g} {k} {got!r} (saved {want!r})" for g, k, want, got in hd)
+        what = judge.hyper_diff_text(hd)
         if mode == "universal" and stage == 3 and judge.copies_group0(live_want["param_groups_hyper"],
                                                                       r["engine_param_groups"]):
             notes.append(f"DeepSpeed 0.19.8's ZeRO-3 universal loader gave every group group 0's hyper-parameters "
@@ -322,14 +344,10 @@ def judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log):
     fz = f"frozen+buffers {fok}/{fn}" if mode == "native" else "frozen+buffers from the init"
     summary = (f"{ok}/{n} fp32/optimizer tensors exact, step {r['live']['adam_steps']}, global_steps "
                f"{r['global_steps']}, lp params {mok}/{mn}, {fz}, next losses max |diff| {lmax:.1e} (tol {tol:.0e})")
-    if adv:
-        summary += f"; ucfs advised: {adv}"
+    summary = advised(summary, adv)
     if notes:
         summary += "; NOTE " + "; ".join(notes)
-    if bad:
-        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary,
-                     bad[:12] + [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    return summary
+    return verdict(bad, summary, log, reproducer(ucfs_cmd, cmd))
 
 
 DS_FIXTURES = ["z1_tricky_fp32_ws2", "z1_tricky_bf16opt_ws2", "z2_tricky_bf16_ws3", "z2_tricky_fp16_ws2",
@@ -384,15 +402,9 @@ def hf_check(ctx, name, n):
             "resume_from": os.path.join(m.dir, f"checkpoint-{K}"), "per_device": pd, "gas": gas,
             "source_checkpoint": os.path.join(run, f"checkpoint-{K}"), "world_size_saved": W,
             "result": os.path.join(scratch, "result.json")}
-    try:
-        rc, secs, log, cmd = ctx.run_ranks(n, "hf_resume.py", spec, [m], scratch, timeout=900)
-    finally:
-        close_all([m], scratch)
+    rc, log, cmd = ranks_on_mount(ctx, n, "hf_resume.py", spec, m, scratch, timeout=900)
     unchanged(before, snapshot(run), "run")
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)),
-                     [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    r = load_result(spec["result"])
+    r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
     bad, notes = [], []
     al = r["after_load"] or {}
     ck = f"checkpoint-{K}"
@@ -409,7 +421,7 @@ def hf_check(ctx, name, n):
         bad.append(f"lr scheduler {al.get('lr_scheduler')} != scheduler.pt's {r.get('lr_scheduler_saved')}")
     hd = judge.hyper_diff(facts["optimizer"]["param_groups_at_save"][ck], al.get("param_groups") or [])
     if hd:
-        bad.append("param groups: " + "; ".join(f"group {g} {k} {got!r} (saved {want!r})" for g, k, want, got in hd))
+        bad.append("param groups: " + judge.hyper_diff_text(hd))
     for rk, x in enumerate(r["rng"]):
         if not x or not x.get("found") or not x.get("torch_rng_is_saving_ranks"):
             bad.append(f"rank {rk}: RNG state not the saving rank {rk % W}'s: {x}")
@@ -470,14 +482,10 @@ def hf_check(ctx, name, n):
                f"module {mok}/{mn}, scheduler and RNG ({'rng_state.pth' if n == 1 else 'rng_state_<r>.pth'}) as saved; "
                f"steps {r['steps']} losses max |diff| {lmax:.1e} (tol {tol:.0e}); checkpoint-{M} saved into DIR: "
                + ", ".join(landed))
-    if m.advice:
-        summary += f"; ucfs advised: {m.advice}"
+    summary = advised(summary, m.advice)
     if notes:
         summary += "; " + "; ".join(notes)
-    if bad:
-        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary,
-                     bad[:12] + [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    return summary
+    return verdict(bad, summary, log, reproducer(ucfs_cmd, cmd))
 
 
 HF_FIXTURES = ["hf_llama_z3_bf16_ws2", "hf_llama_z2_fp32_ws2", "hf_peft_lora_z2_fp32_ws2", "hf_peft_lora_z3_bf16_ws2"]
@@ -547,15 +555,9 @@ def accel_check(ctx, n):
     spec = {"modern": os.path.join(fx, "MODERN.json"), "input_dir": os.path.join(m.dir, root), "micro": micro,
             "gas": gas, "source_dir": os.path.join(run, root), "world_size_saved": W,
             "scratch_project": os.path.join(scratch, "project"), "result": os.path.join(scratch, "result.json")}
-    try:
-        rc, secs, log, cmd = ctx.run_ranks(n, "accel_resume.py", spec, [m], scratch)
-    finally:
-        close_all([m], scratch)
+    rc, log, cmd = ranks_on_mount(ctx, n, "accel_resume.py", spec, m, scratch)
     unchanged(before, snapshot(run), "run")
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)),
-                     [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    r = load_result(spec["result"])
+    r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
     bad, parts = [], []
     tol = judge.loss_tol(facts)
     for i, t in enumerate(("pytorch_model", "pytorch_model_1")):
@@ -570,8 +572,7 @@ def accel_check(ctx, n):
             bad.append(f"{t}: global_steps {r['engines'][t]['global_steps']} != {gs}")
         hd = judge.hyper_diff(facts["live_state"][t]["param_groups_hyper"], r["engines"][t]["param_groups"])
         if hd:
-            bad.append(f"{t}: param groups " + "; ".join(f"group {g} {k} {got!r} (saved {w!r})"
-                                                          for g, k, w, got in hd))
+            bad.append(f"{t}: param groups " + judge.hyper_diff_text(hd))
         lmax, lb = judge.compare_losses(facts["training"][f"losses_after_model_{i}"], r[f"losses_after_model_{i}"],
                                         tol)
         bad += [f"{t}: {x}" for x in lb]
@@ -586,12 +587,8 @@ def accel_check(ctx, n):
                    f"{r['torch_rng_is_saving_ranks_all']}")
     summary = ("; ".join(parts) + f" (tol {tol:.0e}); accelerator.step {r['accelerator_step']}, scheduler.bin and "
                f"random_states_<r>.pkl as saved")
-    if m.advice:
-        summary += f"; ucfs advised: {m.advice}"
-    if bad:
-        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary,
-                     bad[:12] + [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    return summary
+    summary = advised(summary, m.advice)
+    return verdict(bad, summary, log, reproducer(ucfs_cmd, cmd))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -613,15 +610,9 @@ def lightning_check(ctx, n):
     ucfs_cmd = f"{ctx.ucfs} mount --world-size {n} --upper {upper} {run} {m.dir}"
     spec = {"modern": os.path.join(fx, "MODERN.json"), "root": m.dir, "ckpt": os.path.join(m.dir, rel),
             "batch": b, "result": os.path.join(scratch, "result.json")}
-    try:
-        rc, secs, log, cmd = ctx.run_ranks(n, "lightning_resume.py", spec, [m], scratch)
-    finally:
-        close_all([m], scratch)
+    rc, log, cmd = ranks_on_mount(ctx, n, "lightning_resume.py", spec, m, scratch)
     unchanged(before, snapshot(run), "run")
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)),
-                     [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    r = load_result(spec["result"])
+    r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
     bad = []
     al = r["after_load"] or {}
     ok, tot, b_ = judge.compare_live(facts["live_state"], al.get("live") or {"params": {}})
@@ -634,7 +625,7 @@ def lightning_check(ctx, n):
     bad += mb
     hd = judge.hyper_diff(facts["live_state"]["param_groups_hyper"], al.get("param_groups") or [])
     if hd:
-        bad.append("param groups: " + "; ".join(f"group {g} {k} {got!r} (saved {w!r})" for g, k, w, got in hd))
+        bad.append("param groups: " + judge.hyper_diff_text(hd))
     want_data = facts["resume_check"].get("data_of_steps")
     if want_data is not None and r["data_of_steps"] != want_data:
         bad.append(f"the resumed steps trained on the data of steps {r['data_of_steps']}, the resume at W on "
@@ -655,10 +646,7 @@ def lightning_check(ctx, n):
                f"global_step {E}, module {mok}/{mn} (frozen and buffers from the checkpoint); steps {r['steps']} "
                f"(data of steps {r['data_of_steps']}, batch_idx {r['batch_idx']}) losses max |diff| {lmax:.1e} "
                f"(tol {tol:.0e}); saved into DIR: " + ", ".join(f"{p} ({k} rank files)" for p, k in saved))
-    if bad:
-        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary,
-                     bad[:12] + [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    return summary
+    return verdict(bad, summary, log, reproducer(ucfs_cmd, cmd))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -686,15 +674,9 @@ def from_pretrained_check(ctx, name):
         cases.append({"dir": os.path.join(m.dir, rel), "references": refs, "rel": rel,
                       "source_has_weights": os.path.exists(os.path.join(run, rel, "model.safetensors"))})
     spec = {"cases": cases, "dtype": dtype, "result": os.path.join(scratch, "result.json")}
-    try:
-        rc, secs, log, cmd = ctx.run_ranks(1, "from_pretrained_check.py", spec, [m], scratch)
-    finally:
-        close_all([m], scratch)
+    rc, log, cmd = ranks_on_mount(ctx, 1, "from_pretrained_check.py", spec, m, scratch)
     unchanged(before, snapshot(run), "run")
-    if rc != 0 or not os.path.exists(spec["result"]):
-        raise Failed(f"the run failed (rc {rc}): " + " | ".join(error_lines(log)),
-                     [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    r = load_result(spec["result"])
+    r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
     bad, parts = [], []
     for case, got in zip(cases, r["cases"]):
         rel = case["rel"]
@@ -711,10 +693,7 @@ def from_pretrained_check(ctx, name):
                      f"model.safetensors) loads as {got['dtype']}: " +
                      ", ".join(f"{v} tensors = {k} cast" for k, v in n_same.items()))
     summary = "; ".join(parts)
-    if bad:
-        raise Failed(f"{len(bad)} mismatches: {bad[0]}; " + summary,
-                     bad[:12] + [f"log: {log}"] + reproducer(ucfs_cmd, cmd))
-    return summary
+    return verdict(bad, summary, log, reproducer(ucfs_cmd, cmd))
 
 
 # ----------------------------------------------------------------------------------------------------------------

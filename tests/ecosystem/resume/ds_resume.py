@@ -20,7 +20,6 @@ before training on: it copies group 0's hyper-parameters into every group, and g
 fixture's copy), for the lr scheduler state it saved.
 Rank 0 writes the result JSON; the judging is the host's (resume/judge.py).
 """
-import argparse
 import ast
 import os
 import sys
@@ -39,19 +38,9 @@ from rcommon import common, models  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    a = ap.parse_args()
-    spec = rcommon.load_spec(a.spec)
-    facts = rcommon.load_spec(spec["modern"])
-    recipe = facts["recipe"]["spec"]
-    common.watchdog(spec.get("watchdog", 400))
-    rank, world = common.rank(), common.world()
+    spec, facts, recipe, rank, world = rcommon.start()
     micro, gas = spec["micro"], spec["gas"]
-    cfg = dict(recipe["ds_config"])
-    gb = cfg["train_batch_size"]
-    assert gb == micro * gas * world, (gb, micro, gas, world)
-    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas, train_batch_size=gb)
+    cfg, gb = rcommon.keep_global_batch(recipe["ds_config"], micro, gas, world)
     if spec["mode"] == "universal":
         cfg["checkpoint"] = {"load_universal": True}
     deepspeed.init_distributed(dist_backend="gloo")

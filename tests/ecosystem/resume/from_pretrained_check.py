@@ -12,7 +12,6 @@ safetensors), then every tensor of the model's state dict is compared bit for bi
 same name cast to the training dtype with torch's .to() (a tied lm_head.weight with embed_tokens'; non-persistent
 buffers such as rotary inv_freq are not in either file and are left out).
 """
-import argparse
 import json
 import os
 import sys
@@ -25,10 +24,7 @@ import transformers  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    a = ap.parse_args()
-    spec = rcommon.load_spec(a.spec)
+    spec = rcommon.spec_arg()
     dtype = getattr(torch, spec["dtype"])
     out = []
     for case in spec["cases"]:

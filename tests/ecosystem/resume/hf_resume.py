@@ -16,7 +16,6 @@ scheduler and param groups; which RNG file the Trainer loaded and whether the to
 saving rank's (rank r mod W); the losses of the next steps (per step: the mean over ranks of the sum of each rank's
 micro-batch losses, which is the mean over the global batch as the Trainer normalises it).
 """
-import argparse
 import os
 import sys
 
@@ -108,25 +107,12 @@ def new_checkpoint_weights(spec, recipe, trainer, cap):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    a = ap.parse_args()
-    spec = rcommon.load_spec(a.spec)
-    facts = rcommon.load_spec(spec["modern"])
-    recipe = facts["recipe"]["spec"]
-    common.watchdog(spec.get("watchdog", 600))
-    rank, world = common.rank(), common.world()
+    spec, _, recipe, rank, world = rcommon.start(watchdog_seconds=600)
     W = spec["world_size_saved"]
 
     ds_config = hf_worker.ds_config_for(recipe)
     args = training_args(recipe, ds_config, spec["output_dir"], spec["per_device"], spec["gas"])
-    transformers.set_seed(args.seed)
-    model = transformers.LlamaForCausalLM(models.llama_config(tie=recipe.get("tie", False)))
-    if recipe["model"] == "peft":
-        import peft
-        lcfg = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-                               task_type="CAUSAL_LM")
-        model = peft.get_peft_model(model, lcfg)
+    model = hf_worker.build_model(recipe, args.seed)
     cap = AfterLoad()
     rng = {}
 

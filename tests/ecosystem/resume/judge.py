@@ -120,6 +120,11 @@ def hyper_diff(want_groups, got_groups, keys=None):
     return out
 
 
+def hyper_diff_text(diffs):
+    """hyper_diff's differences for a check's line: "group G KEY GOT (saved WANT)", "; "-separated."""
+    return "; ".join(f"group {g} {k} {got!r} (saved {want!r})" for g, k, want, got in diffs)
+
+
 def copies_group0(want_groups, got_groups):
     """True when every group's hyper-parameters are group 0's as saved (DeepSpeed 0.19.8's ZeRO-3 universal loader:
     stage3.py load_hp_checkpoint_state_from_checkpoint_dir_stage3 copies param_groups[0] into every group)."""

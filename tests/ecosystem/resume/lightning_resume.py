@@ -14,7 +14,6 @@ trainer.fit(model, loader, ckpt_path=MNT/...ckpt). Records at the first training
 masters and optimizer state (values), the module, global_step; the losses of the resumed steps; what Lightning saved
 through the mount is judged on the host (DIR).
 """
-import argparse
 import os
 import sys
 
@@ -28,7 +27,7 @@ import torch  # noqa: E402
 import lightning.pytorch as pl  # noqa: E402
 
 
-class Rows(torch.utils.data.Dataset):
+class Rows(lightning_worker.TokenRows):
     """The global batch of step s (models.tricky_batch's GB rows) at dataset indices laid out for N replicas of a
     non-shuffling DistributedSampler (rank r gets indices r, r+N, ...) and batch b: rank r's k-th batch is global
     batch k's rows [r*b, (r+1)*b)."""
@@ -44,13 +43,6 @@ class Rows(torch.utils.data.Dataset):
                     block[i * world + r] = tok[r * b + i]
             self.items.extend(block)
 
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        t = self.items[i]
-        return t[:-1], t[1:]
-
 
 class Module(lightning_worker.Module):
     def training_step(self, batch, idx):
@@ -64,28 +56,15 @@ class Module(lightning_worker.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    a = ap.parse_args()
-    spec = rcommon.load_spec(a.spec)
-    facts = rcommon.load_spec(spec["modern"])
-    recipe = facts["recipe"]["spec"]
-    common.watchdog(spec.get("watchdog", 400))
-    rank, world = common.rank(), common.world()
+    spec, _, recipe, rank, world = rcommon.start()
     E, extra, b = recipe["steps_per_epoch"], recipe["extra"], spec["batch"]
     pl.seed_everything(4321, verbose=False)
     torch.manual_seed(4321)
     model = Module()
     model.phase = "resume"
     data = Rows(range(E, E + extra), world, b)
-    sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
-    loader = torch.utils.data.DataLoader(data, batch_size=b, sampler=sampler)
-    Strategy = lightning_worker.shims.cpu_deepspeed_strategy()
-    trainer = pl.Trainer(accelerator="cpu", devices=world, num_nodes=1,
-                         precision="bf16-mixed" if recipe["dtype"] == "bf16" else "32-true",
-                         strategy=Strategy(stage=recipe["stage"]), default_root_dir=spec["root"],
-                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
-                         num_sanity_val_steps=0, use_distributed_sampler=False, max_epochs=-1, max_steps=E + extra)
+    loader = lightning_worker.make_loader(data, world, rank, b)
+    trainer = lightning_worker.make_trainer(recipe, world, spec["root"], max_epochs=-1, max_steps=E + extra)
     trainer.fit(model, loader, ckpt_path=spec["ckpt"])
     per_rank, mean = common.gather_losses([v for _, v in model.rec])
     sums = {models.fingerprint(rcommon.rows(rcommon.tricky_global(s, world * b), 0, 0, b, 1)[0]): s

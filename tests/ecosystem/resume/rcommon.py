@@ -7,6 +7,7 @@ batch (GB rows), dealt out as N ranks x `gas` micro batches of `micro` rows (GB 
 batch j is rows [(r*gas + j)*micro, +micro): at the saving run's own W (gas 1, micro GB/W) this is the generator's
 own split, rank r rows [r*micro, (r+1)*micro).
 """
+import argparse
 import json
 import os
 import sys
@@ -69,6 +70,32 @@ def group_hyper(opt):
 def load_spec(path):
     with open(path) as f:
         return json.load(f)
+
+
+def spec_arg():
+    """The spec the host's driver.py wrote for this program (--spec SPEC.json), loaded."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    return load_spec(ap.parse_args().spec)
+
+
+def start(watchdog_seconds=400):
+    """What every *_resume.py does first: its spec, the fixture's MODERN.json facts and recipe, a watchdog (the spec's
+    "watchdog" seconds, else the program's default: a hung collective ends the run) and this rank's place.
+    Returns (spec, facts, recipe, rank, world)."""
+    spec = spec_arg()
+    facts = load_spec(spec["modern"])
+    common.watchdog(spec.get("watchdog", watchdog_seconds))
+    return spec, facts, facts["recipe"]["spec"], common.rank(), common.world()
+
+
+def keep_global_batch(ds_config, micro, gas, world):
+    """The saving run's DeepSpeed config at `world` ranks with its global batch kept: micro batch `micro` and `gas`
+    accumulation steps (GB = world * gas * micro). Returns (the config, a copy; GB)."""
+    gb = ds_config["train_batch_size"]
+    assert gb == micro * gas * world, (gb, micro, gas, world)
+    return dict(ds_config, train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=gas,
+                train_batch_size=gb), gb
 
 
 def write_result(spec, res):

@@ -17,8 +17,6 @@ save_state() write PROJECT_DIR/checkpoints/checkpoint_0/ with tags pytorch_model
 resume: the same set-up with other initial weights, accelerator.load_state() (the newest checkpoint_N), `extra`
 steps.
 """
-import argparse
-import json
 import os
 import sys
 
@@ -37,13 +35,7 @@ import models  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--phase", choices=("train", "resume"), required=True)
-    a = ap.parse_args()
-    spec = json.load(open(a.spec))
-    common.watchdog(spec.get("watchdog", 300))
-    rank, world = common.rank(), common.world()
+    phase, spec, rank, world = common.start(watchdog_seconds=300)
     zero = {"stage": spec["stage"]}
     ds_config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
                  "train_batch_size": 2 * world, "gradient_clipping": 1.0, "zero_optimization": zero,
@@ -55,7 +47,7 @@ def main():
                               project_config=ProjectConfiguration(project_dir=spec["run"],
                                                                   automatic_checkpoint_naming=True))
     assert accelerator.num_processes == world
-    set_seed(models.INIT_SEED if a.phase == "train" else 4321)
+    set_seed(models.INIT_SEED if phase == "train" else 4321)
     m0, m1 = models.TrickyNet(), models.ValueNet()
     info = {"model_0": common.model_params(m0), "model_1": common.model_params(m1)}
     opt0 = torch.optim.AdamW(models.tricky_param_groups(m0), lr=1e-2, weight_decay=0.1)
@@ -81,16 +73,15 @@ def main():
         return float(l0.detach().float()), float(l1.detach().float())
 
     K, extra = spec["steps"], spec["extra"]
-    res = {"phase": a.phase, "world_size": world}
-    if a.phase == "train":
+    res = {"phase": phase, "world_size": world}
+    if phase == "train":
         losses = [step(s) for s in range(K)]
         res["live"] = {"pytorch_model": common.live_state(e0), "pytorch_model_1": common.live_state(e1)}
         res["module"] = {"pytorch_model": common.module_values(e0.module),
                          "pytorch_model_1": common.module_values(e1.module)}
         res["accelerator_step"] = accelerator.step
         res["engines"] = {
-            t: {"optimizer_class": f"{type(e.optimizer).__module__}.{type(e.optimizer).__qualname__}",
-                "basic_optimizer_class": f"{type(e.basic_optimizer).__module__}.{type(e.basic_optimizer).__qualname__}",
+            t: {**common.optimizer_classes(e),
                 "param_groups": common.param_groups(e.basic_optimizer, names[t]),
                 "lr_scheduler": type(e.lr_scheduler).__qualname__ if e.lr_scheduler else None,
                 "global_steps": e.global_steps, "data_types": [str(t) for t in e.get_data_types()]}
@@ -115,8 +106,7 @@ def main():
         for i in (0, 1):
             res[f"losses_after_per_rank_model_{i}"], res[f"losses_after_model_{i}"] = \
                 common.gather_losses([x[i] for x in after])
-    if rank == 0:
-        common.write_json(spec["result"] + f".{a.phase}.json", res)
+    common.write_result(spec, phase, res)
     accelerator.wait_for_everyone()
 
 

@@ -30,22 +30,6 @@ def _strip_values(live):
     return out
 
 
-def _state_diff(saved, loaded):
-    """Names whose sha256 differ between a save-time capture and a load-time capture."""
-    bad = []
-    for n, e in saved["live"]["params"].items():
-        for k, r in e.items():
-            if isinstance(r, dict) and "sha256" in r:
-                got = loaded["live"]["params"].get(n, {}).get(k)
-                if not got or got["sha256"] != r["sha256"]:
-                    bad.append(f"{n}.{k}")
-    for n, r in saved["module"]["params"].items():
-        got = loaded["module"]["params"].get(n)
-        if not got or got["sha256"] != r["sha256"]:
-            bad.append(f"module.{n}")
-    return {"equal": not bad, "differ": bad}
-
-
 def _launch(g, ctx, W, program, spec, phase, name):
     path = os.path.join(ctx.scratch, f"spec_{phase}.json")
     with open(path, "w") as f:
@@ -54,6 +38,41 @@ def _launch(g, ctx, W, program, spec, phase, name):
                                 os.path.join(ctx.scratch, "logs", name),
                                 env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     return rc, out, err
+
+
+def _train(g, ctx, W, program, wspec):
+    """The training phase on W ranks: rank 0's record of it. Without a training there is no fixture: raises."""
+    rc, out, err = _launch(g, ctx, W, program, wspec, "train", "train")
+    if rc:
+        raise RuntimeError(f"training failed rc={rc}: {g.error_line(err)}\n{g.tail(err)}")
+    return json.load(open(wspec["result"] + ".train.json"))
+
+
+def _resume_copy(ctx, run):
+    """A scratch copy of the run to resume from: the resume writes into it, and the fixture keeps the run as saved."""
+    rrun = os.path.join(ctx.scratch, "resume", "run")
+    shutil.copytree(run, rrun, symlinks=True)
+    return rrun
+
+
+def _resume(g, ctx, W, program, rspec, how):
+    """The resume phase, a fresh launch at the same W: (MODERN.json's resume_check, {"how", "rc"} and the error when
+    it failed; rank 0's record of the phase, None when it failed)."""
+    rc, out, err = _launch(g, ctx, W, program, rspec, "resume", "resume")
+    resume = {"how": how, "rc": rc}
+    if rc:
+        resume.update(error=g.error_line(err), stderr_tail=g.tail(err))
+        return resume, None
+    return resume, json.load(open(rspec["result"] + ".resume.json"))
+
+
+def _body(g, ctx, spec, tr, kind, facts, notes):
+    """MODERN.json's body: what every fixture states first (kind, W, ZeRO stage, dtype), the builder's own `facts`
+    (optimizer .. module_values, in MODERN.json's order), then the saved files' facts, the versions and the notes (a
+    trainer's run has no 0.14.5 fixture to compare with)."""
+    return {"kind": kind, "world_size": spec["W"], "zero_stage": spec["stage"], "dtype": spec["dtype"], **facts,
+            "file_facts": _file_facts(g, ctx.fx, facts["roots"]), "versions": tr["versions"], "vs_0_14_5": None,
+            "notes": notes}
 
 
 def _tools_for_roots(g, ctx, roots):
@@ -95,10 +114,7 @@ def build_hf(ctx, spec, a, g):
              "tie": spec["stage"] == 3 and spec["model"] == "llama", "max_steps": spec["max_steps"],
              "save_steps": spec["save_steps"], "last_save": spec["last_save"],
              "save_total_limit": spec["save_total_limit"], "run": run, "result": res_base}
-    rc, out, err = _launch(g, ctx, W, "hf_worker.py", wspec, "train", "train")
-    if rc:
-        raise RuntimeError(f"training failed rc={rc}: {g.error_line(err)}\n{g.tail(err)}")
-    tr = json.load(open(res_base + ".train.json"))
+    tr = _train(g, ctx, W, "hf_worker.py", wspec)
     last = spec["last_save"]
     by_step = dict(zip(tr["steps"], tr["losses"]))
     losses_after = [by_step[s] for s in sorted(by_step) if s > last]
@@ -106,22 +122,18 @@ def build_hf(ctx, spec, a, g):
     kept = sorted(int(os.path.basename(r).split("-")[1]) for r in roots)
     resume = None
     if not a.no_resume_check:
-        rrun = os.path.join(ctx.scratch, "resume", "run")
-        shutil.copytree(run, rrun, symlinks=True)
+        rrun = _resume_copy(ctx, run)
         rspec = dict(wspec, run=rrun, resume_from=os.path.join(rrun, f"checkpoint-{last}"))
-        rc, out, err = _launch(g, ctx, W, "hf_worker.py", rspec, "resume", "resume")
-        resume = {"how": f"fresh launch at the same W on a copy of run/: the same TrainingArguments, "
-                         f"trainer.train(resume_from_checkpoint=run/checkpoint-{last}), the veto callback keeps "
-                         f"it from saving; steps {last + 1}..{spec['max_steps']}", "rc": rc}
-        if rc == 0:
-            rr = json.load(open(res_base + ".resume.json"))
+        resume, rr = _resume(g, ctx, W, "hf_worker.py", rspec,
+                             f"fresh launch at the same W on a copy of run/: the same TrainingArguments, "
+                             f"trainer.train(resume_from_checkpoint=run/checkpoint-{last}), the veto callback keeps "
+                             f"it from saving; steps {last + 1}..{spec['max_steps']}")
+        if rr is not None:
             resume.update(steps=rr["steps"], losses_after=rr["losses"], losses_after_per_rank=rr["losses_per_rank"],
                           losses_equal=rr["losses"] == losses_after,
-                          state_equal=_state_diff(tr["captures"][str(last)], rr["after_load"])
+                          state_equal=g.state_equal(tr["captures"][str(last)], rr["after_load"])
                           if rr.get("after_load") else None,
                           global_step_after_load=(rr.get("after_load") or {}).get("global_step"))
-        else:
-            resume.update(error=g.error_line(err), stderr_tail=g.tail(err))
     roots_res = _tools_for_roots(g, ctx, roots)
     live_by_tag, module_by_tag, info_by_tag = {}, {}, {}
     for r in roots_res:
@@ -173,12 +185,7 @@ def build_hf(ctx, spec, a, g):
                      for s, cap in tr["captures"].items()}
     ta = tr["training_args"]
     recipe = {
-        "program": "tests/tools/modern/hf_worker.py (one rank; started by tests/ecosystem/harness/launch.py)",
-        "train_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                         f"tests/tools/modern/hf_worker.py --spec SPEC.json --phase train",
-        "resume_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                          f"tests/tools/modern/hf_worker.py --spec SPEC.json --phase resume "
-                          f"(SPEC.resume_from = <run>/checkpoint-{last})",
+        **g.recipe_commands("hf_worker.py", W, f" (SPEC.resume_from = <run>/checkpoint-{last})"),
         "spec": dict(wspec, run="<output_dir>", result="<result path prefix>"),
         "model": ("LlamaForCausalLM(models.llama_config(tie=%s)): vocab 32, hidden 16, 2 layers, 2 heads, 1 KV "
                   "head, MLP 32, built from the config (no download)" % wspec["tie"])
@@ -196,9 +203,8 @@ def build_hf(ctx, spec, a, g):
                      f"the losses after the last checkpoint, in the same process",
         "steps": f"{spec['max_steps']} steps; checkpoints at steps {saved_steps}",
     }
-    body = {
-        "kind": "transformers.Trainer + DeepSpeed" + (" + PEFT LoRA" if spec["model"] == "peft" else ""),
-        "world_size": W, "zero_stage": spec["stage"], "dtype": spec["dtype"],
+    kind = "transformers.Trainer + DeepSpeed" + (" + PEFT LoRA" if spec["model"] == "peft" else "")
+    return _body(g, ctx, spec, tr, kind, {
         "optimizer": {"class": tr["optimizer_class"], "basic_optimizer_class": tr["basic_optimizer_class"],
                       "param_groups": [{"params": [n for n in names if n in decay], "weight_decay": 0.01},
                                        {"params": [n for n in names if n not in decay], "weight_decay": 0.0}],
@@ -220,12 +226,7 @@ def build_hf(ctx, spec, a, g):
         "roots": roots_res,
         "live_state": live_state,
         "module_values": module_values,
-        "file_facts": _file_facts(g, fx, roots_res),
-        "versions": tr["versions"],
-        "vs_0_14_5": None,
-        "notes": notes,
-    }
-    return body
+    }, notes)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -235,31 +236,24 @@ def build_accelerate(ctx, spec, a, g):
     res_base = os.path.join(ctx.scratch, "result")
     wspec = {"stage": spec["stage"], "dtype": spec["dtype"], "steps": spec["steps"], "extra": 2, "run": run,
              "result": res_base}
-    rc, out, err = _launch(g, ctx, W, "accel_worker.py", wspec, "train", "train")
-    if rc:
-        raise RuntimeError(f"training failed rc={rc}: {g.error_line(err)}\n{g.tail(err)}")
-    tr = json.load(open(res_base + ".train.json"))
+    tr = _train(g, ctx, W, "accel_worker.py", wspec)
     roots = _roots(run, fx)
     resume = None
     if not a.no_resume_check:
-        rrun = os.path.join(ctx.scratch, "resume", "run")
-        shutil.copytree(run, rrun, symlinks=True)
-        rc, out, err = _launch(g, ctx, W, "accel_worker.py", dict(wspec, run=rrun), "resume", "resume")
-        resume = {"how": "fresh launch at the same W on a copy of run/: the same set-up with seed 4321, "
-                         "accelerator.load_state() (automatic naming: the newest checkpoints/checkpoint_N), then "
-                         "2 steps on batches 4 and 5", "rc": rc}
-        if rc == 0:
-            rr = json.load(open(res_base + ".resume.json"))
+        rrun = _resume_copy(ctx, run)
+        resume, rr = _resume(g, ctx, W, "accel_worker.py", dict(wspec, run=rrun),
+                             "fresh launch at the same W on a copy of run/: the same set-up with seed 4321, "
+                             "accelerator.load_state() (automatic naming: the newest checkpoints/checkpoint_N), then "
+                             "2 steps on batches 4 and 5")
+        if rr is not None:
             resume.update(
                 losses_after_model_0=rr["losses_after_model_0"], losses_after_model_1=rr["losses_after_model_1"],
                 losses_equal=rr["losses_after_model_0"] == tr["losses_after_model_0"]
                 and rr["losses_after_model_1"] == tr["losses_after_model_1"],
                 accelerator_step_after_load=rr["accelerator_step"],
-                state_equal={t: _state_diff({"live": tr["live"][t], "module": tr["module"][t]},
-                                            {"live": rr["live"][t], "module": rr["module"][t]})
+                state_equal={t: g.state_equal({"live": tr["live"][t], "module": tr["module"][t]},
+                                              {"live": rr["live"][t], "module": rr["module"][t]})
                              for t in ("pytorch_model", "pytorch_model_1")})
-        else:
-            resume.update(error=g.error_line(err), stderr_tail=g.tail(err))
     roots_res = _tools_for_roots(g, ctx, roots)
     live_by_tag, module_by_tag, info_by_tag = {}, {}, {}
     for r in roots_res:
@@ -275,11 +269,7 @@ def build_accelerate(ctx, spec, a, g):
              f"({roots_res[0]['latest']!r}); random_states_<rank>.pkl per rank, scheduler.bin for the torch "
              "LambdaLR accelerate kept (it is not handed to DeepSpeed: model_states lr_scheduler is None)"]
     recipe = {
-        "program": "tests/tools/modern/accel_worker.py (one rank; started by tests/ecosystem/harness/launch.py)",
-        "train_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                         f"tests/tools/modern/accel_worker.py --spec SPEC.json --phase train",
-        "resume_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                          f"tests/tools/modern/accel_worker.py --spec SPEC.json --phase resume",
+        **g.recipe_commands("accel_worker.py", W),
         "spec": dict(wspec, run="<project_dir>", result="<result path prefix>"),
         "models": {"pytorch_model": "TrickyNet (models.py), torch AdamW(tricky_param_groups, lr 1e-2, wd 0.1) "
                                     "+ torch LambdaLR(min(1, (s+1)/3)) prepared with it (accelerate keeps it: "
@@ -293,9 +283,7 @@ def build_accelerate(ctx, spec, a, g):
                  "project_dir=run, automatic_checkpoint_naming=True) -> run/checkpoints/checkpoint_0), 2 more "
                  "steps = losses_after",
     }
-    body = {
-        "kind": "accelerate Accelerator (DeepSpeedPlugin) with two prepared models, save_state",
-        "world_size": W, "zero_stage": spec["stage"], "dtype": spec["dtype"],
+    return _body(g, ctx, spec, tr, "accelerate Accelerator (DeepSpeedPlugin) with two prepared models, save_state", {
         "optimizer": tr["engines"], "ds_config": tr["ds_config_given"], "ds_config_resolved": tr["ds_config_resolved"],
         "accelerate_scheduler_class": tr["accelerate_scheduler_class"],
         "model": tr["model"], "recipe": recipe,
@@ -304,12 +292,7 @@ def build_accelerate(ctx, spec, a, g):
         "resume_check": resume,
         "roots": roots_res,
         "live_state": tr["live"], "module_values": tr["module"],
-        "file_facts": _file_facts(g, fx, roots_res),
-        "versions": tr["versions"],
-        "vs_0_14_5": None,
-        "notes": notes,
-    }
-    return body
+    }, notes)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -320,25 +303,19 @@ def build_lightning(ctx, spec, a, g):
     E = spec["steps_per_epoch"]
     wspec = {"stage": spec["stage"], "dtype": spec["dtype"], "steps_per_epoch": E, "extra": 2, "run": run,
              "result": res_base}
-    rc, out, err = _launch(g, ctx, W, "lightning_worker.py", wspec, "train", "train")
-    if rc:
-        raise RuntimeError(f"training failed rc={rc}: {g.error_line(err)}\n{g.tail(err)}")
-    tr = json.load(open(res_base + ".train.json"))
+    tr = _train(g, ctx, W, "lightning_worker.py", wspec)
     roots = _roots(run, fx)
     assert len(roots) == 1, roots
     ckpt_rel = os.path.relpath(roots[0], "run")
     resume = None
     losses_after = None
     if not a.no_resume_check:
-        rrun = os.path.join(ctx.scratch, "resume", "run")
-        shutil.copytree(run, rrun, symlinks=True)
-        rc, out, err = _launch(g, ctx, W, "lightning_worker.py",
-                               dict(wspec, run=rrun, ckpt=os.path.join(rrun, ckpt_rel)), "resume", "resume")
-        resume = {"how": "fresh launch at the same W on a copy of run/: the same Trainer with max_epochs=-1, "
-                         f"max_steps={E + 2}, a loader of the batches of steps {E}, {E + 1} (models.tricky_batch), "
-                         f"trainer.fit(ckpt_path=run/{ckpt_rel})", "rc": rc}
-        if rc == 0:
-            rr = json.load(open(res_base + ".resume.json"))
+        rrun = _resume_copy(ctx, run)
+        resume, rr = _resume(g, ctx, W, "lightning_worker.py", dict(wspec, run=rrun, ckpt=os.path.join(rrun, ckpt_rel)),
+                             "fresh launch at the same W on a copy of run/: the same Trainer with max_epochs=-1, "
+                             f"max_steps={E + 2}, a loader of the batches of steps {E}, {E + 1} (models.tricky_batch), "
+                             f"trainer.fit(ckpt_path=run/{ckpt_rel})")
+        if rr is not None:
             losses_after = rr["losses"]
             import models
             sums = {models.fingerprint(models.tricky_batch(s, 0, W)[0]): s for s in range(E + 2)}
@@ -346,10 +323,8 @@ def build_lightning(ctx, spec, a, g):
             resume.update(steps=rr["steps"], batch_idx=rr["batch_idx"], data_of_steps=data_steps,
                           losses_after=rr["losses"],
                           losses_after_per_rank=rr["losses_per_rank"],
-                          state_equal=_state_diff(tr["capture"], rr["after_load"]) if rr.get("after_load") else None,
+                          state_equal=g.state_equal(tr["capture"], rr["after_load"]) if rr.get("after_load") else None,
                           global_step_after_load=(rr.get("after_load") or {}).get("global_step"))
-        else:
-            resume.update(error=g.error_line(err), stderr_tail=g.tail(err))
     roots_res = _tools_for_roots(g, ctx, roots)
     key = (roots_res[0]["root"], "checkpoint")
     g.check_tools(fx, roots_res, {key: tr["capture"]["live"]}, {key: tr["capture"]["module"]}, {key: tr["model"]})
@@ -362,12 +337,7 @@ def build_lightning(ctx, spec, a, g):
                      f"{resume.get('steps')} ran as batch_idx {resume['batch_idx']}, on the data of steps "
                      f"{resume.get('data_of_steps')} (a fresh loader iterator each time)")
     recipe = {
-        "program": "tests/tools/modern/lightning_worker.py (one rank; started by tests/ecosystem/harness/launch.py)",
-        "train_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                         f"tests/tools/modern/lightning_worker.py --spec SPEC.json --phase train",
-        "resume_command": f"tests/ecosystem/run.sh python3 tests/ecosystem/harness/launch.py -n {W} -- "
-                          f"tests/tools/modern/lightning_worker.py --spec SPEC.json --phase resume "
-                          f"(SPEC.ckpt = <run>/{ckpt_rel})",
+        **g.recipe_commands("lightning_worker.py", W, f" (SPEC.ckpt = <run>/{ckpt_rel})"),
         "spec": dict(wspec, run="<default_root_dir>", result="<result path prefix>"),
         "model": "LightningModule with .net = TrickyNet (models.py); configure_optimizers: torch AdamW("
                  "tricky_param_groups, lr 1e-2, wd 0.1), no scheduler",
@@ -383,9 +353,7 @@ def build_lightning(ctx, spec, a, g):
                         "resume_check.batch_idx / data_of_steps for which batches Lightning fed the resumed steps "
                         "(it resumes the epoch-end checkpoint inside epoch 0)",
     }
-    body = {
-        "kind": "Lightning Trainer + DeepSpeedStrategy",
-        "world_size": W, "zero_stage": spec["stage"], "dtype": spec["dtype"],
+    return _body(g, ctx, spec, tr, "Lightning Trainer + DeepSpeedStrategy", {
         "optimizer": {"class": tr["optimizer_class"], "basic_optimizer_class": tr["basic_optimizer_class"],
                       "param_groups": tr["param_groups"],
                       "param_groups_at_save": tr["capture"]["live"]["param_groups_hyper"]},
@@ -399,12 +367,7 @@ def build_lightning(ctx, spec, a, g):
         "resume_check": resume,
         "roots": roots_res,
         "live_state": tr["capture"]["live"], "module_values": tr["capture"]["module"],
-        "file_facts": _file_facts(g, fx, roots_res),
-        "versions": tr["versions"],
-        "vs_0_14_5": None,
-        "notes": notes,
-    }
-    return body
+    }, notes)
 
 
 BUILDERS = {"hf": build_hf, "accelerate": build_accelerate, "lightning": build_lightning}

@@ -5,6 +5,7 @@ Tensor records: every tensor a rank program reports is written as
      torch.save writes for a contiguous tensor>, "b64": <base64 of those bytes> (only when values are wanted)}
 so a test can compare values bit for bit without DeepSpeed (decode b64 as the dtype's little-endian array).
 """
+import argparse
 import base64
 import hashlib
 import json
@@ -17,6 +18,18 @@ def watchdog(seconds=300):
     """A hung collective prints every thread's stack and ends the rank (launch.py then stops the others)."""
     import faulthandler
     faulthandler.dump_traceback_later(seconds, exit=True)
+
+
+def start(watchdog_seconds):
+    """What every rank program does first: reads `--spec SPEC.json --phase train|resume`, arms the watchdog (the
+    spec's "watchdog" seconds, else the program's own default) and returns (phase, spec, rank, world)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--phase", choices=("train", "resume"), required=True)
+    a = ap.parse_args()
+    spec = json.load(open(a.spec))
+    watchdog(spec.get("watchdog", watchdog_seconds))
+    return a.phase, spec, rank(), world()
 
 
 def tensor_bytes(t):
@@ -41,6 +54,17 @@ def rank():
 
 def world():
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def class_name(obj):
+    """module.qualname of obj's class: which optimizer (or wrapper) a library chose, as the fixtures record it."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def optimizer_classes(engine):
+    """The DeepSpeed engine's optimizer (the ZeRO/BF16 wrapper) and the torch optimizer it wraps, by class."""
+    return {"optimizer_class": class_name(engine.optimizer),
+            "basic_optimizer_class": class_name(engine.basic_optimizer)}
 
 
 def param_shape(p):
@@ -226,6 +250,14 @@ def module_values(module, values=True):
     return out
 
 
+def losses_record(phase, world, rec, global_step):
+    """The head of a trainer phase's record: its steps and their losses, the mean over ranks and per rank, from this
+    rank's (step, loss) pairs `rec` (collective), and the trainer's global step at the end."""
+    per_rank, mean = gather_losses([v for _, v in rec])
+    return {"phase": phase, "world_size": world, "steps": [s for s, _ in rec], "losses": mean,
+            "losses_per_rank": per_rank, "global_step": global_step}
+
+
 def gather_losses(local):
     """[per-rank losses] for a list of local floats, and their mean over ranks (collective)."""
     import torch.distributed as dist
@@ -259,6 +291,12 @@ def write_json(path, obj):
         json.dump(finite(obj), f, indent=1, default=str, allow_nan=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def write_result(spec, phase, res):
+    """Rank 0's record of the phase, read by the generator: SPEC.result + ".<phase>.json"."""
+    if rank() == 0:
+        write_json(spec["result"] + f".{phase}.json", res)
 
 
 def versions():

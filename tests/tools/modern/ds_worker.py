@@ -12,8 +12,6 @@ train:  torch.manual_seed(1234); TrickyNet(); deepspeed.initialize(model, model_
 resume: a model initialised with seed 4321, deepspeed.initialize the same way, engine.load_checkpoint(DIR) (latest),
         the live state again (compared by the generator with train's), then `extra` steps on batches K..K+extra-1.
 """
-import argparse
-import json
 import os
 import sys
 
@@ -34,17 +32,11 @@ def warmup(n):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--phase", choices=("train", "resume"), required=True)
-    a = ap.parse_args()
-    spec = json.load(open(a.spec))
-    common.watchdog(spec.get("watchdog", 240))
-    rank, world = common.rank(), common.world()
+    phase, spec, rank, world = common.start(watchdog_seconds=240)
     cfg = spec["ds_config"]
     deepspeed.init_distributed(dist_backend="gloo")
 
-    torch.manual_seed(models.INIT_SEED if a.phase == "train" else 4321)
+    torch.manual_seed(models.INIT_SEED if phase == "train" else 4321)
     model = models.TrickyNet(gate_0dim=spec.get("gate_0dim", False))
     info = common.model_params(model)
     params = models.tricky_param_groups(model) if spec["groups"] == "two" else list(model.parameters())
@@ -64,8 +56,8 @@ def main():
         return float(loss.detach().float())
 
     K, extra = spec["steps"], spec["extra"]
-    res = {"phase": a.phase, "world_size": world}
-    if a.phase == "train":
+    res = {"phase": phase, "world_size": world}
+    if phase == "train":
         losses = [step(s) for s in range(K)]
         res["live"] = common.live_state(engine)
         res["module"] = common.module_values(engine.module)
@@ -91,9 +83,7 @@ def main():
         after = [step(s) for s in range(K, K + extra)]
         res["losses_per_rank"], res["losses"] = common.gather_losses(losses)
         res["losses_after_per_rank"], res["losses_after"] = common.gather_losses(after)
-        res["optimizer_class"] = f"{type(engine.optimizer).__module__}.{type(engine.optimizer).__qualname__}"
-        res["basic_optimizer_class"] = f"{type(engine.basic_optimizer).__module__}." \
-                                       f"{type(engine.basic_optimizer).__qualname__}"
+        res.update(common.optimizer_classes(engine))
         res["lr_scheduler_class"] = type(lr_scheduler).__qualname__ if lr_scheduler is not None else None
         res["data_types"] = [str(t) for t in engine.get_data_types()]
         res["model"] = info
@@ -109,8 +99,7 @@ def main():
         after = [step(s) for s in range(K, K + extra)]
         res["losses_after_per_rank"], res["losses_after"] = common.gather_losses(after)
     res["lp_dtype"] = str(dtype)
-    if rank == 0:
-        common.write_json(spec["result"] + f".{a.phase}.json", res)
+    common.write_result(spec, phase, res)
     deepspeed.comm.barrier()
     deepspeed.comm.destroy_process_group()
 

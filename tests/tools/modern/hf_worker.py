@@ -16,8 +16,6 @@ and the module's gathered values.
 resume: trainer.train(resume_from_checkpoint=DIR) with the same arguments; records the next steps' losses and the
 live state at the first step after loading.
 """
-import argparse
-import json
 import os
 import sys
 
@@ -44,6 +42,18 @@ def ds_config_for(spec):
     if spec["dtype"] == "bf16":
         cfg["bf16"] = {"enabled": "auto"}
     return cfg
+
+
+def build_model(spec, seed):
+    """transformers.set_seed(seed), then the fixture's model: the tiny Llama, wrapped by PEFT LoRA for "peft"."""
+    transformers.set_seed(seed)
+    model = transformers.LlamaForCausalLM(models.llama_config(tie=spec.get("tie", False)))
+    if spec["model"] == "peft":
+        import peft
+        lcfg = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
+                               task_type="CAUSAL_LM")
+        model = peft.get_peft_model(model, lcfg)
+    return model
 
 
 def training_args(spec, ds_config):
@@ -97,26 +107,31 @@ class Capture(transformers.TrainerCallback):
             self.after_load = dict(self._grab(False), global_step=state.global_step)
 
 
+def train_facts(trainer, cap, info, ds_config, args):
+    """What the generator keeps of the training phase besides the losses: the captures at each save, the model, the
+    versions, the configs and arguments, the log, and what DeepSpeed and the Trainer chose (classes, groups, dtypes)."""
+    engine = trainer.model_wrapped
+    return dict(captures=cap.captures, model=info, versions=common.versions(), ds_config_given=ds_config,
+                ds_config_resolved=trainer.accelerator.state.deepspeed_plugin.deepspeed_config,
+                training_args={k: v for k, v in args.to_dict().items()
+                               if isinstance(v, (int, float, str, bool, type(None), list))},
+                log_history=trainer.state.log_history,
+                **common.optimizer_classes(engine),
+                decay_parameter_names=trainer.get_decay_parameter_names(trainer.model),
+                lr_scheduler_class=type(trainer.lr_scheduler).__qualname__,
+                engine_lr_scheduler=type(engine.lr_scheduler).__qualname__ if engine.lr_scheduler else None,
+                data_types=[str(t) for t in engine.get_data_types()],
+                module_class=type(engine.module).__qualname__)
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--phase", choices=("train", "resume"), required=True)
-    a = ap.parse_args()
-    spec = json.load(open(a.spec))
-    common.watchdog(spec.get("watchdog", 600))
-    rank, world = common.rank(), common.world()
+    phase, spec, _, world = common.start(watchdog_seconds=600)
 
     ds_config = ds_config_for(spec)
     args = training_args(spec, ds_config)
-    transformers.set_seed(args.seed)
-    model = transformers.LlamaForCausalLM(models.llama_config(tie=spec.get("tie", False)))
-    if spec["model"] == "peft":
-        import peft
-        lcfg = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-                               task_type="CAUSAL_LM")
-        model = peft.get_peft_model(model, lcfg)
+    model = build_model(spec, args.seed)
     info = common.model_params(model)
-    cap = Capture(a.phase)
+    cap = Capture(phase)
     trainer = RecTrainer(model=model, args=args, train_dataset=models.llama_dataset(),
                          callbacks=[cap, NoSaveAfter(spec["last_save"])])
     trainer.rec_losses = []
@@ -124,29 +139,9 @@ def main():
     assert trainer.accelerator.num_processes == world
     trainer.train(resume_from_checkpoint=spec.get("resume_from"))
 
-    steps = [s for s, _ in trainer.rec_losses]
-    per_rank, mean = common.gather_losses([v for _, v in trainer.rec_losses])
-    engine = trainer.model_wrapped
-    res = {"phase": a.phase, "world_size": world, "steps": steps, "losses": mean, "losses_per_rank": per_rank,
-           "global_step": trainer.state.global_step}
-    if a.phase == "train":
-        res.update(captures=cap.captures, model=info, versions=common.versions(), ds_config_given=ds_config,
-                   ds_config_resolved=trainer.accelerator.state.deepspeed_plugin.deepspeed_config,
-                   training_args={k: v for k, v in args.to_dict().items()
-                                  if isinstance(v, (int, float, str, bool, type(None), list))},
-                   log_history=trainer.state.log_history,
-                   optimizer_class=f"{type(engine.optimizer).__module__}.{type(engine.optimizer).__qualname__}",
-                   basic_optimizer_class=f"{type(engine.basic_optimizer).__module__}."
-                                         f"{type(engine.basic_optimizer).__qualname__}",
-                   decay_parameter_names=trainer.get_decay_parameter_names(trainer.model),
-                   lr_scheduler_class=type(trainer.lr_scheduler).__qualname__,
-                   engine_lr_scheduler=type(engine.lr_scheduler).__qualname__ if engine.lr_scheduler else None,
-                   data_types=[str(t) for t in engine.get_data_types()],
-                   module_class=type(engine.module).__qualname__)
-    else:
-        res["after_load"] = cap.after_load
-    if rank == 0:
-        common.write_json(spec["result"] + f".{a.phase}.json", res)
+    res = common.losses_record(phase, world, trainer.rec_losses, trainer.state.global_step)
+    res.update(train_facts(trainer, cap, info, ds_config, args) if phase == "train" else {"after_load": cap.after_load})
+    common.write_result(spec, phase, res)
     torch.distributed.barrier()
 
 

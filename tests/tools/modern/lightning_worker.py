@@ -16,8 +16,6 @@ Continuing past the checkpoint in the same process is not simple with Lightning 
 "losses after" come from the resume phase: a fresh launch with ckpt_path=<the .ckpt dir>, max_epochs=2,
 max_steps=E+extra, whose epoch 1 is the batches of steps E..E+extra-1.
 """
-import argparse
-import json
 import os
 import sys
 
@@ -33,7 +31,19 @@ import common  # noqa: E402
 import models  # noqa: E402
 
 
-class Rows(torch.utils.data.Dataset):
+class TokenRows(torch.utils.data.Dataset):
+    """Rows of S+1 tokens (`items`, laid out by a subclass for a non-shuffling DistributedSampler); item i is its
+    row's inputs and labels, tokens[:-1] and tokens[1:] (the split models.tricky_batch makes)."""
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        t = self.items[i]
+        return t[:-1], t[1:]
+
+
+class Rows(TokenRows):
     """Global row i of epoch-step s = row (i % (2W)) of tricky_batch(s)'s global batch; the DistributedSampler
     (shuffle=False) gives rank r indices r, r+W, ..., so batch order and content are fixed by (step, rank)."""
 
@@ -49,13 +59,6 @@ class Rows(torch.utils.data.Dataset):
                 block[r] = tok[2 * r]
                 block[world + r] = tok[2 * r + 1]
             self.items.extend(block)
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        t = self.items[i]
-        return t[:-1], t[1:]
 
 
 class Module(pl.LightningModule):
@@ -97,60 +100,63 @@ class Module(pl.LightningModule):
         return opt
 
 
+def make_loader(data, world, rank, batch):
+    """A DataLoader over `data` with an explicit non-shuffling DistributedSampler: Lightning would swap in one with
+    shuffle=True (seeded by seed_everything); this one (use_distributed_sampler=False) keeps step s on the rows laid
+    out for it."""
+    sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    return torch.utils.data.DataLoader(data, batch_size=batch, sampler=sampler)
+
+
+def make_trainer(spec, world, root, **limits):
+    """The fixture's Trainer: `world` CPU ranks, the harness's CPU DeepSpeedStrategy at spec's stage and precision,
+    the default logger and ModelCheckpoint below `root`; `limits`: its max_epochs / max_steps."""
+    Strategy = shims.cpu_deepspeed_strategy()
+    return pl.Trainer(accelerator="cpu", devices=world, num_nodes=1,
+                      precision="bf16-mixed" if spec["dtype"] == "bf16" else "32-true",
+                      strategy=Strategy(stage=spec["stage"]), default_root_dir=root,
+                      enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+                      num_sanity_val_steps=0, use_distributed_sampler=False, **limits)
+
+
+def train_facts(trainer, model, info):
+    """What the generator keeps of the training phase besides the losses: the save-time capture, the model, the
+    versions, and what DeepSpeed and Lightning chose (config, optimizer classes and groups, dtypes, logger)."""
+    eng = trainer.strategy.deepspeed_engine
+    return dict(capture=model.capture, model=info, versions=common.versions(),
+                ds_config_resolved=trainer.strategy.config,
+                **common.optimizer_classes(eng),
+                data_types=[str(t) for t in eng.get_data_types()],
+                param_groups=common.param_groups(eng.basic_optimizer,
+                                                 [[n for n in g if n not in info["frozen"]]
+                                                  for g in model.group_names]),
+                logger=type(trainer.logger).__qualname__ if trainer.logger else None)
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--phase", choices=("train", "resume"), required=True)
-    a = ap.parse_args()
-    spec = json.load(open(a.spec))
-    common.watchdog(spec.get("watchdog", 300))
-    rank, world = common.rank(), common.world()
+    phase, spec, rank, world = common.start(watchdog_seconds=300)
     E, extra = spec["steps_per_epoch"], spec["extra"]
-    pl.seed_everything(models.INIT_SEED if a.phase == "train" else 4321, verbose=False)
-    torch.manual_seed(models.INIT_SEED if a.phase == "train" else 4321)
+    pl.seed_everything(models.INIT_SEED if phase == "train" else 4321, verbose=False)
+    torch.manual_seed(models.INIT_SEED if phase == "train" else 4321)
     model = Module()
-    model.phase = a.phase
+    model.phase = phase
     info = common.model_params(model)
     # resume: the saved loop state says epoch 0 is done, so fit starts epoch 1 at its first batch; that epoch's
     # data are the batches of steps E..E+extra-1, so each step s still sees tricky_batch(s)
-    data = Rows(range(E, E + extra), world) if a.phase == "resume" else Rows(range(E), world)
-    # Lightning would swap in a DistributedSampler with shuffle=True (seeded by seed_everything); an explicit
-    # non-shuffling one (use_distributed_sampler=False) keeps step s on models.tricky_batch(s)'s rows
-    sampler = torch.utils.data.distributed.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
-    loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=sampler)
-    Strategy = shims.cpu_deepspeed_strategy()
-    kw = dict(max_epochs=1) if a.phase == "train" else dict(max_epochs=-1, max_steps=E + extra)
-    trainer = pl.Trainer(accelerator="cpu", devices=world, num_nodes=1,
-                         precision="bf16-mixed" if spec["dtype"] == "bf16" else "32-true",
-                         strategy=Strategy(stage=spec["stage"]), default_root_dir=spec["run"],
-                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
-                         num_sanity_val_steps=0, use_distributed_sampler=False, **kw)
+    data = Rows(range(E, E + extra), world) if phase == "resume" else Rows(range(E), world)
+    loader = make_loader(data, world, rank, 2)  # models.tricky_batch's 2 rows per rank
+    limits = dict(max_epochs=1) if phase == "train" else dict(max_epochs=-1, max_steps=E + extra)
+    trainer = make_trainer(spec, world, spec["run"], **limits)
     trainer.fit(model, loader, ckpt_path=spec.get("ckpt"))
-    per_rank, mean = common.gather_losses([v for _, v in model.rec])
-    res = {"phase": a.phase, "world_size": world, "steps": [s for s, _ in model.rec], "losses": mean,
-           "losses_per_rank": per_rank, "global_step": trainer.global_step, "batch_idx": model.batch_idx,
-           "token_sums_rank0": model.token_sums}
-    eng = trainer.strategy.deepspeed_engine
+    res = common.losses_record(phase, world, model.rec, trainer.global_step)
+    res.update(batch_idx=model.batch_idx, token_sums_rank0=model.token_sums)
     dl = trainer.train_dataloader
     smp = getattr(dl, "sampler", None)
     res["sampler"] = {"class": type(smp).__qualname__, "shuffle": getattr(smp, "shuffle", None),
                       "seed": getattr(smp, "seed", None), "drop_last": getattr(smp, "drop_last", None),
                       "batch_sampler": type(getattr(dl, "batch_sampler", None)).__qualname__}
-    if a.phase == "train":
-        res.update(capture=model.capture, model=info, versions=common.versions(),
-                   ds_config_resolved=trainer.strategy.config,
-                   optimizer_class=f"{type(eng.optimizer).__module__}.{type(eng.optimizer).__qualname__}",
-                   basic_optimizer_class=f"{type(eng.basic_optimizer).__module__}."
-                                         f"{type(eng.basic_optimizer).__qualname__}",
-                   data_types=[str(t) for t in eng.get_data_types()],
-                   param_groups=common.param_groups(eng.basic_optimizer,
-                                                    [[n for n in g if n not in info["frozen"]]
-                                                     for g in model.group_names]),
-                   logger=type(trainer.logger).__qualname__ if trainer.logger else None)
-    else:
-        res["after_load"] = model.after_load
-    if rank == 0:
-        common.write_json(spec["result"] + f".{a.phase}.json", res)
+    res.update(train_facts(trainer, model, info) if phase == "train" else {"after_load": model.after_load})
+    common.write_result(spec, phase, res)
     torch.distributed.barrier()
 
 
