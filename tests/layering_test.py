@@ -2,7 +2,7 @@
 """The direction of includes is a rule (src/README.md): a layer includes its
 own headers and those of the layers below it, never one above.
 
-    base < codec < checkpoint < view < overlay < tools < fuse < cli
+    base < codec < checkpoint < view < overlay < tools < mount < fuse < cli
 
 Every `#include "..."` of src/ and include/ must name a file that exists: a
 public header (ucfs/<layer>/x.h, include/), a private one of a layer
@@ -25,7 +25,7 @@ import sys
 import tempfile
 import unittest
 
-LAYERS = ["base", "codec", "checkpoint", "view", "overlay", "tools", "fuse", "cli"]
+LAYERS = ["base", "codec", "checkpoint", "view", "overlay", "tools", "mount", "fuse", "cli"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 

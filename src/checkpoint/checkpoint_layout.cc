@@ -31,13 +31,10 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// The directory `path` is in ("." for a bare name).
 std::string Parent(const std::string& path) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  auto slash = p.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
+  const std::string_view parent = SplitLast(path).first;
+  return parent.empty() ? "." : std::string(parent);
 }
 
 bool HasRankFiles(Env& env, const std::string& dir) {
@@ -232,6 +229,21 @@ Status CheckRankBound(uint32_t highest, const std::string& file, size_t present,
 }
 
 }  // namespace
+
+Result<std::string> ResolveCheckpointRoot(Env& host, const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(std::string dir, host.RealPath(path));
+  UCFS_ASSIGN_OR_RETURN(FileStat st, host.Stat(dir));
+  if (!st.is_dir) return dir;  // reported by the checkpoint's Open
+  // `latest` may be a link: it is there if it is a file or a link.
+  auto has_latest = [&host](const std::string& d) {
+    const std::string latest = JoinPath(d, "latest");
+    return host.Stat(latest).ok() || host.ReadLink(latest).ok();
+  };
+  if (dir == "/" || has_latest(dir)) return dir;
+  // A tag directory (no `latest` of its own) whose parent is the root.
+  const std::string parent(SplitLast(dir).first);
+  return has_latest(parent) ? parent : dir;
+}
 
 Result<std::string> ReadLatestTag(Env& env, const std::string& latest) {
   UCFS_ASSIGN_OR_RETURN(std::string content, env.ReadSmallFile(latest, 4096));

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "test_support.h"
 
 namespace ucfs {
@@ -294,6 +296,34 @@ TEST(ParallelCheckpointFiles, MissingFilesOfTheGridAreNamed) {
   ASSERT_FALSE(grid.ok());
   EXPECT_NE(grid.status().message().find("no whole number of pipeline stages"), std::string::npos)
       << grid.status().ToString();
+}
+
+TEST(ResolveCheckpointRoot, ATagDirectoryIsConfinedToItsRoot) {
+  namespace fs = std::filesystem;
+  const std::string base = testing::FreshTempDir("resolve_root");
+  fs::create_directories(base + "/ckpt/tag");
+  testing::WriteFile(base + "/ckpt/latest", "tag");
+  fs::create_symlink(base + "/ckpt", base + "/link");
+  const std::string real = fs::canonical(base + "/ckpt").string();
+  EXPECT_EQ(*ResolveCheckpointRoot(*Env::Posix(), base + "/ckpt"), real);
+  EXPECT_EQ(*ResolveCheckpointRoot(*Env::Posix(), base + "/ckpt/tag"), real);
+  EXPECT_EQ(*ResolveCheckpointRoot(*Env::Posix(), base + "/link/tag"), real);
+  fs::create_directories(base + "/lone/tag");
+  EXPECT_EQ(*ResolveCheckpointRoot(*Env::Posix(), base + "/lone/tag"),
+            fs::canonical(base + "/lone/tag").string());
+  EXPECT_FALSE(ResolveCheckpointRoot(*Env::Posix(), base + "/missing").ok());
+}
+
+// DeepSpeed's rule through any Env: a MemEnv's paths resolve as on disk.
+TEST(ResolveCheckpointRoot, ThroughTheMemoryEnv) {
+  MemEnv env;
+  env.WriteFile("/ckpt/latest", "tag");
+  env.WriteFile("/ckpt/tag/zero_pp_rank_0_mp_rank_00_optim_states.pt", "x");
+  env.WriteFile("/lone/tag/zero_pp_rank_0_mp_rank_00_optim_states.pt", "x");
+  EXPECT_EQ(*ResolveCheckpointRoot(env, "/ckpt/tag/"), "/ckpt");
+  EXPECT_EQ(*ResolveCheckpointRoot(env, "/ckpt"), "/ckpt");
+  EXPECT_EQ(*ResolveCheckpointRoot(env, "/lone/tag"), "/lone/tag");
+  EXPECT_FALSE(ResolveCheckpointRoot(env, "/missing").ok());
 }
 
 }  // namespace

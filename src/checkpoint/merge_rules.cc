@@ -6,6 +6,20 @@
 #include <utility>
 
 namespace ucfs {
+
+Result<std::shared_ptr<const SuppliedUniversalInfo>> ReadSuppliedUniversalInfo(
+    Env& env, const std::optional<std::string>& path) {
+  if (!path) return std::shared_ptr<const SuppliedUniversalInfo>();
+  auto json = env.ReadSmallFile(*path, 16 << 20);
+  if (!json.ok()) {
+    return Status::InvalidArgument("--universal-info " + *path + ": cannot be read")
+        .WithFile(*path);
+  }
+  auto info = std::make_shared<SuppliedUniversalInfo>();
+  info->path = *path;
+  info->json = std::move(json).value();
+  return std::shared_ptr<const SuppliedUniversalInfo>(std::move(info));
+}
 namespace {
 
 using pickle::Document;

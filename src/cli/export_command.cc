@@ -3,10 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <variant>
 
 #include "cli/progress.h"
-#include "cli/view_setup.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/mount/placement.h"
 #include "ucfs/tools/export.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/universal_view.h"
@@ -20,8 +21,8 @@ namespace {
 // else what ds_to_universal (or, with --fp32, zero_to_fp32) would have
 // written into each root: its <tag>_universal/ and latest_universal (or
 // <tag>_fp32/), at the same paths.
-Result<std::vector<std::string>> RunExportRoots(const OpenedView& opened,
-                                                const ViewRequest& request, bool fp32) {
+Result<std::vector<std::string>> RunExportRoots(const MountPlan& opened,
+                                                const MountRequest& request, bool fp32) {
   std::vector<std::string> roots;
   if (request.world_size) {
     UCFS_ASSIGN_OR_RETURN(auto entries, opened.view->ReadDir(kRootInode));
@@ -48,7 +49,7 @@ int RunExport(const ExportArgs& a) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
-  ViewRequest request = a.view;
+  MountRequest request = a.view;
   request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
   for (std::string& layer : request.layers) {
     layer = fs::absolute(layer, ec).lexically_normal().string();
@@ -62,7 +63,7 @@ int RunExport(const ExportArgs& a) {
                  "every world size: drop --world-size\n");
     return 2;
   }
-  auto opened = OpenView(request);
+  auto opened = PlanMount(*Env::Posix(), request);
   if (!opened.ok()) {
     std::fprintf(stderr, "ucfs export: %s\n",
                  ucfs::TerminalSafe(opened.status().message()).c_str());
@@ -70,7 +71,7 @@ int RunExport(const ExportArgs& a) {
   }
   std::vector<std::string> roots =
       a.fp32 ? std::vector<std::string>{opened->consolidated_root} : opened->layout_roots;
-  if (opened->is_run()) {
+  if (std::holds_alternative<RunDirectoryMount>(opened->kind)) {
     auto run_roots = RunExportRoots(*opened, request, a.fp32);
     if (!run_roots.ok()) {
       std::fprintf(stderr, "ucfs export: %s\n",
@@ -85,7 +86,7 @@ int RunExport(const ExportArgs& a) {
   std::vector<std::pair<std::string, Placement>> targets = {{out, Placement::kOutside}};
   for (const std::string& root : roots) targets.emplace_back(out + "/" + root, Placement::kApart);
   for (const auto& [path, placement] : targets) {
-    Status s = CheckPlacement(opened->source_dirs, "the output", path, placement);
+    Status s = CheckPlacement(*Env::Posix(), opened->source_dirs, "the output", path, placement);
     if (!s.ok()) {
       std::fprintf(stderr, "ucfs export: %s\n", ucfs::TerminalSafe(s.message()).c_str());
       return 2;

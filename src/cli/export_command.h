@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "cli/view_setup.h"
+#include "ucfs/mount/mount_plan.h"
 
 namespace ucfs::cli {
 
 struct ExportArgs {
-  ViewRequest view;  // what to export from (view.checkpoint as given)
+  MountRequest view;  // what to export from (view.checkpoint as given)
   std::string out;
   bool fp32 = false;  // the consolidated weights instead of the layout
   unsigned threads = 0;

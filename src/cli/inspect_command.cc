@@ -4,11 +4,11 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/view_setup.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/inspect_report.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/mount/source_env.h"
 
 namespace ucfs::cli {
 namespace {
@@ -75,13 +75,13 @@ int RunInspectRun(Env& env, const std::string& path, const InspectArgs& a,
 int RunInspect(const InspectArgs& a) {
   CheckpointOptions options;
   options.tag = a.tag;
-  auto supplied = ReadSuppliedUniversalInfo(a.universal_info);
+  auto supplied = ReadSuppliedUniversalInfo(*Env::Posix(), a.universal_info);
   if (!supplied.ok()) {
     PrintError(supplied.status());
     return 1;
   }
   options.universal_info = *supplied;
-  auto source = OpenCheckpointEnv(a.path);
+  auto source = OpenCheckpointEnv(*Env::Posix(), a.path);
   if (!source.ok()) {
     PrintError(source.status());
     return 1;

@@ -3,33 +3,25 @@
 //
 // Exit codes: 0 success; 1 the checkpoint could not be read or mounted
 // (the message names the file and the problem); 2 bad usage.
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/sinks/syslog_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <cerrno>
 #include <cstdio>
-#include <filesystem>
+#include <cstring>
 #include <iostream>
 
 #include "cli/export_command.h"
 #include "cli/inspect_command.h"
+#include "cli/logging.h"
 #include "cli/mount_args.h"
+#include "cli/mount_command.h"
 #include "cli/mount_helper.h"
 #include "cli/verify_command.h"
-#include "cli/view_setup.h"
-#include "fuse/fuse_server.h"
-#include "ucfs/checkpoint/checkpoint.h"
-#include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
-#include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/view/consolidated_view.h"
 
 #ifndef UCFS_VERSION
 #define UCFS_VERSION "unknown"
@@ -39,30 +31,6 @@ namespace {
 
 constexpr int kExitCheckpointError = 1;
 constexpr int kExitUsage = 2;
-
-spdlog::level::level_enum LevelFor(int verbosity) {
-  return verbosity >= 2   ? spdlog::level::trace
-         : verbosity == 1 ? spdlog::level::debug
-                          : spdlog::level::warn;
-}
-
-// Logs go to stderr so that stdout stays clean for --json; a daemon logs to
-// --log-file, or to syslog.
-void SetUpLogging(int verbosity, const std::string& log_file, bool daemon) {
-  spdlog::drop("ucfs");
-  std::shared_ptr<spdlog::logger> logger;
-  if (!log_file.empty()) {
-    logger = spdlog::basic_logger_mt("ucfs", log_file);
-    logger->flush_on(spdlog::level::info);
-  } else if (daemon) {
-    logger = spdlog::syslog_logger_mt("ucfs", "ucfs", LOG_PID);
-  } else {
-    logger = spdlog::stderr_color_mt("ucfs");
-    logger->set_pattern("ucfs: %^%l%$: %v");
-  }
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(LevelFor(verbosity));
-}
 
 int Fail(const char* command, const ucfs::Status& s) {
   std::fprintf(stderr, "ucfs %s: %s\n", command, ucfs::TerminalSafe(s.message()).c_str());
@@ -82,142 +50,6 @@ int RunShow(const std::string& path) {
 }
 
 using ucfs::cli::MountArgs;
-
-// Checkpoints a trainer saved into DIR through an earlier mount are shown as
-// they were saved: at another --world-size they are not resharded (the run
-// view serves the source's roots), which a resume from them would trip on.
-void WarnOfUpperRootsAtOtherSizes(const std::string& upper, uint32_t world_size) {
-  auto roots = ucfs::FindRoots(*ucfs::Env::Posix(), upper);
-  if (!roots.ok()) return;  // none, or no DIR yet
-  for (const ucfs::RootListing& root : *roots) {
-    for (const ucfs::TagListing& tag : root.tags) {
-      if (tag.complete && tag.files().world_size != world_size) {
-        spdlog::warn(
-            "{}: saved into --upper at {} ranks, shown as saved (not at {}): to resume from it "
-            "at {}, mount with --layer {} and a new --upper",
-            ucfs::TerminalSafe(tag.dir), tag.files().world_size, world_size, world_size,
-            ucfs::TerminalSafe(upper));
-      }
-    }
-  }
-}
-
-int RunMount(MountArgs a, int verbosity) {
-  namespace fs = std::filesystem;
-  const auto start = std::chrono::steady_clock::now();
-  // Absolute paths: a daemon works from "/".
-  std::error_code ec;
-  const std::string checkpoint = fs::absolute(a.checkpoint, ec).lexically_normal().string();
-  const std::string mountpoint = fs::absolute(a.mountpoint, ec).lexically_normal().string();
-  SetUpLogging(verbosity, a.log_file, false);
-
-  ucfs::cli::ViewRequest request;
-  request.checkpoint = checkpoint;
-  request.tag = a.tag;
-  request.cache_dir = a.cache_dir;
-  request.no_cache = a.no_cache;
-  request.crc = a.crc;
-  request.world_size = a.world_size;
-  request.sub_group_size = a.sub_group_size;
-  if (a.universal_info) request.universal_info = fs::absolute(*a.universal_info, ec).string();
-  request.copy_rank_files = !a.no_rank_file_copies;
-  for (const std::string& layer : a.layers) {
-    request.layers.push_back(fs::absolute(layer, ec).lexically_normal().string());
-  }
-  if (a.weights_dtype) {
-    auto dtype = ucfs::cli::ParseWeightsDtype(*a.weights_dtype);
-    if (!dtype.ok()) {
-      std::fprintf(stderr, "ucfs mount: %s\n",
-                   ucfs::TerminalSafe(dtype.status().message()).c_str());
-      return kExitUsage;
-    }
-    request.weights_dtype = *dtype;
-  }
-  // Trainers count, sum and parse what a writable mount shows.
-  request.extra_views = !a.upper || a.views;
-  if (a.upper) request.upper = fs::absolute(*a.upper, ec).lexically_normal().string();
-  auto opened_view = ucfs::cli::OpenView(request);
-  if (!opened_view.ok()) return Fail("mount", opened_view.status());
-  const std::shared_ptr<const ucfs::Checkpoint> shared = opened_view->checkpoint;
-  const std::shared_ptr<ucfs::View> shown = opened_view->view;
-  const std::vector<std::string>& source_dirs = opened_view->source_dirs;
-  // A mount over the checkpoint would wait on itself for its own shards.
-  for (ucfs::Status s : {ucfs::cli::CheckMountpoint(mountpoint),
-                         ucfs::cli::CheckPlacement(source_dirs, "the mountpoint", mountpoint,
-                                                   ucfs::cli::Placement::kApart)}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(s.message()).c_str());
-      return kExitUsage;
-    }
-  }
-  std::unique_ptr<ucfs::OverlayFs> overlay;
-  std::string upper;
-  if (a.upper) {
-    upper = fs::absolute(*a.upper, ec).lexically_normal().string();
-    for (const std::string& layer : request.layers) {
-      if (ucfs::cli::CheckPlacement({layer}, "--upper", upper, ucfs::cli::Placement::kApart).ok()) {
-        continue;
-      }
-      std::fprintf(stderr,
-                   "ucfs mount: --upper %s and --layer %s overlap: a layer is only read; write "
-                   "into a new directory\n",
-                   ucfs::TerminalSafe(upper).c_str(), ucfs::TerminalSafe(layer).c_str());
-      return kExitUsage;
-    }
-    ucfs::Status placed =
-        ucfs::cli::CheckPlacement(source_dirs, "--upper", upper, ucfs::cli::Placement::kApart);
-    if (!placed.ok()) {
-      std::fprintf(stderr, "ucfs mount: %s\n", ucfs::TerminalSafe(placed.message()).c_str());
-      return kExitUsage;
-    }
-    if (opened_view->is_run() && a.world_size) WarnOfUpperRootsAtOtherSizes(upper, *a.world_size);
-    // The consolidated weights are shown read-only, --upper or not.
-    ucfs::Overlay::Options overlay_options;
-    if (shared) overlay_options.read_only.push_back(ucfs::ConsolidatedDirName(shared->files().tag));
-    if (std::shared_ptr<ucfs::UpperRootViews> views = opened_view->upper_views) {
-      // Checkpoints saved through the mount are roots like the source's.
-      upper = opened_view->upper_dir;
-      overlay_options.might_show = &ucfs::UpperRootViews::MightShow;
-      overlay_options.on_upper_dir = [views](const std::string& path, const std::string& dir) {
-        return views->Update(path, dir);
-      };
-    }
-    auto opened =
-        ucfs::Overlay::Open(upper, shown, *ucfs::Env::Posix(), std::move(overlay_options));
-    if (!opened.ok()) return Fail("mount", opened.status());
-    overlay = std::make_unique<ucfs::OverlayFs>(std::move(opened).value(), shown);
-  }
-  const std::string kind = opened_view->description + (a.upper ? ", writable into " + upper : "");
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-
-  ucfs::fuse::ServeOptions serve;
-  serve.mountpoint = mountpoint;
-  serve.foreground = a.foreground;
-  serve.fuse_debug = a.fuse_debug;
-  serve.fuse_options = a.options;
-  serve.prefetch = !a.no_prefetch;
-  serve.splice = !a.no_splice;
-  serve.drop_source_pages = a.drop_source_pages;
-  serve.direct_writes = !a.no_direct_writes;
-  // Like a network file system's host:path, the source shows in mount(8).
-  serve.fsname = checkpoint;
-  serve.statfs_path = source_dirs.front();
-  // A writable mount changes under the kernel's caches only through
-  // itself, but DIR may also be touched directly: keep them short.
-  if (overlay) serve.cache_timeout_s = 1.0;
-  serve.on_mounted = [&] {
-    if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
-    if (shared == nullptr) {  // a run, or a tensor- and pipeline-parallel checkpoint
-      spdlog::info("{} mounted on {}: {} ({:.1f} ms)", checkpoint, mountpoint, kind, ms);
-      return;
-    }
-    spdlog::info("{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, {})",
-                 checkpoint, mountpoint, kind, shared->files().tag, shared->params().size(),
-                 shared->world_size(), ms, opened_view->index_note);
-  };
-  return ucfs::fuse::Serve(shown, serve, std::move(overlay));
-}
 
 int RunUmount(const std::string& mountpoint) {
   pid_t pid = ::fork();
@@ -411,7 +243,7 @@ CLI::App* AddUmountCommand(CLI::App& app, std::string* path) {
 int main(int argc, char** argv) {
   // Run as /sbin/mount.fuse.ucfs by mount(8): the same mount, other argv.
   if (argc > 0 && ucfs::cli::IsMountHelper(argv[0])) {
-    return ucfs::cli::MountHelperMain(argc, argv, RunMount);
+    return ucfs::cli::MountHelperMain(argc, argv, ucfs::cli::RunMount);
   }
   CLI::App app{
       "ucfs: DeepSpeed checkpoints (ZeRO 1-3, tensor/pipeline-parallel grids, training runs), "
@@ -442,9 +274,9 @@ int main(int argc, char** argv) {
   }
   if (*mount) {
     if (m.fuse_debug) m.foreground = true;
-    return RunMount(std::move(m), verbosity);
+    return ucfs::cli::RunMount(std::move(m), verbosity);
   }
-  SetUpLogging(verbosity, "", false);
+  ucfs::cli::SetUpLogging(verbosity, "", false);
   if (*inspect) return ucfs::cli::RunInspect(in);
   if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);

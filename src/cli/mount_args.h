@@ -28,7 +28,7 @@ struct MountArgs {
   std::optional<std::string> universal_info;  // --universal-info FILE
   std::optional<std::string> upper;
   // Earlier mounts' upper directories, read-only under this one's, oldest
-  // first (cli/view_setup.h: ViewRequest::layers).
+  // first (mount/mount_plan.h: MountRequest::layers).
   std::vector<std::string> layers;
   // A writable mount of a run directory shows the extra views
   // (<tag>_universal, latest_universal, <tag>_fp32) only when asked.

@@ -11,6 +11,8 @@
 #include <optional>
 #include <utility>
 
+#include "ucfs/base/path.h"
+
 namespace ucfs::cli {
 namespace {
 
@@ -22,11 +24,6 @@ constexpr int kMountFailure = 32;
 
 // `ucfs mount`'s own exit statuses (main.cc).
 constexpr int kUcfsUsage = 2;
-
-std::string_view Basename(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
 
 // The options that are ucfs's own, and the `ucfs mount` flag each becomes.
 struct UcfsOption {
@@ -195,7 +192,7 @@ std::string ShellQuote(std::string_view s) {
 }  // namespace
 
 bool IsMountHelper(std::string_view argv0) {
-  const std::string_view name = Basename(argv0);
+  const std::string_view name = BaseName(argv0);
   return name == "mount.fuse.ucfs" || name == "mount.ucfs";
 }
 
@@ -311,7 +308,7 @@ std::string MountHelperUsage(std::string_view program) {
 }
 
 int MountHelperMain(int argc, char** argv, const RunMountFn& run_mount) {
-  const std::string program(Basename(argc > 0 ? argv[0] : "mount.fuse.ucfs"));
+  const std::string program(BaseName(argc > 0 ? argv[0] : "mount.fuse.ucfs"));
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   auto request = ParseMountHelperArgs(args);

@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "cli/progress.h"
-#include "cli/view_setup.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/mount/source_env.h"
 
 namespace ucfs::cli {
 namespace {
@@ -197,7 +197,7 @@ int RunVerify(const VerifyArgs& a) {
   VerifyOptions options;
   options.tag = a.tag;
   options.threads = a.threads;
-  auto supplied = ReadSuppliedUniversalInfo(a.universal_info);
+  auto supplied = ReadSuppliedUniversalInfo(*Env::Posix(), a.universal_info);
   if (!supplied.ok()) {
     std::fprintf(stderr, "ucfs verify: %s\n", TerminalSafe(supplied.status().message()).c_str());
     return 1;
@@ -207,7 +207,7 @@ int RunVerify(const VerifyArgs& a) {
     progress = std::make_unique<Progress>("verifying", total);
   };
   options.on_bytes = [&](uint64_t n) { progress->Add(n); };
-  auto source = OpenCheckpointEnv(a.checkpoint);
+  auto source = OpenCheckpointEnv(*Env::Posix(), a.checkpoint);
   if (source.ok() && !a.tag && !IsCheckpointDirectory(*source->env, source->path) &&
       source->env->IsDirectory(source->path)) {
     return RunVerifyRun(a, options, *source->env, source->path);

@@ -113,16 +113,9 @@ class LayeredEnv final : public Env {
   };
 
   bool Below(const std::string& path, std::string* rel) const {
-    if (path == dir_) {
-      rel->clear();
-      return true;
-    }
-    if (path.size() > dir_.size() && path.starts_with(dir_) &&
-        (dir_.ends_with('/') || path[dir_.size()] == '/')) {
-      *rel = path.substr(dir_.size() + (dir_.ends_with('/') ? 0 : 1));
-      return true;
-    }
-    return false;
+    std::optional<std::string_view> below = RelativeBelow(path, dir_);
+    if (below) *rel = *below;
+    return below.has_value();
   }
 
   Result<Resolution> Resolve(const std::string& path, std::string_view rel) const {

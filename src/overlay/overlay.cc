@@ -52,17 +52,16 @@ Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
                                                Options options) {
   const bool made = ::mkdir(upper_dir.c_str(), 0755) == 0;
-  if (!made && errno != EEXIST) return Errno(upper_dir);
+  if (!made && errno != EEXIST) return Status::LastErrno(upper_dir);
   // The mount's root, shared with its users: 0755 whatever the daemon's
   // umask took from it.
-  if (made && ::chmod(upper_dir.c_str(), 0755) != 0) return Errno(upper_dir);
+  if (made && ::chmod(upper_dir.c_str(), 0755) != 0) return Status::LastErrno(upper_dir);
   int fd = ::open(upper_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Fail(errno == ENOTDIR ? ENOTDIR : errno, upper_dir, "not a directory");
   UniqueFd root(fd);
   // A new upper root is the shown root copied up: its time, not the mount's.
   if (auto shown = lower->GetAttr(kRootInode); made && shown.ok()) {
-    const timespec t{shown->mtime_ns / 1000000000, shown->mtime_ns % 1000000000};
-    const timespec times[2] = {t, t};
+    const timespec times[2] = {TimespecOf(shown->mtime_ns), TimespecOf(shown->mtime_ns)};
     ::utimensat(AT_FDCWD, upper_dir.c_str(), times, 0);
   }
   RemoveStaleCopyUps(root.get(), 0);
@@ -84,7 +83,7 @@ Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
   e.in_upper = true;
   e.lower = kRootInode;
   e.upper_path = upper_;
-  if (::fstat(root_.get(), &e.st) != 0) return Errno(upper_);
+  if (::fstat(root_.get(), &e.st) != 0) return Status::LastErrno(upper_);
   // The directory of the current entry, while it is an upper directory.
   UniqueFd cur = Dup(root_.get());
   r.ref.dir = Dup(root_.get());
@@ -112,13 +111,16 @@ Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
       next.is_dir = S_ISDIR(next.st.st_mode);
       // An upper directory merges with a view directory of the same name,
       // unless it is opaque (made where that one was removed).
-      if (next.is_dir && lower_child != 0 && lower_->GetAttr(lower_child)->is_dir &&
-          !IsOpaque(cur.get(), stored)) {
-        next.lower = lower_child;
+      // A view entry it cannot stat it does not show.
+      if (next.is_dir && lower_child != 0 && !IsOpaque(cur.get(), stored)) {
+        auto attr = lower_->GetAttr(lower_child);
+        if (attr.ok() && attr->is_dir) next.lower = lower_child;
       }
     } else if (lower_child != 0) {
+      auto attr = lower_->GetAttr(lower_child);
+      if (!attr.ok()) return attr.status().Annotate(path);
       next.lower = lower_child;
-      next.is_dir = lower_->GetAttr(lower_child)->is_dir;
+      next.is_dir = attr->is_dir;
     } else {
       return Fail(ENOENT, path, "no such file or directory");
     }
@@ -224,14 +226,13 @@ Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
       // it is made in: its times are put back (as overlayfs does).
       struct stat parent {};
       const bool stated = ::fstat(cur.get(), &parent) == 0;
-      if (::mkdirat(cur.get(), stored.c_str(), 0700) != 0) return Errno(rel);
+      if (::mkdirat(cur.get(), stored.c_str(), 0700) != 0) return Status::LastErrno(rel);
       if (can_chown_) {
         ::fchownat(cur.get(), stored.c_str(), ViewEntryUid(a), ViewEntryGid(a),
                    AT_SYMLINK_NOFOLLOW);
       }
       ::fchmodat(cur.get(), stored.c_str(), ViewEntryMode(a) & 07777, 0);
-      const timespec t{a.mtime_ns / 1000000000, a.mtime_ns % 1000000000};
-      const timespec times[2] = {t, t};
+      const timespec times[2] = {TimespecOf(a.mtime_ns), TimespecOf(a.mtime_ns)};
       ::utimensat(cur.get(), stored.c_str(), times, AT_SYMLINK_NOFOLLOW);
       if (stated) RestoreTimes(cur.get(), parent);
       copied_up_dirs_.push_back(rel);
@@ -262,7 +263,7 @@ Result<int> Overlay::OpenRead(std::string_view path, int flags) {
   if (!r.entry.in_upper) return Fail(ENOENT, path, "not in the upper directory");
   int fd = ::openat(r.ref.dir.get(), r.ref.name.c_str(),
                     (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno(path);
+  if (fd < 0) return Status::LastErrno(path);
   return fd;
 }
 
@@ -279,7 +280,7 @@ Result<std::string> Overlay::ReadLink(std::string_view path) {
   std::string target(4096, '\0');
   for (;;) {
     ssize_t n = ::readlinkat(r.ref.dir.get(), r.ref.name.c_str(), target.data(), target.size());
-    if (n < 0) return Errno(path);
+    if (n < 0) return Status::LastErrno(path);
     if (static_cast<size_t>(n) < target.size()) {
       target.resize(static_cast<size_t>(n));
       return target;

@@ -14,8 +14,6 @@
 namespace ucfs {
 namespace {
 
-timespec TimeOf(int64_t ns) { return timespec{ns / 1000000000, ns % 1000000000}; }
-
 bool SameTime(const timespec& a, const timespec& b) {
   return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
@@ -44,7 +42,8 @@ Status Overlay::CopyAside::Run() {
       UCFS_RETURN_IF_ERROR(reader.Read(pieces, &bytes));
       for (size_t done = 0; done < bytes.size();) {
         const ssize_t w = ::write(file_.get(), bytes.data() + done, bytes.size() - done);
-        if (w < 0 && errno != EINTR) return Errno("copy-up of " + std::to_string(lower_));
+        if (w < 0 && errno != EINTR)
+          return Status::LastErrno("copy-up of " + std::to_string(lower_));
         if (w > 0) done += static_cast<size_t>(w);
       }
     }
@@ -54,12 +53,12 @@ Status Overlay::CopyAside::Run() {
   // atime, and the truncation then moves the mtime).
   const std::string what = "copy-up of " + std::to_string(lower_);
   if (can_chown_ && ::fchown(file_.get(), ViewEntryUid(attr), ViewEntryGid(attr)) != 0) {
-    return Errno(what);
+    return Status::LastErrno(what);
   }
-  if (::fchmod(file_.get(), ViewEntryMode(attr) & 07777) != 0) return Errno(what);
-  const timespec times[2] = {TimeOf(attr.mtime_ns), TimeOf(attr.mtime_ns)};
-  if (::futimens(file_.get(), times) != 0) return Errno(what);
-  if (keep_contents_ && ::fsync(file_.get()) != 0) return Errno(what);
+  if (::fchmod(file_.get(), ViewEntryMode(attr) & 07777) != 0) return Status::LastErrno(what);
+  const timespec times[2] = {TimespecOf(attr.mtime_ns), TimespecOf(attr.mtime_ns)};
+  if (::futimens(file_.get(), times) != 0) return Status::LastErrno(what);
+  if (keep_contents_ && ::fsync(file_.get()) != 0) return Status::LastErrno(what);
   written_ = true;
   return Status::OK();
 }
@@ -68,11 +67,11 @@ Status Overlay::CopyAside::Run() {
 Status Overlay::CopyAside::RunForLink(const Attr& attr) {
   if (can_chown_ && ::fchownat(root_.get(), temp_.c_str(), ViewEntryUid(attr), ViewEntryGid(attr),
                                AT_SYMLINK_NOFOLLOW) != 0) {
-    return Errno(temp_);
+    return Status::LastErrno(temp_);
   }
-  const timespec times[2] = {TimeOf(attr.mtime_ns), TimeOf(attr.mtime_ns)};
+  const timespec times[2] = {TimespecOf(attr.mtime_ns), TimespecOf(attr.mtime_ns)};
   if (::utimensat(root_.get(), temp_.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0) {
-    return Errno(temp_);
+    return Status::LastErrno(temp_);
   }
   written_ = true;
   return Status::OK();
@@ -81,7 +80,7 @@ Status Overlay::CopyAside::RunForLink(const Attr& attr) {
 Result<int> Overlay::CopyAside::TakeUnnamed() {
   if (!written_ || !file_) return Fail(EINVAL, temp_, "no copy of a file to take");
   if (!temp_.empty()) {
-    if (::unlinkat(root_.get(), temp_.c_str(), 0) != 0) return Errno(temp_);
+    if (::unlinkat(root_.get(), temp_.c_str(), 0) != 0) return Status::LastErrno(temp_);
     temp_.clear();
   }
   return file_.release();
@@ -112,14 +111,14 @@ Result<Overlay::CopyAside> Overlay::NewCopyAside(InodeId lower, bool keep_conten
   if (attr.is_symlink) {
     UCFS_ASSIGN_OR_RETURN(std::string target, lower_->ReadLink(lower));
     if (::symlinkat(target.c_str(), root_.get(), copy.temp_.c_str()) != 0) {
-      Status s = Errno(copy.temp_);
+      Status s = Status::LastErrno(copy.temp_);
       copy.temp_.clear();
       return s;
     }
   } else {
     int fd = ::openat(root_.get(), copy.temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-      Status s = Errno(copy.temp_);
+      Status s = Status::LastErrno(copy.temp_);
       copy.temp_.clear();
       return s;
     }
@@ -148,11 +147,11 @@ Status Overlay::Install(int dir, std::string_view name, CopyAside copy) {
   if (copy.temp_.empty()) {
     const std::string self = "/proc/self/fd/" + std::to_string(copy.file_.get());
     if (::linkat(AT_FDCWD, self.c_str(), dir, to.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-      return Errno(name);
+      return Status::LastErrno(name);
     }
   } else {
     if (::renameat(copy.root_.get(), copy.temp_.c_str(), dir, to.c_str()) != 0) {
-      return Errno(name);
+      return Status::LastErrno(name);
     }
     copy.temp_.clear();  // installed: nothing to remove
   }

@@ -14,7 +14,7 @@ namespace ucfs {
 Status Overlay::FinishCreate(int dir, const std::string& name, mode_t mode, const Caller* caller,
                              bool is_dir, bool is_symlink) {
   struct stat parent {};
-  if (::fstat(dir, &parent) != 0) return Errno(name);
+  if (::fstat(dir, &parent) != 0) return Status::LastErrno(name);
   mode &= 07777;
   // In a setgid directory the new entry has the directory's group (the
   // kernel gave it), and a new directory is setgid too.
@@ -23,16 +23,16 @@ Status Overlay::FinishCreate(int dir, const std::string& name, mode_t mode, cons
   if (caller != nullptr && can_chown_) {
     const gid_t gid = setgid_parent ? static_cast<gid_t>(-1) : caller->gid;
     if (::fchownat(dir, name.c_str(), caller->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
-      return Errno(name);
+      return Status::LastErrno(name);
     }
   }
   if (is_symlink) return Status::OK();
   // The daemon's own umask (and a chown's clearing of set-id bits) may have
   // changed the mode; it is set to what was asked.
   struct stat st {};
-  if (!StatAt(dir, name, &st)) return Errno(name);
+  if (!StatAt(dir, name, &st)) return Status::LastErrno(name);
   if ((st.st_mode & 07777) != mode && ::fchmodat(dir, name.c_str(), mode, 0) != 0) {
-    return Errno(name);
+    return Status::LastErrno(name);
   }
   return Status::OK();
 }
@@ -59,7 +59,7 @@ void Overlay::Created(const UpperRef& ref, std::string_view name, bool is_dir) {
 Status Overlay::MakeDir(std::string_view path, mode_t mode, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
   if (caller != nullptr) mode &= ~caller->umask;
-  if (::mkdirat(ref.dir.get(), ref.name.c_str(), mode & 07777) != 0) return Errno(path);
+  if (::mkdirat(ref.dir.get(), ref.name.c_str(), mode & 07777) != 0) return Status::LastErrno(path);
   Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, true, false);
   if (!s.ok()) {
     ::unlinkat(ref.dir.get(), ref.name.c_str(), AT_REMOVEDIR);
@@ -72,7 +72,7 @@ Status Overlay::MakeDir(std::string_view path, mode_t mode, const Caller* caller
 Status Overlay::MakeNode(std::string_view path, mode_t mode, dev_t rdev, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
   if (caller != nullptr) mode &= ~caller->umask;
-  if (::mknodat(ref.dir.get(), ref.name.c_str(), mode, rdev) != 0) return Errno(path);
+  if (::mknodat(ref.dir.get(), ref.name.c_str(), mode, rdev) != 0) return Status::LastErrno(path);
   Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, false, false);
   if (!s.ok()) {
     ::unlinkat(ref.dir.get(), ref.name.c_str(), 0);
@@ -85,7 +85,7 @@ Status Overlay::MakeNode(std::string_view path, mode_t mode, dev_t rdev, const C
 Status Overlay::Symlink(std::string_view target, std::string_view path, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
   if (::symlinkat(std::string(target).c_str(), ref.dir.get(), ref.name.c_str()) != 0) {
-    return Errno(path);
+    return Status::LastErrno(path);
   }
   Status s = FinishCreate(ref.dir.get(), ref.name, 0777, caller, false, true);
   if (!s.ok()) {
@@ -106,7 +106,7 @@ Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
     UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareChange(path, !(flags & O_TRUNC)));
     int fd = ::openat(ref.dir.get(), ref.name.c_str(),
                       (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Errno(path);
+    if (fd < 0) return Status::LastErrno(path);
     return fd;
   }
   if (!(flags & O_CREAT) || found.status().posix_errno() != ENOENT) return found.status();
@@ -114,7 +114,7 @@ Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
   if (caller != nullptr) mode &= ~caller->umask;
   int fd = ::openat(ref.dir.get(), ref.name.c_str(), flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     mode & 07777);
-  if (fd < 0) return Errno(path);
+  if (fd < 0) return Status::LastErrno(path);
   Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, false, false);
   if (!s.ok()) {
     ::close(fd);
@@ -133,7 +133,7 @@ Status Overlay::Link(std::string_view from, std::string_view to) {
   UCFS_ASSIGN_OR_RETURN(UpperRef source, PrepareChange(from));
   if (::linkat(source.dir.get(), source.name.c_str(), target.dir.get(), target.name.c_str(), 0) !=
       0) {
-    return Errno(to);
+    return Status::LastErrno(to);
   }
   Created(target, SplitLast(to).second, false);
   return Status::OK();

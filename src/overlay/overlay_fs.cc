@@ -9,15 +9,7 @@
 #include "ucfs/view/read_only_fs.h"
 
 namespace ucfs {
-namespace {
-
-std::string Join(const std::string& dir, std::string_view name) {
-  return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
-}
-
-Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
-
-}  // namespace
+namespace {}  // namespace
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
     : overlay_(std::move(overlay)), view_(std::move(view)), upper_dir_(overlay_->upper_dir()) {
@@ -44,10 +36,10 @@ std::vector<InodeId> OverlayFs::TakeChangedBehind() {
 
 Result<bool> OverlayFs::BeforeWrite(int fd, const Caller& caller) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Errno("fstat");
+  if (::fstat(fd, &st) != 0) return Status::LastErrno("fstat");
   const mode_t mode = ModeAfterWrite(st.st_mode, st.st_gid, caller);
   if (mode == st.st_mode) return false;
-  if (::fchmod(fd, mode & 07777) != 0) return Errno("fchmod");
+  if (::fchmod(fd, mode & 07777) != 0) return Status::LastErrno("fchmod");
   return true;
 }
 
@@ -88,7 +80,7 @@ Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
   }
   if (fd >= 0) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) return Errno("fstat");
+    if (::fstat(fd, &st) != 0) return Status::LastErrno("fstat");
     st.st_ino = inode;
     return st;
   }
@@ -111,7 +103,7 @@ Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(Inod
   std::vector<std::pair<std::string, struct stat>> out;
   out.reserve(entries.size());
   for (const auto& [name, entry] : entries) {
-    const std::string child = Join(path, name);
+    const std::string child = JoinPath(path, name);
     const InodeId inode = InodeFor(child, 0, entry.in_upper ? &entry.st : nullptr);
     out.emplace_back(name, StatOf(child, entry, inode));
   }
@@ -435,7 +427,7 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
       opened = UniqueFd(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
       w = opened.get();
     }
-    if (w < 0 || ::ftruncate(w, size) != 0) return Errno(what);
+    if (w < 0 || ::ftruncate(w, size) != 0) return Status::LastErrno(what);
   }
   const bool nothing = !request.size && !request.uid && !request.gid && !request.mode &&
                        !request.atime && !request.mtime;
@@ -445,12 +437,12 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
   // chown(f, -1, -1) arrives as a setattr of nothing: as on a local file
   // system, it still changes the ctime.
   if (request.uid || request.gid || nothing) {
-    if (stat_now(&before) != 0) return Errno(what);
+    if (stat_now(&before) != 0) return Status::LastErrno(what);
     const uid_t uid = request.uid.value_or(static_cast<uid_t>(-1));
     const gid_t gid = request.gid.value_or(static_cast<gid_t>(-1));
     const int rc = fd >= 0 ? ::fchown(fd, uid, gid)
                            : ::fchownat(ref.dir.get(), name, uid, gid, AT_SYMLINK_NOFOLLOW);
-    if (rc != 0) return Errno(what);
+    if (rc != 0) return Status::LastErrno(what);
     // An empty setattr is also what a write's clearing of S_ISGID (the
     // caller outside the file's group, the group not executing it) comes
     // as when the kernel leaves that to us: for the owner, chown(f, -1,
@@ -460,17 +452,17 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
   }
   // After a chown, which may have cleared the set-id bits a chmod of the
   // same call sets.
-  if (request.mode && chmod_to(*request.mode) != 0) return Errno(what);
+  if (request.mode && chmod_to(*request.mode) != 0) return Status::LastErrno(what);
   // A truncation or chown clears what a write by the same caller would
   // (for a chown, by the group the file had). The kernel sends what it
   // clears itself as a mode in the same request, S_ISGID without group
   // execute left in it; the daemon's own chown, as root, keeps that too.
   if (caller != nullptr && (request.size || owners_changed)) {
     struct stat now {};
-    if (stat_now(&now) != 0) return Errno(what);
+    if (stat_now(&now) != 0) return Status::LastErrno(what);
     const gid_t gid = owners_changed ? before.st_gid : now.st_gid;
     const mode_t mode = ModeAfterWrite(now.st_mode, gid, *caller);
-    if (mode != now.st_mode && chmod_to(mode) != 0) return Errno(what);
+    if (mode != now.st_mode && chmod_to(mode) != 0) return Status::LastErrno(what);
   }
   if (request.atime || request.mtime) {
     timespec times[2];
@@ -478,11 +470,11 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     times[1] = request.mtime.value_or(timespec{0, UTIME_OMIT});
     const int rc = fd >= 0 ? ::futimens(fd, times)
                            : ::utimensat(ref.dir.get(), name, times, AT_SYMLINK_NOFOLLOW);
-    if (rc != 0) return Errno(what);
+    if (rc != 0) return Status::LastErrno(what);
   }
   if (!path.ok()) {
     struct stat st {};
-    if (::fstat(fd, &st) != 0) return Errno(what);
+    if (::fstat(fd, &st) != 0) return Status::LastErrno(what);
     st.st_ino = inode;
     return st;
   }

@@ -10,18 +10,6 @@
 #include "ucfs/view/read_only_fs.h"
 
 namespace ucfs {
-namespace {
-
-std::string Join(const std::string& dir, std::string_view name) {
-  return dir.empty() ? std::string(name) : dir + "/" + std::string(name);
-}
-
-bool IsAtOrBelow(const std::string& path, const std::string& dir) {
-  return path == dir ||
-         (path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/');
-}
-
-}  // namespace
 
 std::vector<std::pair<InodeId, std::string>> OverlayFs::NamesOf(InodeId inode) {
   MutexLock lock(mu_);
@@ -29,12 +17,9 @@ std::vector<std::pair<InodeId, std::string>> OverlayFs::NamesOf(InodeId inode) {
   auto it = nodes_.find(inode);
   if (it == nodes_.end()) return out;
   for (const std::string& path : it->second.paths) {
-    const size_t slash = path.rfind('/');
-    const std::string parent = slash == std::string::npos ? "" : path.substr(0, slash);
-    auto p = by_path_.find(parent);
-    if (p != by_path_.end()) {
-      out.emplace_back(p->second, slash == std::string::npos ? path : path.substr(slash + 1));
-    }
+    const auto [parent, name] = SplitLast(path);
+    auto p = by_path_.find(std::string(parent));
+    if (p != by_path_.end()) out.emplace_back(p->second, std::string(name));
   }
   return out;
 }
@@ -58,7 +43,7 @@ Result<std::string> OverlayFs::ChildPath(InodeId parent, std::string_view name) 
   }
   if (!IsSafePathComponent(name)) return Status::Posix(EINVAL, std::string(name) + ": bad name");
   UCFS_ASSIGN_OR_RETURN(std::string dir, PathOf(parent));
-  return Join(dir, name);
+  return JoinPath(dir, name);
 }
 
 InodeId OverlayFs::InodeFor(const std::string& path, uint64_t count, const struct stat* upper) {

@@ -11,8 +11,6 @@
 namespace ucfs {
 namespace {
 
-Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
-
 // An upper entry by a path the xattr calls accept: its O_PATH fd's
 // /proc/self/fd link, which names the entry itself even for a symlink.
 struct ProcPath {
@@ -22,7 +20,7 @@ struct ProcPath {
 
 Result<ProcPath> ProcPathOf(const Overlay::UpperRef& ref) {
   int fd = ::openat(ref.dir.get(), ref.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno(ref.name);
+  if (fd < 0) return Status::LastErrno(ref.name);
   ProcPath p{UniqueFd(fd), "/proc/self/fd/" + std::to_string(fd)};
   return p;
 }
@@ -47,14 +45,14 @@ Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) 
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
   for (;;) {
     ssize_t n = ::getxattr(p.path.c_str(), name.c_str(), nullptr, 0);
-    if (n < 0) return Errno(name);
+    if (n < 0) return Status::LastErrno(name);
     std::string value(static_cast<size_t>(n), '\0');
     n = ::getxattr(p.path.c_str(), name.c_str(), value.data(), value.size());
     if (n >= 0) {
       value.resize(static_cast<size_t>(n));
       return value;
     }
-    if (errno != ERANGE) return Errno(name);
+    if (errno != ERANGE) return Status::LastErrno(name);
   }
 }
 
@@ -75,14 +73,14 @@ Result<std::string> OverlayFs::ListXattr(InodeId inode) {
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
   for (;;) {
     ssize_t n = ::listxattr(p.path.c_str(), nullptr, 0);
-    if (n < 0) return Errno(path);
+    if (n < 0) return Status::LastErrno(path);
     names.assign(static_cast<size_t>(n), '\0');
     n = ::listxattr(p.path.c_str(), names.data(), names.size());
     if (n >= 0) {
       names.resize(static_cast<size_t>(n));
       return names;
     }
-    if (errno != ERANGE) return Errno(path);
+    if (errno != ERANGE) return Status::LastErrno(path);
   }
 }
 
@@ -100,7 +98,7 @@ Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_v
   FollowCopyUp(inode);
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
   if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
-    return Errno(name);
+    return Status::LastErrno(name);
   }
   return Status::OK();
 }
@@ -118,7 +116,7 @@ Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
   }
   UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Errno(name);
+  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Status::LastErrno(name);
   return Status::OK();
 }
 

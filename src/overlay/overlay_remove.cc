@@ -15,7 +15,7 @@ namespace ucfs {
 Status Overlay::AddWhiteout(int dir, std::string_view name) {
   const std::string wh = WhiteoutName(name);
   int fd = ::openat(dir, wh.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return Errno(wh);
+  if (fd < 0) return Status::LastErrno(wh);
   ::close(fd);
   return Status::OK();
 }
@@ -38,7 +38,7 @@ Status Overlay::Unlink(std::string_view path) {
   if (r.entry.is_dir) return Fail(EISDIR, path, "is a directory");
   auto [parent, name] = SplitLast(path);
   if (r.entry.in_upper) {
-    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), 0) != 0) return Errno(path);
+    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), 0) != 0) return Status::LastErrno(path);
   }
   // The view's entry of that name must not show through.
   if (r.entry.covers_view) {
@@ -60,7 +60,8 @@ Status Overlay::RemoveDir(std::string_view path) {
     // Only ucfs's own entries can be left in it.
     UCFS_ASSIGN_OR_RETURN(UniqueFd self, OpenDirAt(r.ref.dir.get(), r.ref.name, path));
     ClearInternal(self.get());
-    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), AT_REMOVEDIR) != 0) return Errno(path);
+    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), AT_REMOVEDIR) != 0)
+      return Status::LastErrno(path);
   }
   if (r.entry.covers_view) {
     UCFS_ASSIGN_OR_RETURN(UniqueFd dir, UpperDir(parent));
@@ -128,7 +129,7 @@ Status Overlay::Rename(std::string_view from, std::string_view to, unsigned flag
   const bool view_at_target = dst.ok() ? dst->covers_view : ViewHas(to);
   if (::renameat2(source.dir.get(), source.name.c_str(), target.dir.get(), target.name.c_str(),
                   exchange ? RENAME_EXCHANGE : 0) != 0) {
-    return Errno(to);
+    return Status::LastErrno(to);
   }
   // A directory moved onto a name the view has must not merge with it.
   if (src.is_dir && view_at_target) MarkOpaque(target.dir.get(), target.name);

@@ -10,24 +10,6 @@
 
 namespace ucfs {
 
-std::vector<std::string_view> Components(std::string_view path) {
-  std::vector<std::string_view> out;
-  while (!path.empty()) {
-    auto slash = path.find('/');
-    std::string_view c = path.substr(0, slash);
-    if (!c.empty()) out.push_back(c);
-    if (slash == std::string_view::npos) break;
-    path.remove_prefix(slash + 1);
-  }
-  return out;
-}
-
-std::pair<std::string_view, std::string_view> SplitLast(std::string_view path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string_view::npos) return {"", path};
-  return {path.substr(0, slash), path.substr(slash + 1)};
-}
-
 std::string StoredName(std::string_view name) {
   if (name.starts_with(kWhiteoutPrefix)) return std::string(kEscapedEntry) + std::string(name);
   return std::string(name);
@@ -63,15 +45,13 @@ bool StatAt(int dir, const std::string& name, struct stat* st) {
   return ::fstatat(dir, name.c_str(), st != nullptr ? st : &ignored, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-Status Errno(std::string_view what) { return Status::FromErrno(what, errno); }
-
 Status Fail(int err, std::string_view path, std::string_view what) {
   return Status::Posix(err, std::string(path) + ": " + std::string(what));
 }
 
 Result<UniqueFd> OpenDirAt(int dir, const std::string& name, std::string_view what) {
   int fd = ::openat(dir, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Errno(what);
+  if (fd < 0) return Status::LastErrno(what);
   return UniqueFd(fd);
 }
 
@@ -83,10 +63,10 @@ Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what, bool to
   // O_NOATIME is the owner's (or CAP_FOWNER's): a daemon that is neither
   // reads as anyone would.
   if (fd < 0) fd = ::openat(dir, ".", kFlags);
-  if (fd < 0) return Errno(what);
+  if (fd < 0) return Status::LastErrno(what);
   DIR* d = ::fdopendir(fd);
   if (d == nullptr) {
-    Status s = Errno(what);
+    Status s = Status::LastErrno(what);
     ::close(fd);
     return s;
   }

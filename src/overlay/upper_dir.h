@@ -27,11 +27,6 @@ inline constexpr std::string_view kEscapedEntry = ".wh..wh.e.";
 inline constexpr std::string_view kEscapedWhiteout = ".wh..wh.w.";
 inline constexpr std::string_view kCopyUpPrefix = ".wh..wh.copyup.";
 
-// The non-empty components of a '/'-separated path.
-std::vector<std::string_view> Components(std::string_view path);
-// {parent, last component}; the parent of a single name is "".
-std::pair<std::string_view, std::string_view> SplitLast(std::string_view path);
-
 // Where an entry named `name` is stored in its upper directory.
 std::string StoredName(std::string_view name);
 // The whiteout hiding the view's entry `name`.
@@ -46,7 +41,6 @@ Status CheckName(std::string_view path, std::string_view name);
 
 // Whether `name` exists in `dir` (lstat), its stat in *st if asked.
 bool StatAt(int dir, const std::string& name, struct stat* st = nullptr);
-Status Errno(std::string_view what);
 Status Fail(int err, std::string_view path, std::string_view what);
 // An O_PATH fd of the directory `name` in `dir`, never through a symlink.
 Result<UniqueFd> OpenDirAt(int dir, const std::string& name, std::string_view what);

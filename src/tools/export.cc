@@ -21,8 +21,6 @@ namespace {
 
 constexpr uint64_t kChunk = uint64_t{64} << 20;
 
-Status Errno(const std::string& what) { return Status::FromErrno(what, errno); }
-
 std::string TempPathFor(const std::string& final_path) {
   const std::filesystem::path p(final_path);
   return (p.parent_path() / ("." + p.filename().string() + ".ucfs-export")).string();
@@ -48,7 +46,7 @@ Status CopyRange(const RandomAccessFile& in, uint64_t in_off, int out, uint64_t 
       kernel_copy = false;  // this kernel or file system pair cannot: buffer instead
       break;
     }
-    return Errno(what);
+    return Status::LastErrno(what);
   }
   std::vector<char> buf(std::min<uint64_t>(length, uint64_t{8} << 20));
   while (length > 0) {
@@ -61,7 +59,7 @@ Status CopyRange(const RandomAccessFile& in, uint64_t in_off, int out, uint64_t 
       const ssize_t w = ::pwrite(out, buf.data() + done, static_cast<size_t>(n - done),
                                  static_cast<off_t>(out_off) + done);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return Errno(what);
+      if (w < 0) return Status::LastErrno(what);
       done += w;
     }
     in_off += static_cast<uint64_t>(n);
@@ -75,7 +73,7 @@ Status WriteAll(int fd, std::string_view bytes, uint64_t at, const std::string& 
   while (!bytes.empty()) {
     const ssize_t w = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at));
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Errno(what);
+    if (w < 0) return Status::LastErrno(what);
     bytes.remove_prefix(static_cast<size_t>(w));
     at += static_cast<uint64_t>(w);
   }
@@ -104,8 +102,7 @@ struct Task {
 bool AlreadyExported(const std::string& final_path, const ExportFile& f) {
   struct stat st {};
   return ::stat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-         static_cast<uint64_t>(st.st_size) == f.size &&
-         static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec == f.mtime_ns;
+         static_cast<uint64_t>(st.st_size) == f.size && NanosOf(st.st_mtim) == f.mtime_ns;
 }
 
 // Creates t's directory and opens its temporary beside its final path.
@@ -119,7 +116,7 @@ Status OpenTemporary(Target& t) {
   // 0600 checkpoint is not left for anyone to read.
   t.fd.reset(::open(t.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
                     static_cast<mode_t>(t.file->mode & 0666)));
-  if (!t.fd) return Errno(t.temp_path);
+  if (!t.fd) return Status::LastErrno(t.temp_path);
   return Status::OK();
 }
 
@@ -137,9 +134,9 @@ Status ExportLink(const std::string& out_dir, const ExportFile& f, ExportStats* 
   if (ec) return Status::FromErrno(final_path.parent_path().string(), ec.value());
   const std::string temp = TempPathFor(final_path.string());
   ::unlink(temp.c_str());
-  if (::symlink(f.link->c_str(), temp.c_str()) != 0) return Errno(temp);
+  if (::symlink(f.link->c_str(), temp.c_str()) != 0) return Status::LastErrno(temp);
   if (::rename(temp.c_str(), final_path.c_str()) != 0) {
-    Status s = Errno(final_path.string());
+    Status s = Status::LastErrno(final_path.string());
     ::unlink(temp.c_str());
     return s;
   }
@@ -171,7 +168,7 @@ Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& f
     Target* target = targets->back().get();
     // Zero pieces are left as holes: the size is set first.
     if (::ftruncate(target->fd.get(), static_cast<off_t>(f.size)) != 0) {
-      return Errno(target->temp_path);
+      return Status::LastErrno(target->temp_path);
     }
     const uint64_t chunks = std::max<uint64_t>(1, (f.size + kChunk - 1) / kChunk);
     target->chunks_left = chunks;
@@ -228,15 +225,14 @@ void FinishTarget(Target& t, const ExportOptions& options) {
     std::lock_guard lock(t.mu);
     s = t.status;
   }
-  if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Errno(t.temp_path);
+  if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Status::LastErrno(t.temp_path);
   if (s.ok()) {
-    const timespec times[2] = {{0, UTIME_OMIT},
-                               {static_cast<time_t>(t.file->mtime_ns / 1000000000),
-                                static_cast<long>(t.file->mtime_ns % 1000000000)}};
-    if (::futimens(t.fd.get(), times) != 0) s = Errno(t.temp_path);
+    const timespec times[2] = {{0, UTIME_OMIT}, TimespecOf(t.file->mtime_ns)};
+    if (::futimens(t.fd.get(), times) != 0) s = Status::LastErrno(t.temp_path);
   }
   t.fd.reset();
-  if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0) s = Errno(t.final_path);
+  if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0)
+    s = Status::LastErrno(t.final_path);
   if (!s.ok()) ::unlink(t.temp_path.c_str());
   std::lock_guard lock(t.mu);
   t.status = s;
@@ -265,12 +261,10 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
   };
   for (const std::string& root : roots) {
     InodeId node = kRootInode;
-    for (size_t at = 0; at <= root.size();) {
-      const size_t slash = std::min(root.find('/', at), root.size());
-      auto child = view.Lookup(node, std::string_view(root).substr(at, slash - at));
+    for (std::string_view name : Components(root)) {
+      auto child = view.Lookup(node, name);
       if (!child.ok()) return Status::NotFound(root + ": not in the view");
       node = *child;
-      at = slash + 1;
     }
     UCFS_RETURN_IF_ERROR(walk(walk, node, root));
   }

@@ -34,8 +34,7 @@ struct stat StatOfAttr(const Attr& a) {
   st.st_blksize = 128 << 10;
   st.st_uid = a.uid;
   st.st_gid = a.gid;
-  st.st_mtim.tv_sec = a.mtime_ns / 1000000000;
-  st.st_mtim.tv_nsec = a.mtime_ns % 1000000000;
+  st.st_mtim = TimespecOf(a.mtime_ns);
   st.st_atim = st.st_mtim;
   st.st_ctim = st.st_mtim;
   return st;

@@ -78,11 +78,9 @@ class RunDecorator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // The nearest root above `dir`.
-      for (std::string up = dir; saved == 0;) {
-        const size_t slash = up.rfind('/');
-        if (slash == std::string::npos || slash == 0) break;
-        up.resize(slash);
-        if (auto it = roots_.find(up); it != roots_.end()) saved = it->second;
+      for (std::string_view up = SplitLast(dir).first; saved == 0 && up.size() > 1;
+           up = SplitLast(up).first) {
+        if (auto it = roots_.find(std::string(up)); it != roots_.end()) saved = it->second;
       }
     }
     if (saved == 0) return {};

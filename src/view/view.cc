@@ -283,13 +283,7 @@ void View::UnlinkChildLocked(InodeId dir, std::string_view name) {
 
 Result<InodeId> View::MakeDirectories(std::string_view path) {
   InodeId cur = kRootInode;
-  size_t start = 0;
-  while (start < path.size()) {
-    size_t slash = path.find('/', start);
-    if (slash == std::string_view::npos) slash = path.size();
-    const std::string_view name = path.substr(start, slash - start);
-    start = slash + 1;
-    if (name.empty()) continue;
+  for (std::string_view name : Components(path)) {
     auto found = Lookup(cur, name);  // lists a source directory first
     if (!found.ok() && found.status().code() != Status::Code::kNotFound) return found.status();
     if (found.ok()) {

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ucfs/base/path.h"  // the Env takes paths: JoinPath, RelativeBelow
 #include "ucfs/base/status.h"
 #include "ucfs/base/thread_annotations.h"
 
@@ -106,6 +107,19 @@ class Env {
   // layer that holds it).
   virtual std::string Where(const std::string& path) { return path; }
 
+  // What a mount is planned with (mount/mount_plan.h), asked of the
+  // process's Env (Env::Posix(), or a MemEnv in tests); by default
+  // NotSupported.
+  //
+  // `path` absolute, without symlinks (realpath(3)).
+  virtual Result<std::string> RealPath(const std::string& path);
+  // An Env that serves `dir` (resolved) and what lies below it, nothing else.
+  virtual Result<std::shared_ptr<Env>> Confine(const std::string& dir);
+  // Makes directory `path` with exactly `mode` and modification time
+  // `mtime_ns`: true, or false where a directory was there already (left
+  // as it was).
+  virtual Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns);
+
   // A whole small file (`latest`, `ds_config.json`); fails past max_bytes.
   Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);
 
@@ -129,13 +143,10 @@ Result<std::unique_ptr<Env>> NewConfinedPosixEnv(const std::string& root);
 std::unique_ptr<Env> NewRoutedEnv(std::shared_ptr<Env> base, std::string dir,
                                   std::shared_ptr<Env> below);
 
-// The root a checkpoint at `path` (a checkpoint root or a tag directory)
-// is confined to, resolved: the directory itself, or the parent of a tag
-// directory whose parent holds `latest`. Reads no file's contents.
-Result<std::string> ResolveCheckpointRoot(const std::string& path);
-
 // Files held in memory, keyed by absolute-looking paths ("/ckpt/latest").
-// Directories exist implicitly as prefixes of file paths.
+// Directories exist implicitly as prefixes of file paths, and explicitly
+// where made (MakeDir). It has no symbolic links: RealPath is the path
+// made normal, where something is there.
 class MemEnv : public Env {
  public:
   void WriteFile(const std::string& path, std::string contents);
@@ -155,6 +166,10 @@ class MemEnv : public Env {
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
   Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
+  Result<std::string> RealPath(const std::string& path) override;
+  // A view of this MemEnv, which must outlive it.
+  Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
+  Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override;
 
   // The stat of the file with `inode` if it is still at `path` (what an
   // open file's Stat reports), else nothing.
@@ -169,16 +184,14 @@ class MemEnv : public Env {
     FileAccess access{0644, 0, 0};
   };
   static FileStat StatOf(const File& f);
+  // Whether `path` is a directory, made or implied by a file below it.
+  bool IsDirLocked(const std::string& path) const UCFS_REQUIRES(mu_);
   mutable Mutex mu_;  // a leaf
   std::map<std::string, File> files_ UCFS_GUARDED_BY(mu_);
+  std::map<std::string, FileStat> dirs_ UCFS_GUARDED_BY(mu_);  // made by MakeDir
   uint64_t next_inode_ UCFS_GUARDED_BY(mu_) = 1;
   int64_t clock_ UCFS_GUARDED_BY(mu_) = 1;
 };
-
-// "dir/name" without doubling slashes.
-std::string JoinPath(std::string_view dir, std::string_view name);
-// The last path component ("a/b/c.pt" -> "c.pt").
-std::string_view BaseName(std::string_view path);
 
 }  // namespace ucfs
 

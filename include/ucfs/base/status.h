@@ -10,6 +10,7 @@
 #define UCFS_BASE_STATUS_H_
 
 #include <cassert>
+#include <cerrno>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,6 +44,8 @@ class Status {
   // An error from errno: "<context>: <strerror(err)>", keeping `err` for
   // callers that must answer with an errno (the FUSE adapter).
   static Status FromErrno(std::string_view context, int err);
+  // FromErrno(context, errno): the error of the call just made.
+  static Status LastErrno(std::string_view context) { return FromErrno(context, errno); }
   // An error with a given errno and message; the code follows the errno.
   static Status Posix(int err, std::string msg);
   static Status Unsafe(std::string msg) { return Status(Code::kUnsafe, std::move(msg)); }

@@ -132,6 +132,13 @@ Result<CheckpointFiles> DiscoverCheckpoint(Env& env, const std::string& path,
 Result<CheckpointFiles> ListCheckpointFiles(Env& env, const std::string& path,
                                             const std::optional<std::string>& tag = std::nullopt);
 
+// The directory a checkpoint at `path` (a root or a tag directory) is
+// confined to, resolved through `host` (Env::RealPath): the directory
+// itself, or the parent of a tag directory whose parent holds `latest`
+// (DeepSpeed's rule: `latest` names a directory beside it). Reads no file's
+// contents.
+Result<std::string> ResolveCheckpointRoot(Env& host, const std::string& path);
+
 // The tag a `latest` file names (surrounding whitespace dropped), or
 // Corruption when it names none.
 Result<std::string> ReadLatestTag(Env& env, const std::string& latest);

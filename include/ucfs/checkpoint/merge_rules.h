@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/codec/pickle.h"
 
@@ -77,6 +78,10 @@ struct SuppliedUniversalInfo {
   std::string path;  // named in messages
   std::string json;
 };
+// --universal-info FILE, read through `env` (null without one);
+// InvalidArgument naming the file where it cannot be read.
+Result<std::shared_ptr<const SuppliedUniversalInfo>> ReadSuppliedUniversalInfo(
+    Env& env, const std::optional<std::string>& path);
 
 // The universal_checkpoint_info of the model-states pickle (read from
 // `model_states_file`) with `supplied` laid over it (null: as saved);

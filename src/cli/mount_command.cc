@@ -1,0 +1,115 @@
+#include "cli/mount_command.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <variant>
+
+#include "cli/logging.h"
+#include "fuse/fuse_server.h"
+#include "ucfs/mount/mount_plan.h"
+#include "ucfs/overlay/overlay_fs.h"
+
+namespace ucfs::cli {
+namespace {
+
+constexpr int kExitCheckpointError = 1;
+constexpr int kExitUsage = 2;
+
+int Fail(const Status& s, int exit_status) {
+  std::fprintf(stderr, "ucfs mount: %s\n", TerminalSafe(s.message()).c_str());
+  return exit_status;
+}
+
+// What to mount, from the arguments: every path absolute (a daemon works
+// from "/").
+Result<MountRequest> RequestOf(const MountArgs& a) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto absolute = [&ec](const std::string& path) {
+    return fs::absolute(path, ec).lexically_normal().string();
+  };
+  MountRequest r;
+  r.checkpoint = absolute(a.checkpoint);
+  r.mountpoint = absolute(a.mountpoint);
+  r.tag = a.tag;
+  r.cache_dir = a.cache_dir;
+  r.no_cache = a.no_cache;
+  r.crc = a.crc;
+  r.world_size = a.world_size;
+  r.sub_group_size = a.sub_group_size;
+  if (a.universal_info) r.universal_info = fs::absolute(*a.universal_info, ec).string();
+  r.copy_rank_files = !a.no_rank_file_copies;
+  for (const std::string& layer : a.layers) r.layers.push_back(absolute(layer));
+  if (a.weights_dtype) {
+    UCFS_ASSIGN_OR_RETURN(r.weights_dtype, ParseWeightsDtype(*a.weights_dtype));
+  }
+  // Trainers count, sum and parse what a writable mount shows.
+  r.extra_views = !a.upper || a.views;
+  if (a.upper) r.upper = absolute(*a.upper);
+  return r;
+}
+
+fuse::ServeOptions ServeOptionsOf(const MountArgs& a, const MountRequest& r,
+                                  const MountPlan& plan) {
+  fuse::ServeOptions serve;
+  serve.mountpoint = *r.mountpoint;
+  serve.foreground = a.foreground;
+  serve.fuse_debug = a.fuse_debug;
+  serve.fuse_options = a.options;
+  serve.prefetch = !a.no_prefetch;
+  serve.splice = !a.no_splice;
+  serve.drop_source_pages = a.drop_source_pages;
+  serve.direct_writes = !a.no_direct_writes;
+  // Like a network file system's host:path, the source shows in mount(8).
+  serve.fsname = r.checkpoint;
+  serve.statfs_path = plan.source_dirs.front();
+  // A writable mount changes under the kernel's caches only through
+  // itself, but DIR may also be touched directly: keep them short.
+  if (plan.writable) serve.cache_timeout_s = 1.0;
+  return serve;
+}
+
+}  // namespace
+
+int RunMount(MountArgs a, int verbosity) {
+  const auto start = std::chrono::steady_clock::now();
+  SetUpLogging(verbosity, a.log_file, false);
+  auto request = RequestOf(a);
+  if (!request.ok()) return Fail(request.status(), kExitUsage);
+  const MountRequest& r = *request;
+  if (Status s = CheckRequest(*Env::Posix(), r); !s.ok()) return Fail(s, kExitUsage);
+  auto planned = PlanMount(*Env::Posix(), r);
+  if (!planned.ok()) return Fail(planned.status(), kExitCheckpointError);
+  MountPlan& plan = *planned;
+  std::unique_ptr<OverlayFs> overlay;
+  if (plan.writable) {
+    auto opened = Overlay::Open(plan.writable->upper_dir, plan.view, *Env::Posix(),
+                                std::move(plan.writable->options));
+    if (!opened.ok()) return Fail(opened.status(), kExitCheckpointError);
+    overlay = std::make_unique<OverlayFs>(std::move(opened).value(), plan.view);
+  }
+  const std::string kind =
+      plan.description + (plan.writable ? ", writable into " + plan.writable->upper_dir : "");
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  fuse::ServeOptions serve = ServeOptionsOf(a, r, plan);
+  serve.on_mounted = [&] {
+    if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
+    const auto* mounted = std::get_if<CheckpointMount>(&plan.kind);
+    if (mounted == nullptr) {
+      spdlog::info("{} mounted on {}: {} ({:.1f} ms)", r.checkpoint, *r.mountpoint, kind, ms);
+      return;
+    }
+    const Checkpoint& c = *mounted->checkpoint;
+    spdlog::info("{} mounted on {}: {} of tag {}, {} params, world size {} ({:.1f} ms, {})",
+                 r.checkpoint, *r.mountpoint, kind, c.files().tag, c.params().size(),
+                 c.world_size(), ms, mounted->index_note);
+  };
+  return fuse::Serve(plan.view, serve, std::move(overlay));
+}
+
+}  // namespace ucfs::cli
