@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <variant>
 
+#include "cli/mount_options.h"
 #include "cli/progress.h"
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/mount/placement.h"
@@ -49,11 +50,12 @@ int RunExport(const ExportArgs& a) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
-  MountRequest request = a.view;
-  request.checkpoint = fs::absolute(a.view.checkpoint, ec).lexically_normal().string();
-  for (std::string& layer : request.layers) {
-    layer = fs::absolute(layer, ec).lexically_normal().string();
+  auto requested = RequestOf(a.view);
+  if (!requested.ok()) {
+    std::fprintf(stderr, "ucfs export: %s\n", TerminalSafe(requested.status().message()).c_str());
+    return 2;
   }
+  MountRequest request = std::move(requested).value();
   // A run exported at N is a run to resume from: no views in it.
   request.extra_views = !request.world_size;
   const std::string out = fs::absolute(a.out, ec).lexically_normal().string();

@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "ucfs/mount/mount_plan.h"
+#include "cli/mount_args.h"
 
 namespace ucfs::cli {
 
 struct ExportArgs {
-  MountRequest view;  // what to export from (view.checkpoint as given)
+  MountArgs view;  // what to export from (the mount options export takes)
   std::string out;
   bool fp32 = false;  // the consolidated weights instead of the layout
   unsigned threads = 0;

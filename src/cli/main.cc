@@ -19,6 +19,7 @@
 #include "cli/mount_args.h"
 #include "cli/mount_command.h"
 #include "cli/mount_helper.h"
+#include "cli/mount_options.h"
 #include "cli/verify_command.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
@@ -119,7 +120,7 @@ CLI::App* AddShowCommand(CLI::App& app, std::string* path) {
   return show;
 }
 
-CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
+CLI::App* AddMountCommand(CLI::App& app, MountArgs* a) {
   CLI::App* mount = app.add_subcommand(
       "mount",
       "Mount a DeepSpeed checkpoint (ZeRO 1-3, a TP/PP grid, or a training run's directory) "
@@ -131,67 +132,11 @@ CLI::App* AddMountCommand(CLI::App& app, MountArgs* a, int* verbosity) {
                    "tag of every root below it)")
       ->required();
   mount->add_option("MNT", a->mountpoint, "An empty directory to mount on")->required();
-  mount->add_option("--tag", a->tag, "Tag to show instead of the one `latest` names");
-  mount->add_flag("-f,--foreground", a->foreground, "Stay in the foreground (logs to stderr)");
-  mount->add_flag("-d,--fuse-debug", a->fuse_debug, "Log every FUSE request (implies -f)");
-  mount->add_option("-o", a->options, "Mount options for libfuse and the kernel (allow_other, ...)")
-      ->delimiter(',');
-  mount->add_option("--cache-dir", a->cache_dir,
-                    "Where the index of parsed rank files lives (default $XDG_CACHE_HOME/ucfs)");
-  mount->add_flag("--no-cache", a->no_cache, "Neither read nor write the index");
-  mount->add_flag("--crc", a->crc,
-                  "Write real CRC-32s into the zip records (reads every byte at mount time; "
-                  "only Python's zipfile checks them)");
-  mount->add_option("--log-file", a->log_file, "Log to this file instead of syslog/stderr");
-  mount
-      ->add_option("--world-size", a->world_size,
-                   "Show the checkpoint as DeepSpeed would have saved it with N ranks")
-      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
-  mount->add_option("--sub-group-size", a->sub_group_size,
-                    "The run's zero_optimization.sub_group_size, when its ds_config has none "
-                    "(default 1000000000)");
-  mount->add_option(
-      "--universal-info", a->universal_info,
-      "A JSON file of universal_checkpoint_info keys (the pattern lists, "
-      "original_vocab_size, ...) laid over the saved ones, for a checkpoint saved "
-      "without them (a TP run without it, a T = 1 run without row-parallel patterns)");
-  mount->add_option("--upper", a->upper,
-                    "Make the mount writable: whatever is written (new checkpoints, a rewritten "
-                    "`latest`) lands in this directory (created if missing); the source is never "
-                    "written");
-  mount
-      ->add_option("--layer", a->layers,
-                   "An earlier mount's --upper directory, laid over CKPT read-only (repeat, oldest "
-                   "first): the checkpoints a trainer saved into it are served like CKPT's own, "
-                   "resharded at --world-size and with their views")
-      ->type_size(1)
-      ->allow_extra_args(false);
-  mount->add_flag("--views", a->views,
-                  "With --upper, a run directory's roots still show <tag>_universal/, "
-                  "latest_universal and <tag>_fp32/ (hidden by default: trainers count, sum and "
-                  "parse what they find there)");
-  mount->add_flag("--no-rank-file-copies", a->no_rank_file_copies,
-                  "With --world-size, give new ranks no copy of the frameworks' per-rank files "
-                  "(rng_state_{r}.pth, random_states_{r}.pkl, ...): a copy repeats another "
-                  "rank's random streams");
-  mount->add_option("--weights-dtype", a->weights_dtype,
-                    "The dtype of the Hugging Face weights shown beside a root's config.json: "
-                    "bf16, fp16 or fp32 (default: the training dtype)");
-  mount->add_flag("--no-prefetch", a->no_prefetch,
-                  "Tuning: don't read ahead in the source files (to measure what it buys)");
-  mount->add_flag("--no-splice", a->no_splice,
-                  "Tuning: copy source bytes to the kernel instead of splicing them");
-  mount->add_flag("--drop-source-pages", a->drop_source_pages,
-                  "Tuning: drop the source files' pages from the page cache once served (half "
-                  "the page cache a cold read fills, for a fifth less throughput)");
-  mount->add_flag("--no-direct-writes", a->no_direct_writes,
-                  "Tuning: with --upper, write through the mount's page cache instead of "
-                  "handing write-only opens' bytes to the daemon directly");
-  mount->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  ucfs::cli::AddMountOptions(*mount, a, /*for_export=*/false);
   return mount;
 }
 
-CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosity) {
+CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a) {
   CLI::App* export_cmd = app.add_subcommand(
       "export",
       "Write a view out as real files: the universal checkpoint ds_to_universal.py would "
@@ -202,33 +147,14 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a, int* verbosi
                    "Checkpoint root (with `latest`), tag directory, or a run directory")
       ->required();
   export_cmd->add_option("OUT", a->out, "Output directory (created; outside CKPT)")->required();
-  export_cmd->add_option("--tag", a->view.tag, "Tag to export instead of the one `latest` names");
-  export_cmd
-      ->add_option("--world-size", a->view.world_size,
-                   "Export the checkpoint as DeepSpeed would have saved it with N ranks")
-      ->check(CLI::Range(1u, ucfs::cli::kMaxWorldSize));
-  export_cmd->add_option("--sub-group-size", a->view.sub_group_size,
-                         "The run's zero_optimization.sub_group_size, when its ds_config has none");
-  export_cmd->add_option("--universal-info", a->view.universal_info,
-                         "A JSON file of universal_checkpoint_info keys laid over the saved ones");
-  export_cmd
-      ->add_option("--layer", a->view.layers,
-                   "An earlier mount's --upper directory, laid over CKPT (repeat, oldest first)")
-      ->type_size(1)
-      ->allow_extra_args(false);
+  ucfs::cli::AddMountOptions(*export_cmd, &a->view, /*for_export=*/true);
   export_cmd->add_flag("--fp32", a->fp32,
                        "Export the consolidated fp32 weights (<tag>_fp32: pytorch_model.bin, "
                        "model.safetensors) instead");
-  export_cmd->add_flag("--crc", a->view.crc,
-                       "Write real CRC-32s into the zip records of the universal view's files and "
-                       "of the consolidated weights");
   export_cmd->add_option("-j,--threads", a->threads,
                          "Copy threads (default: one per CPU, at least 4)");
   export_cmd->add_flag("--no-sync", a->no_sync,
                        "Do not fsync each file before renaming it into place");
-  export_cmd->add_option("--cache-dir", a->view.cache_dir, "Where the index lives");
-  export_cmd->add_flag("--no-cache", a->view.no_cache, "Neither read nor write the index");
-  export_cmd->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
   return export_cmd;
 }
 
@@ -260,9 +186,9 @@ int main(int argc, char** argv) {
   std::string show_path;
   CLI::App* show = AddShowCommand(app, &show_path);
   MountArgs m;
-  CLI::App* mount = AddMountCommand(app, &m, &verbosity);
+  CLI::App* mount = AddMountCommand(app, &m);
   ucfs::cli::ExportArgs x;
-  CLI::App* export_cmd = AddExportCommand(app, &x, &verbosity);
+  CLI::App* export_cmd = AddExportCommand(app, &x);
   std::string umount_path;
   CLI::App* umount = AddUmountCommand(app, &umount_path);
 
@@ -274,9 +200,11 @@ int main(int argc, char** argv) {
   }
   if (*mount) {
     if (m.fuse_debug) m.foreground = true;
-    return ucfs::cli::RunMount(std::move(m), verbosity);
+    m.verbosity += verbosity;
+    return ucfs::cli::RunMount(std::move(m));
   }
-  ucfs::cli::SetUpLogging(verbosity, "", false);
+  x.view.verbosity += verbosity;
+  ucfs::cli::SetUpLogging(*export_cmd ? x.view.verbosity : verbosity, "", false);
   if (*inspect) return ucfs::cli::RunInspect(in);
   if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);

@@ -1,6 +1,7 @@
 // What `ucfs mount` is asked to do, whichever way it was asked: its own
 // command line, or mount(8)'s helper argv (mount_helper.h). One struct, so
-// both reach the same mount path.
+// both reach the same mount path; each field's flag, `-o` key and help are
+// in mount_options.h, the one table of them.
 #ifndef UCFS_CLI_MOUNT_ARGS_H_
 #define UCFS_CLI_MOUNT_ARGS_H_
 
@@ -19,6 +20,8 @@ struct MountArgs {
   bool fuse_debug = false;
   // Options for libfuse and the kernel (allow_other, ...).
   std::vector<std::string> options;
+  // Each -v: more log output.
+  int verbosity = 0;
   std::optional<std::string> cache_dir;
   bool no_cache = false;
   bool crc = false;

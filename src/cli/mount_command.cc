@@ -4,11 +4,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <variant>
 
 #include "cli/logging.h"
+#include "cli/mount_options.h"
 #include "fuse/fuse_server.h"
 #include "ucfs/mount/mount_plan.h"
 #include "ucfs/overlay/overlay_fs.h"
@@ -22,35 +22,6 @@ constexpr int kExitUsage = 2;
 int Fail(const Status& s, int exit_status) {
   std::fprintf(stderr, "ucfs mount: %s\n", TerminalSafe(s.message()).c_str());
   return exit_status;
-}
-
-// What to mount, from the arguments: every path absolute (a daemon works
-// from "/").
-Result<MountRequest> RequestOf(const MountArgs& a) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  auto absolute = [&ec](const std::string& path) {
-    return fs::absolute(path, ec).lexically_normal().string();
-  };
-  MountRequest r;
-  r.checkpoint = absolute(a.checkpoint);
-  r.mountpoint = absolute(a.mountpoint);
-  r.tag = a.tag;
-  r.cache_dir = a.cache_dir;
-  r.no_cache = a.no_cache;
-  r.crc = a.crc;
-  r.world_size = a.world_size;
-  r.sub_group_size = a.sub_group_size;
-  if (a.universal_info) r.universal_info = fs::absolute(*a.universal_info, ec).string();
-  r.copy_rank_files = !a.no_rank_file_copies;
-  for (const std::string& layer : a.layers) r.layers.push_back(absolute(layer));
-  if (a.weights_dtype) {
-    UCFS_ASSIGN_OR_RETURN(r.weights_dtype, ParseWeightsDtype(*a.weights_dtype));
-  }
-  // Trainers count, sum and parse what a writable mount shows.
-  r.extra_views = !a.upper || a.views;
-  if (a.upper) r.upper = absolute(*a.upper);
-  return r;
 }
 
 fuse::ServeOptions ServeOptionsOf(const MountArgs& a, const MountRequest& r,
@@ -75,7 +46,8 @@ fuse::ServeOptions ServeOptionsOf(const MountArgs& a, const MountRequest& r,
 
 }  // namespace
 
-int RunMount(MountArgs a, int verbosity) {
+int RunMount(MountArgs a) {
+  const int verbosity = a.verbosity;
   const auto start = std::chrono::steady_clock::now();
   SetUpLogging(verbosity, a.log_file, false);
   auto request = RequestOf(a);

@@ -9,7 +9,7 @@ namespace ucfs::cli {
 // Returns the process exit status (0; 1 when the checkpoint cannot be read
 // or mounted; 2 on bad usage); messages go to stderr. Daemonises unless
 // args.foreground.
-int RunMount(MountArgs args, int verbosity);
+int RunMount(MountArgs args);
 
 }  // namespace ucfs::cli
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <utility>
 
+#include "cli/mount_options.h"
 #include "ucfs/base/path.h"
 
 namespace ucfs::cli {
@@ -24,30 +25,6 @@ constexpr int kMountFailure = 32;
 
 // `ucfs mount`'s own exit statuses (main.cc).
 constexpr int kUcfsUsage = 2;
-
-// The options that are ucfs's own, and the `ucfs mount` flag each becomes.
-struct UcfsOption {
-  std::string_view key;
-  std::string_view value;  // empty: a flag that takes no value
-  std::string_view help;
-};
-constexpr std::array<UcfsOption, 15> kUcfsOptions = {{
-    {"world_size", "N", "--world-size N: the checkpoint as saved with N ranks"},
-    {"upper", "DIR", "--upper DIR: writable, writes land in DIR"},
-    {"layer", "DIR", "--layer DIR: an earlier upper, read under it (repeat)"},
-    {"tag", "TAG", "--tag TAG: another tag than `latest` names"},
-    {"sub_group_size", "N", "--sub-group-size N: the run's sub_group_size"},
-    {"universal_info", "FILE", "--universal-info FILE: universal_checkpoint_info keys"},
-    {"cache_dir", "DIR", "--cache-dir DIR: where the index lives"},
-    {"weights_dtype", "DTYPE", "--weights-dtype DTYPE: the HF weights' dtype"},
-    {"no_cache", "", "--no-cache: neither read nor write the index"},
-    {"crc", "", "--crc: real CRC-32s in the zip records"},
-    {"views", "", "--views: a writable run mount still shows the extra views"},
-    {"no_rank_file_copies", "", "--no-rank-file-copies: new ranks get no per-rank files"},
-    {"log_file", "FILE", "--log-file FILE: log there instead of syslog"},
-    {"verbose", "", "-v: more log output"},
-    {"debug", "", "-v: more log output"},
-}};
 
 // Options mount(8) and fstab use for themselves (when, and by whom, to
 // mount): they mean nothing to the kernel, and libfuse would refuse them.
@@ -95,13 +72,6 @@ std::string Unquote(std::string_view v) {
   return std::string(v);
 }
 
-std::optional<uint64_t> ParseUnsigned(std::string_view s) {
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
 // Applies one -o option: a ucfs option becomes its MountArgs field, a
 // mount(8)-only one is dropped, anything else goes to libfuse, which names
 // the options it does not know when it refuses them.
@@ -116,57 +86,23 @@ Status ApplyOption(const std::string& opt, HelperRequest& r, bool& read_only) {
   }
   const size_t eq = opt.find('=');
   const std::string key = opt.substr(0, eq);
-  const UcfsOption* known = nullptr;
-  for (const UcfsOption& o : kUcfsOptions) {
-    if (o.key == key) known = &o;
+  const MountOption* known = nullptr;
+  for (const MountOption& o : MountOptions()) {
+    if (!o.key.empty() && o.key == key) known = &o;
   }
   if (known == nullptr) {
     r.mount.options.push_back(opt);
     return Status::OK();
   }
-  if (known->value.empty()) {
-    if (eq != std::string::npos) {
-      return Status::InvalidArgument(opt + ": " + key + " takes no value");
-    }
-    if (key == "no_cache") r.mount.no_cache = true;
-    if (key == "crc") r.mount.crc = true;
-    if (key == "views") r.mount.views = true;
-    if (key == "no_rank_file_copies") r.mount.no_rank_file_copies = true;
-    if (key == "verbose" || key == "debug") ++r.verbosity;
-    return Status::OK();
+  if (known->value.empty() && eq != std::string::npos) {
+    return Status::InvalidArgument(opt + ": " + key + " takes no value");
   }
   const std::string value = eq == std::string::npos ? "" : Unquote(opt.substr(eq + 1));
-  if (value.empty()) {
+  if (!known->value.empty() && value.empty()) {
     return Status::InvalidArgument(opt + ": needs a value (" + key + "=" +
                                    std::string(known->value) + ")");
   }
-  if (key == "world_size") {
-    auto n = ParseUnsigned(value);
-    if (!n || *n < 1 || *n > kMaxWorldSize) {
-      return Status::InvalidArgument(opt + ": the world size must be a number from 1 to " +
-                                     std::to_string(kMaxWorldSize));
-    }
-    r.mount.world_size = static_cast<uint32_t>(*n);
-  } else if (key == "sub_group_size") {
-    auto n = ParseUnsigned(value);
-    if (!n || *n == 0) return Status::InvalidArgument(opt + ": must be a positive number");
-    r.mount.sub_group_size = *n;
-  } else if (key == "universal_info") {
-    r.mount.universal_info = value;
-  } else if (key == "upper") {
-    r.mount.upper = value;
-  } else if (key == "layer") {
-    r.mount.layers.push_back(value);
-  } else if (key == "tag") {
-    r.mount.tag = value;
-  } else if (key == "cache_dir") {
-    r.mount.cache_dir = value;
-  } else if (key == "weights_dtype") {
-    r.mount.weights_dtype = value;
-  } else if (key == "log_file") {
-    r.mount.log_file = value;
-  }
-  return Status::OK();
+  return known->take(r.mount, value).Annotate(opt);
 }
 
 // Single quotes for the shell, where needed.
@@ -228,7 +164,7 @@ Result<HelperRequest> ParseMountHelperArgs(const std::vector<std::string>& args)
       for (char c : std::string_view(a).substr(1)) {
         switch (c) {
           case 'v':
-            ++r.verbosity;
+            ++r.mount.verbosity;
             break;
           case 'f':
             r.fake = true;
@@ -259,34 +195,20 @@ Result<HelperRequest> ParseMountHelperArgs(const std::vector<std::string>& args)
 }
 
 std::string EquivalentCommand(const HelperRequest& r) {
-  const MountArgs& m = r.mount;
   std::string cmd = "ucfs mount";
   auto add = [&cmd](std::string_view flag, std::string_view value = {}) {
     cmd += " ";
     cmd += flag;
     if (!value.empty()) cmd += " " + ShellQuote(value);
   };
-  if (m.world_size) add("--world-size", std::to_string(*m.world_size));
-  if (m.upper) add("--upper", *m.upper);
-  for (const std::string& layer : m.layers) add("--layer", layer);
-  if (m.tag) add("--tag", *m.tag);
-  if (m.sub_group_size) add("--sub-group-size", std::to_string(*m.sub_group_size));
-  if (m.universal_info) add("--universal-info", *m.universal_info);
-  if (m.cache_dir) add("--cache-dir", *m.cache_dir);
-  if (m.weights_dtype) add("--weights-dtype", *m.weights_dtype);
-  if (m.no_cache) add("--no-cache");
-  if (m.crc) add("--crc");
-  if (m.views) add("--views");
-  if (m.no_rank_file_copies) add("--no-rank-file-copies");
-  if (!m.log_file.empty()) add("--log-file", m.log_file);
-  for (int i = 0; i < r.verbosity; ++i) add("-v");
-  if (!m.options.empty()) {
-    std::string joined;
-    for (const std::string& o : m.options) joined += (joined.empty() ? "" : ",") + o;
-    add("-o", joined);
+  for (const MountOption& o : MountOptions()) {
+    if (o.given == nullptr) continue;
+    // The short name where there is one (-v, -o), as people write them.
+    const std::string_view flag = o.flags.substr(0, o.flags.find(','));
+    for (const std::string& value : o.given(r.mount)) add(flag, value);
   }
-  add(ShellQuote(m.checkpoint));
-  add(ShellQuote(m.mountpoint));
+  add(ShellQuote(r.mount.checkpoint));
+  add(ShellQuote(r.mount.mountpoint));
   return cmd;
 }
 
@@ -295,13 +217,15 @@ std::string MountHelperUsage(std::string_view program) {
                   " CKPT MNT [-fnsv] [-o OPTION[,OPTION...]] [-t fuse.ucfs]\n"
                   "mount(8)'s helper for type fuse.ucfs: mount -t fuse.ucfs CKPT MNT -o ...\n"
                   "ucfs options:\n";
-  for (const UcfsOption& o : kUcfsOptions) {
+  for (const MountOption& o : MountOptions()) {
+    if (o.key.empty()) continue;
     std::string name(o.key);
     if (!o.value.empty()) name += "=" + std::string(o.value);
-    name.resize(std::max<size_t>(name.size() + 1, 20), ' ');
-    u += "  " + name + std::string(o.help) + "\n";
+    name.resize(std::max<size_t>(name.size() + 1, 22), ' ');
+    const std::string_view flag = o.flags.substr(o.flags.rfind(',') + 1);
+    u += "  " + name + (flag.empty() ? "" : std::string(flag) + ": ") + std::string(o.help) + "\n";
   }
-  u += "  ro                  read-only (the default without upper=; refused with it)\n"
+  u += "  ro                    read-only (the default without upper=; refused with it)\n"
        "mount(8)'s own options (defaults, noauto, user, _netdev, nofail, x-*, ...) and atime\n"
        "options are accepted and ignored; any other option goes to libfuse (allow_other, ...).\n";
   return u;
@@ -322,7 +246,7 @@ int MountHelperMain(int argc, char** argv, const RunMountFn& run_mount) {
     std::fputs(MountHelperUsage(program).c_str(), stdout);
     return kMountOk;
   }
-  if (request->verbosity > 0 || request->fake) {
+  if (request->mount.verbosity > 0 || request->fake) {
     std::fprintf(stderr, "%s: %s%s\n", program.c_str(), request->fake ? "would run " : "",
                  EquivalentCommand(*request).c_str());
   }
@@ -335,7 +259,7 @@ int MountHelperMain(int argc, char** argv, const RunMountFn& run_mount) {
       ::setenv("HOME", pw->pw_dir, 0);
     }
   }
-  const int rc = run_mount(std::move(request->mount), request->verbosity);
+  const int rc = run_mount(std::move(request->mount));
   if (rc == kMountOk) return kMountOk;
   return rc == kUcfsUsage ? kMountUsage : kMountFailure;
 }

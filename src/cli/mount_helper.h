@@ -27,7 +27,6 @@ bool IsMountHelper(std::string_view argv0);
 
 struct HelperRequest {
   MountArgs mount;
-  int verbosity = 0;
   // mount -f ("fake"): check the arguments, mount nothing.
   bool fake = false;
   bool help = false;
@@ -45,7 +44,7 @@ std::string MountHelperUsage(std::string_view program);
 
 // What `ucfs mount` runs; returns its exit status (0, 1 unreadable or not
 // mounted, 2 bad usage).
-using RunMountFn = std::function<int(MountArgs, int verbosity)>;
+using RunMountFn = std::function<int(MountArgs)>;
 
 // The helper's main(): parses, then mounts through `run_mount`, which
 // returns once the mount is ready (it daemonises after mounting). Returns

@@ -55,7 +55,7 @@ TEST(MountHelper, MapsUcfsOptionsOntoMountArgs) {
   EXPECT_TRUE(r.mount.no_cache);
   EXPECT_TRUE(r.mount.crc);
   EXPECT_EQ(r.mount.log_file, "/l");
-  EXPECT_EQ(r.verbosity, 2);
+  EXPECT_EQ(r.mount.verbosity, 2);
 }
 
 // An fstab line's options as mount(8) hands them over (`user` expanded
@@ -78,12 +78,12 @@ TEST(MountHelper, DropsWhatOnlyMountUsesAndPassesTheRestToLibfuse) {
 
 TEST(MountHelper, AcceptsMountsFlagsAnywhere) {
   HelperRequest r = Parse({"s", "m", "-s", "-n", "-v", "-o", "world_size=2", "-t", "fuse.ucfs"});
-  EXPECT_EQ(r.verbosity, 1);
+  EXPECT_EQ(r.mount.verbosity, 1);
   EXPECT_FALSE(r.fake);
   EXPECT_EQ(r.mount.world_size, 2u);
   r = Parse({"-sfnv", "-oworld_size=3", "s", "-o", "tag=t", "m", "-t", "ucfs"});
   EXPECT_TRUE(r.fake);
-  EXPECT_EQ(r.verbosity, 1);
+  EXPECT_EQ(r.mount.verbosity, 1);
   EXPECT_EQ(r.mount.world_size, 3u);
   EXPECT_EQ(r.mount.tag, "t");
   EXPECT_EQ(r.mount.checkpoint, "s");
@@ -136,7 +136,7 @@ int Main(std::vector<std::string> args, const RunMountFn& run) {
 TEST(MountHelper, ReturnsMountsExitStatuses) {
   MountArgs seen;
   int rc_from_ucfs = 0;
-  auto run = [&](MountArgs a, int) {
+  auto run = [&](MountArgs a) {
     seen = std::move(a);
     return rc_from_ucfs;
   };
@@ -150,7 +150,7 @@ TEST(MountHelper, ReturnsMountsExitStatuses) {
   EXPECT_EQ(Main(good, run), 1);
 
   bool ran = false;
-  auto never = [&](MountArgs, int) {
+  auto never = [&](MountArgs) {
     ran = true;
     return 0;
   };
