@@ -1,8 +1,43 @@
 #include "ucfs/codec/dtype_cast.h"
 
+#include <bit>
+#include <cstring>
+
 #include "base/byte_order.h"
 
 namespace ucfs {
+namespace {
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);  // inf, nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
 
 uint16_t Float32BitsToBFloat16(uint32_t bits) {
   if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
@@ -61,6 +96,65 @@ Status CastFloat32(std::string_view in, DType to, std::string* out) {
         to == DType::kBFloat16 ? Float32BitsToBFloat16(bits) : Float32BitsToFloat16(bits);
     dst[2 * i] = static_cast<char>(half & 0xFF);
     dst[2 * i + 1] = static_cast<char>(half >> 8);
+  }
+  return Status::OK();
+}
+
+Status WidenToFloat32(std::string_view bytes, DType dtype, std::string* appended) {
+  switch (dtype) {
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt64:
+    case DType::kInt32:
+    case DType::kInt16:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kBool:
+      break;
+    default:
+      return Status::NotSupported("cannot convert " + std::string(Info(dtype).torch_name) +
+                                  " to float32");
+  }
+  const uint32_t es = Info(dtype).element_size;
+  const size_t n = bytes.size() / es;
+  const size_t at = appended->size();
+  appended->resize(at + n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const char* p = bytes.data() + i * es;
+    float v = 0;
+    switch (dtype) {
+      case DType::kFloat64:
+        v = static_cast<float>(Load<double>(p));
+        break;
+      case DType::kFloat16:
+        v = HalfToFloat(Load<uint16_t>(p));
+        break;
+      case DType::kBFloat16:
+        v = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
+        break;
+      case DType::kInt64:
+        v = static_cast<float>(Load<int64_t>(p));
+        break;
+      case DType::kInt32:
+        v = static_cast<float>(Load<int32_t>(p));
+        break;
+      case DType::kInt16:
+        v = static_cast<float>(Load<int16_t>(p));
+        break;
+      case DType::kInt8:
+        v = static_cast<float>(Load<int8_t>(p));
+        break;
+      case DType::kUInt8:
+        v = static_cast<float>(Load<uint8_t>(p));
+        break;
+      case DType::kBool:
+        v = *p != 0 ? 1.0f : 0.0f;
+        break;
+      default:  // refused above
+        break;
+    }
+    std::memcpy(appended->data() + at + i * 4, &v, 4);
   }
   return Status::OK();
 }

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
 
 namespace ucfs {
 namespace {
@@ -54,6 +58,52 @@ TEST(DTypeCast, CastFloat32WholeBuffers) {
   EXPECT_EQ(out.size(), 12u);
   EXPECT_FALSE(CastFloat32("abc", DType::kFloat16, &out).ok());
   EXPECT_FALSE(CastFloat32("abcd", DType::kInt8, &out).ok());
+}
+
+Result<std::string> Widen(DType dtype, const std::string& bytes) {
+  std::string out;
+  UCFS_RETURN_IF_ERROR(WidenToFloat32(bytes, dtype, &out));
+  return out;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+template <typename T, size_t N>
+std::string Bytes(const T (&values)[N]) {
+  return std::string(reinterpret_cast<const char*>(values), sizeof values);
+}
+
+// Buffers and frozen params in other dtypes become float32 as torch's
+// .float() makes them.
+TEST(WidenToFloat32, ConvertsLikeTorch) {
+  // float16: 1, -2, 65504 (largest), 2^-24 (smallest subnormal), 2^-14 (smallest normal), inf.
+  const uint16_t half[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x0400, 0x7c00};
+  auto f = Widen(DType::kFloat16, Bytes(half));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(Floats(*f), (std::vector<float>{1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f,
+                                            std::numeric_limits<float>::infinity()}));
+  const uint16_t nan16[] = {0x7e00};
+  EXPECT_TRUE(std::isnan(Floats(*Widen(DType::kFloat16, Bytes(nan16)))[0]));
+  // bfloat16 is the top half of a float32.
+  const uint16_t bf[] = {0x3f80, 0xc0a0};
+  EXPECT_EQ(Floats(*Widen(DType::kBFloat16, Bytes(bf))), (std::vector<float>{1.0f, -5.0f}));
+  const int64_t ints[] = {-3, 1 << 20};
+  EXPECT_EQ(Floats(*Widen(DType::kInt64, Bytes(ints))), (std::vector<float>{-3.0f, 1048576.0f}));
+  const bool flags[] = {true, false};
+  EXPECT_EQ(Floats(*Widen(DType::kBool, Bytes(flags))), (std::vector<float>{1.0f, 0.0f}));
+  // Appended after what is there.
+  std::string out = "xyz";
+  ASSERT_TRUE(WidenToFloat32(Bytes(bf), DType::kBFloat16, &out).ok());
+  EXPECT_EQ(out.size(), 3u + 8u);
+  auto complex = Widen(DType::kComplex64, std::string(8, '\0'));
+  ASSERT_FALSE(complex.ok());
+  EXPECT_NE(complex.status().message().find("complex"), std::string::npos);
+  std::string none;
+  EXPECT_FALSE(WidenToFloat32("", DType::kComplex64, &none).ok());  // refused even with no bytes
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ Status WidenedToFloat32::Read(uint64_t offset, uint64_t length, std::string* out
   AppendSourcePieces(extents, &pieces);
   std::string saved;
   UCFS_RETURN_IF_ERROR(files_->Read(pieces, &saved));
-  UCFS_ASSIGN_OR_RETURN(std::string widened, ToFloat32(from_, saved, name_));
+  std::string widened;
+  UCFS_RETURN_IF_ERROR(WidenToFloat32(saved, from_, &widened).Annotate(name_));
   out->append(widened, offset - first * 4, length);
   return Status::OK();
 }

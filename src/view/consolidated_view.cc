@@ -7,11 +7,12 @@
 #include <bit>
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
 
 #include "ucfs/base/checked_math.h"
 #include "ucfs/checkpoint/ds_version.h"
+#include "ucfs/codec/dtype_cast.h"
 #include "ucfs/codec/pickle.h"
+#include "ucfs/codec/safetensors.h"
 #include "ucfs/view/source_files.h"
 #include "view/cast_state.h"
 
@@ -34,116 +35,14 @@ StorageRun WholeRun(StorageRun::Kind kind, uint32_t index, uint32_t state, uint6
   return run;
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);  // inf, nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    exp = 113;
-    while ((mant & 0x400) == 0) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
-
-template <typename T>
-T Load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 }  // namespace
 
-Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name) {
-  const uint32_t es = Info(dtype).element_size;
-  const size_t n = bytes.size() / es;
-  std::string out(n * 4, '\0');
-  for (size_t i = 0; i < n; ++i) {
-    const char* p = bytes.data() + i * es;
-    float v = 0;
-    switch (dtype) {
-      case DType::kFloat64:
-        v = static_cast<float>(Load<double>(p));
-        break;
-      case DType::kFloat16:
-        v = HalfToFloat(Load<uint16_t>(p));
-        break;
-      case DType::kBFloat16:
-        v = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
-        break;
-      case DType::kInt64:
-        v = static_cast<float>(Load<int64_t>(p));
-        break;
-      case DType::kInt32:
-        v = static_cast<float>(Load<int32_t>(p));
-        break;
-      case DType::kInt16:
-        v = static_cast<float>(Load<int16_t>(p));
-        break;
-      case DType::kInt8:
-        v = static_cast<float>(Load<int8_t>(p));
-        break;
-      case DType::kUInt8:
-        v = static_cast<float>(Load<uint8_t>(p));
-        break;
-      case DType::kBool:
-        v = *p != 0 ? 1.0f : 0.0f;
-        break;
-      default:
-        return Status::NotSupported("buffer " + name + ": cannot convert " +
-                                    std::string(Info(dtype).torch_name) + " to float32");
-    }
-    std::memcpy(out.data() + i * 4, &v, 4);
-  }
-  return out;
-}
-
-namespace {
-
-std::optional<std::string_view> SafetensorsDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64:
-      return "F64";
-    case DType::kFloat32:
-      return "F32";
-    case DType::kFloat16:
-      return "F16";
-    case DType::kBFloat16:
-      return "BF16";
-    case DType::kInt64:
-      return "I64";
-    case DType::kInt32:
-      return "I32";
-    case DType::kInt16:
-      return "I16";
-    case DType::kInt8:
-      return "I8";
-    case DType::kUInt8:
-      return "U8";
-    case DType::kBool:
-      return "BOOL";
-    default:
-      return std::nullopt;
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
 
-Result<ConsolidatedTensor> BufferTensor(Env& env, const BufferInfo& b, uint32_t source,
-                                        const std::string& path, bool as_saved) {
+Result<ConsolidatedTensor> BufferTensor(const BufferInfo& b, uint32_t source, bool as_saved,
+                                        std::shared_ptr<SourceFiles> files) {
   ConsolidatedTensor t;
   t.name = b.name;
   t.dtype = as_saved ? b.dtype : DType::kFloat32;
@@ -157,18 +56,20 @@ Result<ConsolidatedTensor> BufferTensor(Env& env, const BufferInfo& b, uint32_t 
     t.storage.runs.push_back(run);
     return t;
   }
-  // Converted on first read; a dtype with no conversion fails now.
-  const uint32_t es = Info(b.dtype).element_size;
-  UCFS_RETURN_IF_ERROR(ToFloat32(b.dtype, std::string(es, '\0'), b.name).status());
+  // Widened on each read; a dtype with no widening fails now.
+  std::string none;
+  UCFS_RETURN_IF_ERROR(WidenToFloat32("", b.dtype, &none).Annotate("buffer " + b.name));
+  auto widened = std::make_shared<const WidenedToFloat32>(
+      std::move(files), b.dtype, b.extent.length / Info(b.dtype).element_size, b.name,
+      [source, extent = b.extent](uint64_t begin, uint64_t end, std::vector<Extent>* out) {
+        out->push_back(Extent{source, extent.offset + begin, end - begin});
+        return Status::OK();
+      });
   StorageRun run;
-  run.kind = StorageRun::Kind::kBytes;
-  run.length = b.extent.length / es * 4;
-  run.bytes = std::make_shared<const DeferredBytes>([&env, path, b]() -> Result<std::string> {
-    UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
-    UCFS_ASSIGN_OR_RETURN(std::string raw, file->ReadString(b.extent.offset, b.extent.length));
-    return ToFloat32(b.dtype, raw, b.name);
-  });
-  t.storage.runs.push_back(run);
+  run.kind = StorageRun::Kind::kComputed;
+  run.length = widened->size();
+  run.computed = std::move(widened);
+  t.storage.runs.push_back(std::move(run));
   return t;
 }
 
@@ -210,21 +111,14 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
                                                               const StateDictOptions& options) {
   const OtherTensors others = options.others.value_or(ZeroToFp32OtherTensors(c.ds_version()));
   std::vector<ConsolidatedTensor> out;
+  // One set of rank files, opened as first read, for every tensor ucfs computes.
+  auto files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
   for (const BufferInfo& b : c.buffers()) {
     const bool as_saved = others == OtherTensors::kAsSaved ||
                           (others == OtherTensors::kFloatingToFloat32 && !IsFloating(b.dtype));
-    UCFS_ASSIGN_OR_RETURN(
-        ConsolidatedTensor t,
-        BufferTensor(env, b, b.extent.file, c.sources()[b.extent.file].path, as_saved));
+    UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t, BufferTensor(b, b.extent.file, as_saved, files));
     out.push_back(std::move(t));
   }
-  // One set of open rank files for every cast tensor.
-  std::shared_ptr<SourceFiles> files;
-  auto open_files = [&] {
-    if (!files)
-      files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
-    return files;
-  };
   const bool frozen_to_fp32 =
       others == OtherTensors::kAllToFloat32 || others == OtherTensors::kFloatingToFloat32;
   for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
@@ -235,7 +129,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     if (frozen_to_fp32 && info.dtype != DType::kFloat32 && IsFloating(info.dtype)) {
       t.dtype = DType::kFloat32;
       auto widened = std::make_shared<const WidenedToFloat32>(
-          open_files(), info.dtype, info.numel, info.name,
+          files, info.dtype, info.numel, info.name,
           [&c, f](uint64_t begin, uint64_t end, std::vector<Extent>* out) {
             return c.MapFrozen(f, begin, end, out);
           });
@@ -268,7 +162,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Ch
     t.shape = info.shape;
     t.requires_grad = fp32.requires_grad;
     if (cast) {
-      auto computed = std::make_shared<const CastState>(c, open_files(), p, t.dtype);
+      auto computed = std::make_shared<const CastState>(c, files, p, t.dtype);
       StorageRun run;
       run.kind = StorageRun::Kind::kComputed;
       run.length = computed->size();
@@ -289,34 +183,16 @@ Result<std::shared_ptr<SafetensorsContent>> SafetensorsContent::Make(
     std::shared_ptr<const StateMapper> mapper, std::vector<ConsolidatedTensor> tensors) {
   std::shared_ptr<SafetensorsContent> content(new SafetensorsContent());
   content->mapper_ = std::move(mapper);
-  // Key order as the tensors come (the data is laid out in that order).
-  nlohmann::ordered_json fields;
-  fields["__metadata__"] = {{"format", "pt"}};
-  uint64_t at = 0;
-  for (ConsolidatedTensor& t : tensors) {
-    auto dtype = SafetensorsDType(t.dtype);
-    if (!dtype) {
-      return Status::NotSupported(t.name + ": no safetensors dtype for " +
-                                  std::string(Info(t.dtype).torch_name));
-    }
-    const uint64_t bytes = BytesOf(t);
-    // Checkpoint::Open bounds the model to 2^58 elements: cannot fail.
-    auto end = CheckedAdd(at, bytes, kMaxFileQuantity);
-    if (!end) return Status::Corruption(t.name + ": the tensors are more than 2^62 bytes in all");
-    fields[t.name] = {{"dtype", *dtype}, {"shape", t.shape}, {"data_offsets", {at, *end}}};
-    content->data_starts_.push_back(at);
-    content->data_.push_back(std::move(t.storage));
-    at += bytes;
+  std::vector<SafetensorsEntry> entries;
+  for (const ConsolidatedTensor& t : tensors) {
+    // Checkpoint::Open bounds the model to 2^58 elements: BytesOf is exact.
+    entries.push_back({t.name, t.dtype, t.shape, BytesOf(t)});
   }
-  std::string json = fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  // The data starts 8-aligned, as the reference writer pads the header.
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string header(8, '\0');
-  uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i)
-    header[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  content->header_ = header + json;
-  content->data_size_ = at;
+  UCFS_ASSIGN_OR_RETURN(SafetensorsHeader header, MakeSafetensorsHeader(entries));
+  content->header_ = std::move(header.bytes);
+  content->data_starts_ = std::move(header.data_starts);
+  content->data_size_ = header.data_size;
+  for (ConsolidatedTensor& t : tensors) content->data_.push_back(std::move(t.storage));
   return content;
 }
 
@@ -347,15 +223,6 @@ Status SafetensorsContent::Plan(uint64_t offset, uint64_t length,
 }
 
 namespace {
-
-// A shard index as Hugging Face writes it: json.dumps(index, indent=2,
-// sort_keys=True) + "\n".
-std::string IndexJson(uint64_t total, const std::map<std::string, std::string>& weight_map) {
-  nlohmann::json index;  // std::map underneath: keys sorted
-  index["metadata"]["total_size"] = total;
-  index["weight_map"] = weight_map;
-  return index.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
 
 // torch.save of `tensors` (aliases index into `tensors`) as zero_to_fp32
 // writes it: an OrderedDict up to DeepSpeed 0.15.2, a plain dict of each
@@ -460,7 +327,7 @@ Status AddPytorchModelBins(View& view, InodeId dir, const ConsolidatedSource& so
   }
   return view
       .AddFile(dir, "pytorch_model.bin.index.json",
-               std::make_shared<InlineContent>(IndexJson(total, weight_map)))
+               std::make_shared<InlineContent>(ShardIndexJson(total, weight_map)))
       .status();
 }
 
@@ -534,7 +401,7 @@ Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const StateMa
     out.push_back({ShardName(k, shards.size()), std::move(st)});
   }
   out.push_back({"model.safetensors.index.json",
-                 std::make_shared<InlineContent>(IndexJson(total, weight_map))});
+                 std::make_shared<InlineContent>(ShardIndexJson(total, weight_map))});
   return out;
 }
 

@@ -164,68 +164,46 @@ std::vector<float> Floats(const std::string& bytes) {
   return out;
 }
 
-// Buffers in other dtypes become float32 as torch's .float() makes them.
-TEST(ToFloat32, ConvertsLikeTorch) {
-  // float16: 1, -2, 65504 (largest), 2^-24 (smallest subnormal), 2^-14 (smallest normal), inf.
-  const uint16_t half[] = {0x3c00, 0xc000, 0x7bff, 0x0001, 0x0400, 0x7c00};
-  auto f = ToFloat32(DType::kFloat16, std::string(reinterpret_cast<const char*>(half), sizeof half),
-                     "b");
-  ASSERT_TRUE(f.ok());
-  EXPECT_EQ(Floats(*f), (std::vector<float>{1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1p-14f,
-                                            std::numeric_limits<float>::infinity()}));
-  const uint16_t nan16 = 0x7e00;
-  EXPECT_TRUE(std::isnan(Floats(
-      *ToFloat32(DType::kFloat16, std::string(reinterpret_cast<const char*>(&nan16), 2), "b"))[0]));
-  // bfloat16 is the top half of a float32.
-  const uint16_t bf[] = {0x3f80, 0xc0a0};
-  EXPECT_EQ(Floats(*ToFloat32(DType::kBFloat16,
-                              std::string(reinterpret_cast<const char*>(bf), sizeof bf), "b")),
-            (std::vector<float>{1.0f, -5.0f}));
-  const int64_t ints[] = {-3, 1 << 20};
-  EXPECT_EQ(Floats(*ToFloat32(DType::kInt64,
-                              std::string(reinterpret_cast<const char*>(ints), sizeof ints), "b")),
-            (std::vector<float>{-3.0f, 1048576.0f}));
-  const bool flags[] = {true, false};
-  EXPECT_EQ(
-      Floats(*ToFloat32(DType::kBool,
-                        std::string(reinterpret_cast<const char*>(flags), sizeof flags), "b")),
-      (std::vector<float>{1.0f, 0.0f}));
-  auto complex = ToFloat32(DType::kComplex64, std::string(8, '\0'), "rope.freqs");
-  ASSERT_FALSE(complex.ok());
-  EXPECT_NE(complex.status().message().find("rope.freqs"), std::string::npos);
+// Bytes [begin, end) of a storage of computed runs.
+Status ReadStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
+                   uint64_t end, std::string* out) {
+  std::vector<ReadPiece> pieces;
+  UCFS_RETURN_IF_ERROR(PlanStorage(mapper, storage, begin, end, &pieces));
+  for (const ReadPiece& p : pieces) out->append(p.bytes);
+  return Status::OK();
 }
 
-// Computed bytes (converted buffers) are made on their first read, once;
-// a failure or a wrong length is the read's error.
-TEST(DeferredBytes, MadeOnFirstReadOnly) {
-  auto c = Open("z3_fp32_ws2");
-  int calls = 0;
-  StorageSpec storage;
-  StorageRun run;
-  run.kind = StorageRun::Kind::kBytes;
-  run.length = 4;
-  run.bytes = std::make_shared<const DeferredBytes>([&]() -> Result<std::string> {
-    ++calls;
-    return std::string("abcd");
+// A buffer saved in another dtype is widened to float32 on every read, from
+// bytes read as every source byte is: a rank file changed since the view
+// was built is an error naming it, never other values.
+TEST(BufferTensor, WidenedFromIdentityCheckedBytes) {
+  auto c = Open("z3_fp32_ws2");  // only its StateMapper is asked (for nothing)
+  MemEnv env;
+  const uint16_t bf16[] = {0x3f80, 0xc0a0, 0x4000};  // 1, -5, 2
+  env.WriteFile("/r/model_states.pt",
+                "head" + std::string(reinterpret_cast<const char*>(bf16), sizeof bf16));
+  const FileIdentity saved = env.Stat("/r/model_states.pt")->identity;
+  auto files = std::make_shared<SourceFiles>(env, [saved](uint32_t) {
+    return SourceFile{"/r/model_states.pt", saved, FileAccess{}};
   });
-  storage.runs.push_back(run);
-  storage.FillRunStarts();
-  EXPECT_EQ(calls, 0);
-  for (int i = 0; i < 2; ++i) {
-    std::vector<ReadPiece> pieces;
-    ASSERT_TRUE(PlanStorage(*c, storage, 1, 3, &pieces).ok());
-    ASSERT_EQ(pieces.size(), 1u);
-    EXPECT_EQ(pieces[0].bytes, "bc");
-  }
-  EXPECT_EQ(calls, 1);
-
-  storage.runs[0].bytes = std::make_shared<const DeferredBytes>(
-      []() -> Result<std::string> { return Status::IOError("model_states.pt: gone"); });
-  std::vector<ReadPiece> pieces;
-  EXPECT_EQ(PlanStorage(*c, storage, 0, 4, &pieces).message(), "model_states.pt: gone");
-  storage.runs[0].bytes = std::make_shared<const DeferredBytes>(
-      []() -> Result<std::string> { return std::string("abc"); });
-  EXPECT_EQ(PlanStorage(*c, storage, 0, 4, &pieces).code(), Status::Code::kCorruption);
+  BufferInfo b{"rope.inv_freq", {3}, DType::kBFloat16, Extent{0, 4, sizeof bf16}};
+  auto t = BufferTensor(b, 0, /*as_saved=*/false, files);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->dtype, DType::kFloat32);
+  t->storage.FillRunStarts();
+  std::string read;
+  ASSERT_TRUE(ReadStorage(*c, t->storage, 4, 12, &read).ok());  // a range inside
+  EXPECT_EQ(Floats(read), (std::vector<float>{-5.0f, 2.0f}));
+  env.TouchCtime("/r/model_states.pt");  // edited in place, size and mtime kept
+  read.clear();
+  const Status changed = ReadStorage(*c, t->storage, 0, 12, &read);
+  EXPECT_EQ(changed.posix_errno(), EIO);
+  EXPECT_NE(changed.message().find("/r/model_states.pt"), std::string::npos);
+  // A dtype with no widening is refused when the tensor is made.
+  b.dtype = DType::kComplex64;
+  auto complex = BufferTensor(b, 0, false, files);
+  ASSERT_FALSE(complex.ok());
+  EXPECT_NE(complex.status().message().find("rope.inv_freq"), std::string::npos);
 }
 
 // The Hugging Face weights beside config.json: what save_pretrained writes

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ucfs/codec/torch_tensor.h"
+#include "ucfs/view/source_files.h"
 #include "view/merged_runs.h"
 
 namespace ucfs {
@@ -16,6 +17,10 @@ Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
   UCFS_RETURN_IF_ERROR(c.merge_status());
   const ParallelDegrees& degrees = c.degrees();
   std::vector<ConsolidatedTensor> out;
+  // The rank files computed runs read (widened buffers, averaged slices),
+  // each opened on its first read.
+  const auto files =
+      std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
   std::set<std::string> buffers;
   for (uint32_t p = 0; p < degrees.pp; ++p) {
     const uint32_t m = p * degrees.tp;
@@ -23,8 +28,7 @@ Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
     for (const BufferInfo& b : lead.buffers()) {
       if (!buffers.insert(b.name).second) continue;
       const uint32_t source = c.source_base(m) + b.extent.file;
-      UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t,
-                            BufferTensor(env, b, source, c.sources()[source].path, false));
+      UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t, BufferTensor(b, source, false, files));
       out.push_back(std::move(t));
     }
   }
@@ -55,8 +59,6 @@ Result<std::vector<ConsolidatedTensor>> ParallelConsolidatedStateDict(Env& env,
       out.push_back(std::move(t));
     }
   }
-  const auto files =
-      std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
   for (const MergedParam& param : c.params()) {
     const StateInfo& fp32 = c.shard(param.stage * degrees.tp).states()[0];
     const uint64_t es = Info(fp32.dtype).element_size;

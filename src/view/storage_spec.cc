@@ -10,19 +10,6 @@ uint64_t StorageSpec::size() const {
   return n;
 }
 
-Result<std::string_view> DeferredBytes::Get() const {
-  std::call_once(once_, [this] {
-    auto made = make_();
-    if (made.ok()) {
-      bytes_ = std::move(made).value();
-    } else {
-      status_ = made.status();
-    }
-  });
-  if (!status_.ok()) return status_;
-  return std::string_view(bytes_);
-}
-
 void StorageSpec::FillRunStarts() {
   run_starts.clear();
   uint64_t at = 0;
@@ -71,17 +58,6 @@ Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64
           p.offset = run.source_offset + (a - run_start);
           out->push_back(p);
           break;
-        case StorageRun::Kind::kBytes: {
-          UCFS_ASSIGN_OR_RETURN(std::string_view bytes, run.bytes->Get());
-          if (bytes.size() != run.length) {
-            return Status::Corruption("computed " + std::to_string(bytes.size()) + " bytes where " +
-                                      std::to_string(run.length) + " were planned");
-          }
-          p.kind = ReadPiece::Kind::kBytes;
-          p.bytes = bytes.substr(a - run_start, b - a);
-          out->push_back(p);
-          break;
-        }
         case StorageRun::Kind::kComputed: {
           auto bytes = std::make_shared<std::string>();
           UCFS_RETURN_IF_ERROR(run.computed->Read(a - run_start, b - a, bytes.get()));

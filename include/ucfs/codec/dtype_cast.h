@@ -23,6 +23,12 @@ uint16_t Float32BitsToFloat16(uint32_t bits);
 // `in` is not whole elements or `to` is another dtype.
 Status CastFloat32(std::string_view in, DType to, std::string* out);
 
+// Appends the little-endian elements of `dtype` in `in` widened to float32,
+// as torch's .float() makes them (float16 subnormals, inf and NaN kept;
+// integers and bools as their values), to `out`. NotSupported for a dtype
+// with no such conversion (complex).
+Status WidenToFloat32(std::string_view in, DType dtype, std::string* out);
+
 }  // namespace ucfs
 
 #endif  // UCFS_CODEC_DTYPE_CAST_H_

@@ -51,10 +51,6 @@ struct ConsolidatedTensor {
   int alias_of = -1;    // a tied alias: the index of the tensor it shares
 };
 
-// Little-endian elements of `dtype` as float32, as torch's .float() makes
-// them (zero_to_fp32 keeps buffers so); `name` is for the error.
-Result<std::string> ToFloat32(DType dtype, const std::string& bytes, const std::string& name);
-
 // What the state dict is made as; the defaults are zero_to_fp32's.
 // What becomes of the tensors that are no master weight (buffers, frozen
 // params) in zero_to_fp32.py of the DeepSpeed that saved a checkpoint.
@@ -138,11 +134,11 @@ Status AddConsolidatedFiles(View& view, InodeId dir, const ConsolidatedSource& s
                             const std::vector<ConsolidatedTensor>& tensors,
                             const ConsolidatedOptions& options, SourceFiles* sources);
 
-// Buffer `b` of the state dict, its extent's file source `source` of the
-// view at `path`: float32 (converted on first read through `env`, which
-// must outlive it), or as saved.
-Result<ConsolidatedTensor> BufferTensor(Env& env, const BufferInfo& b, uint32_t source,
-                                        const std::string& path, bool as_saved);
+// Buffer `b` of the state dict, its extent in source `source`: as saved, or
+// float32, widened on every read from the bytes `files` reads
+// (identity-checked, as every source byte ucfs serves).
+Result<ConsolidatedTensor> BufferTensor(const BufferInfo& b, uint32_t source, bool as_saved,
+                                        std::shared_ptr<SourceFiles> files);
 
 // Adds the <tag>_fp32 directory under `parent`.
 Status AddConsolidatedDir(Env& env, View& view, InodeId parent,

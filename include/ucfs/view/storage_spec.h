@@ -20,7 +20,6 @@
 
 namespace ucfs {
 
-class DeferredBytes;
 class ComputedBytes;
 
 // A contiguous part of a storage's bytes.
@@ -30,7 +29,6 @@ struct StorageRun {
     kSource,       // bytes [source_offset, +length) of a source file
     kZeros,        // padding
     kFrozen,       // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
-    kBytes,        // `bytes`: values ucfs computes (a buffer converted to another dtype)
     kComputed,     // `computed`: values ucfs computes range by range, on every read
     kInterleaved,  // `interleave`: chunks of T slices' states in turn (a row-parallel merge)
   };
@@ -42,7 +40,6 @@ struct StorageRun {
   uint64_t state_offset = 0;
   uint32_t source = 0;
   uint64_t source_offset = 0;
-  std::shared_ptr<const DeferredBytes> bytes;
   std::shared_ptr<const ComputedBytes> computed;
   std::shared_ptr<const struct Interleave> interleave;
 };
@@ -64,26 +61,13 @@ struct Interleave {
 
 // Bytes computed from source bytes for each read, never kept: a param's
 // fp32 master weights cast to bfloat16 (hf_weights.h), as large as the
-// model. Thread-safe.
+// model; a buffer or frozen param widened to float32. The source bytes are
+// read through SourceFiles, identity-checked. Thread-safe.
 class ComputedBytes {
  public:
   virtual ~ComputedBytes() = default;
   // Appends bytes [offset, offset + length) of the run to `out`.
   virtual Status Read(uint64_t offset, uint64_t length, std::string* out) const = 0;
-};
-
-// Bytes ucfs computes from source bytes, made on first read and kept: a
-// mount reads no tensor bytes, not even small ones. Thread-safe.
-class DeferredBytes {
- public:
-  explicit DeferredBytes(std::function<Result<std::string>()> make) : make_(std::move(make)) {}
-  Result<std::string_view> Get() const;
-
- private:
-  std::function<Result<std::string>()> make_;
-  mutable std::once_flag once_;
-  mutable Status status_;
-  mutable std::string bytes_;
 };
 
 struct StorageSpec {
