@@ -37,6 +37,19 @@ T Load(const char* p) {
   return v;
 }
 
+// Appends the whole elements of `in`, each a little-endian T made a float
+// by `convert`.
+template <typename T, typename Convert>
+void WidenElements(std::string_view in, std::string* out, Convert convert) {
+  const size_t n = in.size() / sizeof(T);
+  const size_t at = out->size();
+  out->resize(at + n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = convert(Load<T>(in.data() + i * sizeof(T)));
+    std::memcpy(out->data() + at + i * 4, &v, 4);
+  }
+}
+
 }  // namespace
 
 uint16_t Float32BitsToBFloat16(uint32_t bits) {
@@ -100,61 +113,40 @@ Status CastFloat32(std::string_view in, DType to, std::string* out) {
   return Status::OK();
 }
 
-Status WidenToFloat32(std::string_view bytes, DType dtype, std::string* appended) {
+Status WidenToFloat32(std::string_view in, DType dtype, std::string* out) {
+  auto value = [](auto v) { return static_cast<float>(v); };
   switch (dtype) {
     case DType::kFloat64:
+      WidenElements<double>(in, out, value);
+      break;
     case DType::kFloat16:
-    case DType::kBFloat16:
+      WidenElements<uint16_t>(in, out, HalfToFloat);
+      break;
+    case DType::kBFloat16:  // the top half of a float32
+      WidenElements<uint16_t>(
+          in, out, [](uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); });
+      break;
     case DType::kInt64:
+      WidenElements<int64_t>(in, out, value);
+      break;
     case DType::kInt32:
+      WidenElements<int32_t>(in, out, value);
+      break;
     case DType::kInt16:
+      WidenElements<int16_t>(in, out, value);
+      break;
     case DType::kInt8:
+      WidenElements<int8_t>(in, out, value);
+      break;
     case DType::kUInt8:
+      WidenElements<uint8_t>(in, out, value);
+      break;
     case DType::kBool:
+      WidenElements<uint8_t>(in, out, [](uint8_t b) { return b != 0 ? 1.0f : 0.0f; });
       break;
     default:
       return Status::NotSupported("cannot convert " + std::string(Info(dtype).torch_name) +
                                   " to float32");
-  }
-  const uint32_t es = Info(dtype).element_size;
-  const size_t n = bytes.size() / es;
-  const size_t at = appended->size();
-  appended->resize(at + n * 4);
-  for (size_t i = 0; i < n; ++i) {
-    const char* p = bytes.data() + i * es;
-    float v = 0;
-    switch (dtype) {
-      case DType::kFloat64:
-        v = static_cast<float>(Load<double>(p));
-        break;
-      case DType::kFloat16:
-        v = HalfToFloat(Load<uint16_t>(p));
-        break;
-      case DType::kBFloat16:
-        v = std::bit_cast<float>(static_cast<uint32_t>(Load<uint16_t>(p)) << 16);
-        break;
-      case DType::kInt64:
-        v = static_cast<float>(Load<int64_t>(p));
-        break;
-      case DType::kInt32:
-        v = static_cast<float>(Load<int32_t>(p));
-        break;
-      case DType::kInt16:
-        v = static_cast<float>(Load<int16_t>(p));
-        break;
-      case DType::kInt8:
-        v = static_cast<float>(Load<int8_t>(p));
-        break;
-      case DType::kUInt8:
-        v = static_cast<float>(Load<uint8_t>(p));
-        break;
-      case DType::kBool:
-        v = *p != 0 ? 1.0f : 0.0f;
-        break;
-      default:  // refused above
-        break;
-    }
-    std::memcpy(appended->data() + at + i * 4, &v, 4);
   }
   return Status::OK();
 }
