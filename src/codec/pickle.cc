@@ -405,4 +405,56 @@ std::string Document::Repr(NodeId root, size_t max_chars) const {
   return std::move(printer).Finish();
 }
 
+Status CheckShallowAndAcyclic(const Document& doc, uint32_t max_depth) {
+  enum : uint8_t { kWhite, kGray, kBlack };
+  std::vector<uint8_t> color(doc.size(), kWhite);
+  std::vector<uint32_t> height(doc.size(), 0);
+  struct Frame {
+    NodeId id;
+    size_t next;  // index into the child list
+  };
+  auto children = [&](NodeId id, std::vector<NodeId>* out) {
+    const Node& n = doc.node(id);
+    out->clear();
+    for (NodeId c : {n.a, n.b, n.state}) {
+      if (c != kNoNode) out->push_back(c);
+    }
+    out->insert(out->end(), n.items.begin(), n.items.end());
+  };
+  std::vector<Frame> stack;
+  std::vector<std::vector<NodeId>> kids;
+  stack.push_back({doc.root(), 0});
+  kids.emplace_back();
+  children(doc.root(), &kids.back());
+  color[doc.root()] = kGray;
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    std::vector<NodeId>& k = kids[stack.size() - 1];
+    if (f.next < k.size()) {
+      NodeId c = k[f.next++];
+      if (color[c] == kGray) {
+        return Status::NotSupported("pickle: the object graph has a reference cycle (through " +
+                                    std::string(KindName(doc.node(c).kind)) + ")");
+      }
+      if (color[c] == kWhite) {
+        color[c] = kGray;
+        stack.push_back({c, 0});
+        if (kids.size() < stack.size()) kids.emplace_back();
+        children(c, &kids[stack.size() - 1]);
+      }
+      continue;
+    }
+    uint32_t h = 1;
+    for (NodeId c : k) h = std::max(h, height[c] + 1);
+    height[f.id] = h;
+    color[f.id] = kBlack;
+    if (h > max_depth) {
+      return Status::NotSupported("pickle: values nested more than " + std::to_string(max_depth) +
+                                  " deep");
+    }
+    stack.pop_back();
+  }
+  return Status::OK();
+}
+
 }  // namespace ucfs::pickle

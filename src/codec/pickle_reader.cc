@@ -145,7 +145,6 @@ class Reader {
   Status PersistentIdOp(uint8_t op);
   Status MemoOp(uint8_t op);
   Status UnsupportedOpcode(uint8_t op) const;
-  Status CheckDepthAndCycles() const;
 
   std::string_view data_;
   ParseLimits limits_;
@@ -524,60 +523,6 @@ Status Reader::UnsupportedOpcode(uint8_t op) const {
                               std::to_string(op_pos_));
 }
 
-// Rejects reference cycles and nesting deeper than the limit, so everything
-// that walks a Document recursively (the writer, Repr, CopyFrom) is bounded.
-Status Reader::CheckDepthAndCycles() const {
-  enum : uint8_t { kWhite, kGray, kBlack };
-  std::vector<uint8_t> color(doc_.size(), kWhite);
-  std::vector<uint32_t> height(doc_.size(), 0);
-  struct Frame {
-    NodeId id;
-    size_t next;  // index into the child list
-  };
-  auto children = [&](NodeId id, std::vector<NodeId>* out) {
-    const Node& n = doc_.node(id);
-    out->clear();
-    for (NodeId c : {n.a, n.b, n.state}) {
-      if (c != kNoNode) out->push_back(c);
-    }
-    out->insert(out->end(), n.items.begin(), n.items.end());
-  };
-  std::vector<Frame> stack;
-  std::vector<std::vector<NodeId>> kids;
-  stack.push_back({doc_.root(), 0});
-  kids.emplace_back();
-  children(doc_.root(), &kids.back());
-  color[doc_.root()] = kGray;
-  while (!stack.empty()) {
-    Frame& f = stack.back();
-    std::vector<NodeId>& k = kids[stack.size() - 1];
-    if (f.next < k.size()) {
-      NodeId c = k[f.next++];
-      if (color[c] == kGray) {
-        return Status::NotSupported("pickle: the object graph has a reference cycle (through " +
-                                    std::string(KindName(doc_.node(c).kind)) + ")");
-      }
-      if (color[c] == kWhite) {
-        color[c] = kGray;
-        stack.push_back({c, 0});
-        if (kids.size() < stack.size()) kids.emplace_back();
-        children(c, &kids[stack.size() - 1]);
-      }
-      continue;
-    }
-    uint32_t h = 1;
-    for (NodeId c : k) h = std::max(h, height[c] + 1);
-    height[f.id] = h;
-    color[f.id] = kBlack;
-    if (h > limits_.max_depth) {
-      return Status::NotSupported("pickle: values nested more than " +
-                                  std::to_string(limits_.max_depth) + " deep");
-    }
-    stack.pop_back();
-  }
-  return Status::OK();
-}
-
 Result<Document> Reader::Run() {
   if (data_.size() > limits_.max_bytes) {
     return Status::InvalidArgument("pickle: " + std::to_string(data_.size()) +
@@ -594,7 +539,7 @@ Result<Document> Reader::Run() {
     return Fail("STOP with " + std::to_string(stack_.size()) + " values on the stack, not 1");
   }
   doc_.set_root(stack_.back());
-  UCFS_RETURN_IF_ERROR(CheckDepthAndCycles());
+  UCFS_RETURN_IF_ERROR(CheckShallowAndAcyclic(doc_, limits_.max_depth));
   return std::move(doc_);
 }
 

@@ -10,6 +10,18 @@ uint64_t StorageSpec::size() const {
   return n;
 }
 
+void AppendZeros(uint64_t bytes, std::vector<StorageRun>* runs) {
+  if (bytes == 0) return;
+  if (!runs->empty() && runs->back().kind == StorageRun::Kind::kZeros) {
+    runs->back().length += bytes;
+    return;
+  }
+  StorageRun z;
+  z.kind = StorageRun::Kind::kZeros;
+  z.length = bytes;
+  runs->push_back(z);
+}
+
 void StorageSpec::FillRunStarts() {
   run_starts.clear();
   uint64_t at = 0;

@@ -152,6 +152,11 @@ Result<Document> ParsePrefix(std::string_view data, size_t* end, const ParseLimi
 // more bytes might complete it.
 bool IsTruncation(const Status& status);
 
+// Rejects a reference cycle and values nested more than `max_depth` deep
+// below the root, so that everything that walks a Document recursively
+// (the writer, Repr, CopyFrom) is bounded: what Parse checks last.
+Status CheckShallowAndAcyclic(const Document& doc, uint32_t max_depth);
+
 // Serialises `doc` from its root as CPython's Pickler at protocol 2 would.
 // With `persistent_ids`, also lists the persistent-id nodes in the order
 // they are written (the order torch.save numbers its storages in).

@@ -70,6 +70,10 @@ class ComputedBytes {
   virtual Status Read(uint64_t offset, uint64_t length, std::string* out) const = 0;
 };
 
+// Appends `bytes` of zero padding to `runs` (none for 0), one run with any
+// padding before it.
+void AppendZeros(uint64_t bytes, std::vector<StorageRun>* runs);
+
 struct StorageSpec {
   std::string key;               // the record is "<prefix>/data/<key>"
   std::vector<StorageRun> runs;  // in order; their lengths add up to the storage size
