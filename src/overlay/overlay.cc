@@ -77,6 +77,7 @@ bool Overlay::IsReadOnly(std::string_view path) const {
 }
 
 Result<Overlay::Resolved> Overlay::Resolve(std::string_view path) {
+  ++walks_;
   Resolved r;
   Entry& e = r.entry;
   e.is_dir = true;
@@ -210,6 +211,7 @@ Result<std::vector<std::pair<std::string, Overlay::Entry>>> Overlay::ReadDir(std
 }
 
 Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
+  ++walks_;
   UniqueFd cur = Dup(root_.get());
   std::string rel;
   for (std::string_view c : Components(path)) {

@@ -37,15 +37,19 @@ Status Overlay::FinishCreate(int dir, const std::string& name, mode_t mode, cons
   return Status::OK();
 }
 
-Result<Overlay::UpperRef> Overlay::PrepareNew(std::string_view path) {
+Result<Overlay::UpperRef> Overlay::PrepareNew(std::string_view path, bool known_missing) {
   auto [parent, name] = SplitLast(path);
   if (IsReadOnly(path)) return Fail(EROFS, path, "read-only");
   UCFS_RETURN_IF_ERROR(CheckName(path, name));
-  UCFS_ASSIGN_OR_RETURN(Entry p, Lookup(parent));
-  if (!p.is_dir) return Fail(ENOTDIR, parent, "not a directory");
-  if (Lookup(path).ok()) return Fail(EEXIST, path, "exists");
+  UCFS_ASSIGN_OR_RETURN(Resolved p, Resolve(parent));
+  if (!p.entry.is_dir) return Fail(ENOTDIR, parent, "not a directory");
+  if (!known_missing && Lookup(path).ok()) return Fail(EEXIST, path, "exists");
   UpperRef ref;
-  UCFS_ASSIGN_OR_RETURN(ref.dir, UpperDir(parent));
+  if (p.entry.in_upper) {  // opened from where the walk left it, not walked again
+    UCFS_ASSIGN_OR_RETURN(ref.dir, OpenDirAt(p.ref.dir.get(), p.ref.name, parent));
+  } else {
+    UCFS_ASSIGN_OR_RETURN(ref.dir, UpperDir(parent));  // copies the view's directories up
+  }
   ref.name = StoredName(name);
   return ref;
 }
@@ -96,21 +100,32 @@ Status Overlay::Symlink(std::string_view target, std::string_view path, const Ca
   return Status::OK();
 }
 
-Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
-                               const Caller* caller) {
+Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode, const Caller* caller,
+                               bool* created) {
   flags &= ~O_NOFOLLOW;
+  if (created != nullptr) *created = false;
   auto found = Resolve(path);
+  // A name the view may yet add is asked about as a lookup would.
+  if (!found.ok() && found.status().posix_errno() == ENOENT &&
+      MightAppear(SplitLast(path).second) && Lookup(path).ok()) {
+    found = Resolve(path);
+  }
   if (found.ok()) {
     if ((flags & O_CREAT) && (flags & O_EXCL)) return Fail(EEXIST, path, "exists");
     if (found->entry.is_dir) return Fail(EISDIR, path, "is a directory");
-    UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareChange(path, !(flags & O_TRUNC)));
+    UpperRef ref;
+    if (found->entry.in_upper && !IsReadOnly(path)) {
+      ref = std::move(found->ref);  // where the walk left it
+    } else {
+      UCFS_ASSIGN_OR_RETURN(ref, PrepareChange(path, !(flags & O_TRUNC)));
+    }
     int fd = ::openat(ref.dir.get(), ref.name.c_str(),
                       (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return Status::LastErrno(path);
     return fd;
   }
   if (!(flags & O_CREAT) || found.status().posix_errno() != ENOENT) return found.status();
-  UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
+  UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path, /*known_missing=*/true));
   if (caller != nullptr) mode &= ~caller->umask;
   int fd = ::openat(ref.dir.get(), ref.name.c_str(), flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     mode & 07777);
@@ -122,6 +137,7 @@ Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
     return s;
   }
   Created(ref, SplitLast(path).second, false);
+  if (created != nullptr) *created = true;
   return fd;
 }
 

@@ -52,6 +52,11 @@ Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
   return StatOf(path, e, inode);
 }
 
+uint64_t OverlayFs::walks() {
+  MutexLock lock(mu_);
+  return overlay_->walks();
+}
+
 bool OverlayFs::MightAppear(std::string_view name) {
   MutexLock lock(mu_);
   return overlay_->MightAppear(name);
@@ -254,28 +259,28 @@ Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId pare
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, ChildPath(parent, name));
   flags &= ~(O_DIRECT | O_NOCTTY);
-  const bool existed = overlay_->Lookup(path).ok();
   Handle handle;
-  auto opened = overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller);
+  bool created = false;
+  auto opened = overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller, &created);
   NoteCopiedUpDirs();
   UCFS_ASSIGN_OR_RETURN(handle.fd, std::move(opened));
   Status cleared;
-  if (existed && (flags & O_TRUNC) && caller != nullptr) {
+  if (!created && (flags & O_TRUNC) && caller != nullptr) {
     cleared = BeforeWrite(handle.fd, *caller).status();  // the reply carries the mode
   }
-  auto st = !cleared.ok() ? Result<struct stat>(cleared)
-            : existed     ? StatPath(path, 0)
-                          : NewEntry(path);
-  if (!st.ok()) {
+  // The file is the fd's, in the upper directory either way: no walk to it.
+  Overlay::Entry e;
+  e.in_upper = true;
+  if (cleared.ok() && ::fstat(handle.fd, &e.st) != 0) cleared = Status::LastErrno(path);
+  if (!cleared.ok()) {
     ::close(handle.fd);
-    return st.status();
+    return cleared;
   }
-  if (existed) {
-    st->st_ino = InodeFor(path, 1);
-    FollowCopyUp(st->st_ino);
-  }
-  nodes_[st->st_ino].fds.push_back(handle.fd);
-  return std::make_pair(*st, handle);
+  if (created) DropPath(path);  // a name reused for a new entry is a new inode
+  const struct stat st = StatOf(path, e, InodeFor(path, 1, &e.st));
+  if (!created) FollowCopyUp(st.st_ino);
+  nodes_[st.st_ino].fds.push_back(handle.fd);
+  return std::make_pair(st, handle);
 }
 
 Result<struct stat> OverlayFs::MakeDir(InodeId parent, std::string_view name, mode_t mode,

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -537,6 +538,55 @@ TEST(OverlayFsCopyUp, OtherOperationsGoOnWhileAFileIsCopiedUp) {
   EXPECT_EQ(::pread(handle->fd, buf, sizeof buf, 0), 4);
   EXPECT_EQ(std::string(buf, 4), "gate");
   fs.Release(big, *handle);
+}
+
+// A trainer's save is creates and writes: each resolves its path from the
+// upper root at most twice (passthrough_hp keeps an fd per inode; here the
+// parent's walk is passed on), where it walked six times.
+TEST_F(OverlayFsTest, CreatesAndOpensForWriteWalkAtMostTwice) {
+  auto dir = fs_->MakeDir(kRootInode, "global_step12", 0755);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto walks_of = [this](const std::function<void()>& op) {
+    const uint64_t before = fs_->walks();
+    op();
+    return fs_->walks() - before;
+  };
+  InodeId made = 0;
+  EXPECT_LE(walks_of([&] {
+              auto c = fs_->Create(dir->st_ino, "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                   O_WRONLY | O_CREAT, 0644);
+              ASSERT_TRUE(c.ok()) << c.status().ToString();
+              made = c->first.st_ino;
+              WriteAll(c->second.fd, "shard");
+              fs_->Release(made, c->second);
+            }),
+            2u);
+  EXPECT_EQ(Read(made), "shard");
+  // Saved again: the same name truncated.
+  EXPECT_LE(walks_of([&] {
+              auto c = fs_->Create(dir->st_ino, "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              ASSERT_TRUE(c.ok()) << c.status().ToString();
+              EXPECT_EQ(c->first.st_ino, made);
+              WriteAll(c->second.fd, "again");
+              fs_->Release(made, c->second);
+            }),
+            2u);
+  EXPECT_LE(walks_of([&] {
+              auto h = fs_->Open(made, O_WRONLY | O_APPEND);
+              ASSERT_TRUE(h.ok()) << h.status().ToString();
+              WriteAll(h->fd, "+");
+              fs_->Release(made, *h);
+            }),
+            2u);
+  EXPECT_EQ(Read(made), "again+");
+  // At the root too (`latest`, written last).
+  EXPECT_LE(walks_of([&] {
+              auto c = fs_->Create(kRootInode, "latest.new", O_WRONLY | O_CREAT, 0644);
+              ASSERT_TRUE(c.ok()) << c.status().ToString();
+              fs_->Release(c->first.st_ino, c->second);
+            }),
+            2u);
 }
 
 }  // namespace

@@ -127,6 +127,9 @@ class Overlay {
   // Whether `name`, missing now, may yet appear without being made through
   // the overlay (Options::might_show): a miss of it must not be remembered.
   bool MightAppear(std::string_view name) const;
+  // How many times a path was walked from the upper root (Resolve,
+  // UpperDir): what tests count per operation.
+  uint64_t walks() const { return walks_; }
   // The merged listing, sorted by name, whiteouts applied and hidden.
   // `reading`: a listing the mount's user asked for, which moves the upper
   // directory's atime as reading any directory does; the overlay's own
@@ -138,9 +141,10 @@ class Overlay {
   Status MakeDir(std::string_view path, mode_t mode, const Caller* caller = nullptr);
   // An fd open for writing (O_WRONLY or O_RDWR in `flags`). A view file is
   // copied up first unless O_TRUNC makes its contents irrelevant; a new
-  // file needs O_CREAT. Missing upper parents are created.
+  // file needs O_CREAT (*created says whether it was made). Missing upper
+  // parents are created.
   Result<int> OpenWrite(std::string_view path, int flags, mode_t mode,
-                        const Caller* caller = nullptr);
+                        const Caller* caller = nullptr, bool* created = nullptr);
   // An fd of an upper file open for reading.
   Result<int> OpenRead(std::string_view path, int flags);
   // mknod(2): a regular file, FIFO, socket or device node (`mode` has the type).
@@ -267,8 +271,9 @@ class Overlay {
   Status FinishCreate(int dir, const std::string& name, mode_t mode, const Caller* caller,
                       bool is_dir, bool is_symlink);
   // The parent of a new entry `path`: it must not exist; EROFS, EEXIST,
-  // ENAMETOOLONG or ENOENT/ENOTDIR for a missing parent.
-  Result<UpperRef> PrepareNew(std::string_view path);
+  // ENAMETOOLONG or ENOENT/ENOTDIR for a missing parent. `known_missing`:
+  // the caller looked `path` up and missed it (it is not looked up again).
+  Result<UpperRef> PrepareNew(std::string_view path, bool known_missing = false);
   // A new entry was made at `ref`: its whiteout (if any) goes, and a
   // directory made where a deleted one stood becomes opaque.
   void Created(const UpperRef& ref, std::string_view name, bool is_dir);
@@ -284,6 +289,7 @@ class Overlay {
   Options options_;
   const bool can_chown_;
   uint64_t copy_ups_ = 0;
+  uint64_t walks_ = 0;
   std::vector<std::string> copied_up_dirs_;
 };
 

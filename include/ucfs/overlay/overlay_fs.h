@@ -93,6 +93,8 @@ class OverlayFs {
   // Whether a miss of `name` may stop being one with no call through this
   // (Overlay::MightAppear): the kernel must not cache it.
   bool MightAppear(std::string_view name);
+  // Paths walked from the upper root so far (Overlay::walks), for tests.
+  uint64_t walks();
   void Forget(InodeId inode, uint64_t count);
   // `fd` >= 0: an open file's fd. An inode whose names are all gone still
   // answers while the kernel holds it (fstat, fchmod, futimens of an
