@@ -46,11 +46,6 @@ void RaiseReadahead(const std::string& mountpoint) {
   std::fclose(f);
 }
 
-// Cold reads of a synthesised file jump between the rank shards, which
-// defeats the kernel's readahead on them; ucfs knows which source ranges a
-// file needs, so it asks for them ahead (POSIX_FADV_WILLNEED, asynchronous).
-constexpr uint64_t kPrefetchWindow = uint64_t{32} << 20;
-
 }  // namespace
 
 Server::~Server() {
@@ -284,21 +279,10 @@ void RaiseReadaheadOnce(Server& s) {
 }
 
 void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t offset) {
-  // Keep the source ranges of the next window on their way: each time a
-  // read crosses into a new window, ask for the one after it.
+  // Keep the source ranges of the next window on their way (ReadAhead).
   const uint64_t begin = static_cast<uint64_t>(offset);
-  bool first_read;
-  {
-    MutexLock lock(s.read_mu);
-    first_read = s.read_before.insert(ino).second;
-  }
-  if (first_read) {
-    // The first read of a file: its first two windows, from all its shards
-    // at once. (Whole files, up to 256 MiB, measured slower on whole-tree
-    // reads: too many random requests queued at once.)
-    Prefetch(s, ino, begin, 2 * kPrefetchWindow);
-  } else if (begin / kPrefetchWindow != (begin + size) / kPrefetchWindow) {
-    Prefetch(s, ino, ((begin + size) / kPrefetchWindow + 1) * kPrefetchWindow, kPrefetchWindow);
+  if (auto ahead = s.read_ahead.Next(ino, begin, size)) {
+    Prefetch(s, ino, ahead->offset, ahead->length);
   }
   std::vector<ReadPiece> pieces;
   Status st = s.view->Plan(ino, begin, size, &pieces);
@@ -493,7 +477,7 @@ int Serve(std::shared_ptr<View> view, const ServeOptions& options,
       if (fuse_daemonize(options.foreground ? 1 : 0) == 0) {
         if (options.on_mounted) options.on_mounted();
         fuse_loop_config* config = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_max_threads(config, 16);
+        fuse_loop_cfg_set_max_threads(config, options.max_threads);
         // Idle workers are kept (libfuse's default, which it advises): one
         // that ends itself does so detached, and one still ending when
         // the session goes at unmount leaks its splice pipe (its

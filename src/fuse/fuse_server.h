@@ -58,6 +58,10 @@ struct ServeOptions {
   // a file over the daemon's, so two mounts sharing one upper directory
   // would read each other's files short.
   bool direct_writes = true;
+  // libfuse's worker threads at most: requests served at once (a cold read
+  // of a synthesised file waits on its shards' disks, so reads of other
+  // files go on meanwhile).
+  unsigned max_threads = 16;
   // Called once the file system is mounted (and, without `foreground`, the
   // process has become a daemon).
   std::function<void()> on_mounted;

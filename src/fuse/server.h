@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fuse/fuse_server.h"
+#include "fuse/io_policy.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/overlay/overlay_fs.h"
 #include "ucfs/view/read_only_fs.h"
@@ -46,10 +47,10 @@ struct DirHandle {
 // view, overlay, read_only, options, max_read, timeout, mountpoint,
 // statfs_path. Set in INIT, before any other request is dispatched:
 // no_open. Thread-safe on their own: sources (its own mutex), overlay
-// (its own), the View (its own). Guarded by read_mu: read_before.
+// (its own), the View (its own), read_ahead (its own).
 //
 // Lock order (outermost first): OverlayFs's table mutex, then the View's
-// mutex, then LazyContent's cache mutex; SourceFiles's mutex, read_mu and
+// mutex, then LazyContent's cache mutex; SourceFiles's mutex, ReadAhead's and
 // handles_mu are leaves — nothing is called while they are held.
 struct Server {
   const std::shared_ptr<View> view;
@@ -66,8 +67,7 @@ struct Server {
   fuse_session* session = nullptr;  // for notifications (set before it mounts)
   SourceFiles sources;              // every source read of the mount goes through these
 
-  Mutex read_mu;
-  std::unordered_set<InodeId> read_before UCFS_GUARDED_BY(read_mu);  // view files read once
+  ReadAhead read_ahead;  // what view files' reads ask for ahead
 
   // The handles the kernel holds (fi->fh), each freed at its release, or,
   // when an unmount dropped that (it aborts the connection with releases

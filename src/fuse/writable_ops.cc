@@ -219,10 +219,10 @@ void ReadDirListed(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
 // mode it caches), not on a direct one: WriteBuf clears what it leaves, on
 // a file made set-id after a direct open too, and has the kernel drop what
 // it cached.
-bool DirectWrites(const Server& s, const fuse_file_info* fi, int fd) {
-  if (!s.options.direct_writes || (fi->flags & O_ACCMODE) != O_WRONLY || fd < 0) return false;
+bool WritesDirect(const Server& s, const fuse_file_info* fi, int fd) {
   struct stat st {};
-  return ::fstat(fd, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)) == 0;
+  return fd >= 0 && ::fstat(fd, &st) == 0 &&
+         fuse::DirectWrites(s.options.direct_writes, fi->flags, st.st_mode);
 }
 
 // A view file's pages may stay cached across opens while it is the same
@@ -232,7 +232,7 @@ void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
                std::unique_ptr<Handle> handle) {
   Server& s = Of(req);  // req is gone once replied to, even when that fails
   fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
-  fi->direct_io = DirectWrites(s, fi, handle->fd) ? 1 : 0;
+  fi->direct_io = WritesDirect(s, fi, handle->fd) ? 1 : 0;
   fi->fh = Keep(s, std::move(handle));
   if (fuse_reply_open(req, fi) != 0) {
     // The opener was interrupted: nobody will release this handle.
@@ -264,7 +264,7 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   auto& [st, handle] = *made;
   const fuse_entry_param e = EntryOf(s, st);
-  fi->direct_io = DirectWrites(s, fi, handle.fd) ? 1 : 0;
+  fi->direct_io = WritesDirect(s, fi, handle.fd) ? 1 : 0;
   fi->fh = Keep(s, std::make_unique<Handle>(handle));
   if (fuse_reply_create(req, &e, fi) != 0) s.overlay->Release(st.st_ino, *GiveBack(s, fi->fh));
 }
