@@ -351,11 +351,9 @@ void Fsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) 
 void FsyncDir(fuse_req_t req, fuse_ino_t, int, struct fuse_file_info*) {
   // Directory changes are made by rename/mkdir/unlink in the upper
   // directory; syncing its file system covers them.
-  const int fd = ::open(Of(req).overlay->upper_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int err = 0;
-  if (fd < 0 || ::syncfs(fd) != 0) err = errno;
-  if (fd >= 0) ::close(fd);
-  fuse_reply_err(req, err);
+  const UniqueFd fd(
+      ::open(Of(req).overlay->upper_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  fuse_reply_err(req, !fd || ::syncfs(fd.get()) != 0 ? errno : 0);
 }
 
 void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,

@@ -180,8 +180,7 @@ TEST(LayeredEnv, ShowsWhatTheMountThatWroteTheLayerShowed) {
   auto write = [&](const std::string& path, const std::string& text) {
     auto fd = overlay.OpenWrite(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ASSERT_TRUE(fd.ok()) << path << ": " << fd.status().ToString();
-    ASSERT_EQ(::write(*fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-    ::close(*fd);
+    ASSERT_EQ(::write(fd->get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
   };
   // HF rotation: the oldest checkpoint goes; a new one is saved.
   for (const char* f :

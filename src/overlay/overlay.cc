@@ -260,12 +260,12 @@ Result<Overlay::UpperRef> Overlay::LocateUpper(std::string_view path) {
   return std::move(r.ref);
 }
 
-Result<int> Overlay::OpenRead(std::string_view path, int flags) {
+Result<UniqueFd> Overlay::OpenRead(std::string_view path, int flags) {
   UCFS_ASSIGN_OR_RETURN(Resolved r, Resolve(path));
   if (!r.entry.in_upper) return Fail(ENOENT, path, "not in the upper directory");
-  int fd = ::openat(r.ref.dir.get(), r.ref.name.c_str(),
-                    (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Status::LastErrno(path);
+  UniqueFd fd(::openat(r.ref.dir.get(), r.ref.name.c_str(),
+                       (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return Status::LastErrno(path);
   return fd;
 }
 

@@ -100,8 +100,8 @@ Status Overlay::Symlink(std::string_view target, std::string_view path, const Ca
   return Status::OK();
 }
 
-Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode, const Caller* caller,
-                               bool* created) {
+Result<UniqueFd> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
+                                    const Caller* caller, bool* created) {
   flags &= ~O_NOFOLLOW;
   if (created != nullptr) *created = false;
   auto found = Resolve(path);
@@ -119,20 +119,19 @@ Result<int> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode, co
     } else {
       UCFS_ASSIGN_OR_RETURN(ref, PrepareChange(path, !(flags & O_TRUNC)));
     }
-    int fd = ::openat(ref.dir.get(), ref.name.c_str(),
-                      (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Status::LastErrno(path);
+    UniqueFd fd(::openat(ref.dir.get(), ref.name.c_str(),
+                         (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return Status::LastErrno(path);
     return fd;
   }
   if (!(flags & O_CREAT) || found.status().posix_errno() != ENOENT) return found.status();
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path, /*known_missing=*/true));
   if (caller != nullptr) mode &= ~caller->umask;
-  int fd = ::openat(ref.dir.get(), ref.name.c_str(), flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    mode & 07777);
-  if (fd < 0) return Status::LastErrno(path);
+  UniqueFd fd(::openat(ref.dir.get(), ref.name.c_str(), flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       mode & 07777));
+  if (!fd) return Status::LastErrno(path);
   Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, false, false);
   if (!s.ok()) {
-    ::close(fd);
     ::unlinkat(ref.dir.get(), ref.name.c_str(), 0);
     return s;
   }

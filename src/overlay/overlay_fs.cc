@@ -18,11 +18,7 @@ OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> vie
   by_path_[""] = kRootInode;
 }
 
-OverlayFs::~OverlayFs() {
-  for (auto& [inode, node] : nodes_) {
-    for (int fd : node.fds) ::close(fd);
-  }
-}
+OverlayFs::~OverlayFs() = default;  // the fds the kernel never released close with their nodes
 
 OverlayFs::ViewFile::~ViewFile() {
   const int fd = copy_fd.load();
@@ -170,7 +166,7 @@ void OverlayFs::FollowCopyUp(InodeId inode) {
   auto e = overlay_->Lookup(*path);
   if (!e.ok() || !e->in_upper || !S_ISREG(e->st.st_mode)) return;
   auto fd = overlay_->OpenRead(*path, O_RDONLY | O_NONBLOCK);
-  if (fd.ok()) view_file->copy_fd.store(*fd);
+  if (fd.ok()) view_file->copy_fd.store(fd->release());  // the ViewFile's now
 }
 
 void OverlayFs::NoteCopiedUpDirs() {
@@ -210,25 +206,24 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller
       }
       return handle;
     }
-    UCFS_ASSIGN_OR_RETURN(handle.fd, overlay_->OpenRead(path, flags));
-  } else {
-    if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
-    auto opened = overlay_->OpenWrite(path, flags, 0);
-    NoteCopiedUpDirs();
-    UCFS_ASSIGN_OR_RETURN(handle.fd, std::move(opened));
-    FollowCopyUp(inode);
-    // The truncation FUSE_CAP_ATOMIC_O_TRUNC leaves to us, with what it
-    // clears.
-    if ((flags & O_TRUNC) && caller != nullptr) {
-      auto cleared = BeforeWrite(handle.fd, *caller);
-      if (!cleared.ok()) {
-        ::close(handle.fd);
-        return cleared.status();
-      }
-      if (*cleared) changed_behind_.push_back(inode);
-    }
+    UCFS_ASSIGN_OR_RETURN(UniqueFd fd, overlay_->OpenRead(path, flags));
+    handle.fd = fd.get();
+    nodes_[inode].fds.push_back(std::move(fd));
+    return handle;
   }
-  nodes_[inode].fds.push_back(handle.fd);
+  if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
+  auto opened = overlay_->OpenWrite(path, flags, 0);
+  NoteCopiedUpDirs();
+  UCFS_ASSIGN_OR_RETURN(UniqueFd fd, std::move(opened));
+  FollowCopyUp(inode);
+  // The truncation FUSE_CAP_ATOMIC_O_TRUNC leaves to us, with what it
+  // clears.
+  if ((flags & O_TRUNC) && caller != nullptr) {
+    UCFS_ASSIGN_OR_RETURN(bool cleared, BeforeWrite(fd.get(), *caller));
+    if (cleared) changed_behind_.push_back(inode);
+  }
+  handle.fd = fd.get();
+  nodes_[inode].fds.push_back(std::move(fd));
   return handle;
 }
 
@@ -237,11 +232,11 @@ void OverlayFs::Release(InodeId inode, const Handle& handle) {
   auto it = nodes_.find(inode);
   if (it != nodes_.end() && handle.fd >= 0) {
     auto& fds = it->second.fds;
-    auto f = std::find(fds.begin(), fds.end(), handle.fd);
-    if (f != fds.end()) fds.erase(f);
+    auto f = std::find_if(fds.begin(), fds.end(),
+                          [&](const UniqueFd& fd) { return fd.get() == handle.fd; });
+    if (f != fds.end()) fds.erase(f);  // closes it
     MaybeErase(inode);
   }
-  if (handle.fd >= 0) ::close(handle.fd);
 }
 
 Result<struct stat> OverlayFs::NewEntry(const std::string& path) {
@@ -263,23 +258,20 @@ Result<std::pair<struct stat, OverlayFs::Handle>> OverlayFs::Create(InodeId pare
   bool created = false;
   auto opened = overlay_->OpenWrite(path, flags | O_CREAT, mode & 07777, caller, &created);
   NoteCopiedUpDirs();
-  UCFS_ASSIGN_OR_RETURN(handle.fd, std::move(opened));
-  Status cleared;
+  UCFS_ASSIGN_OR_RETURN(UniqueFd fd, std::move(opened));
   if (!created && (flags & O_TRUNC) && caller != nullptr) {
-    cleared = BeforeWrite(handle.fd, *caller).status();  // the reply carries the mode
+    // The reply carries the mode it leaves.
+    UCFS_RETURN_IF_ERROR(BeforeWrite(fd.get(), *caller).status());
   }
   // The file is the fd's, in the upper directory either way: no walk to it.
   Overlay::Entry e;
   e.in_upper = true;
-  if (cleared.ok() && ::fstat(handle.fd, &e.st) != 0) cleared = Status::LastErrno(path);
-  if (!cleared.ok()) {
-    ::close(handle.fd);
-    return cleared;
-  }
+  if (::fstat(fd.get(), &e.st) != 0) return Status::LastErrno(path);
   if (created) DropPath(path);  // a name reused for a new entry is a new inode
   const struct stat st = StatOf(path, e, InodeFor(path, 1, &e.st));
   if (!created) FollowCopyUp(st.st_ino);
-  nodes_[st.st_ino].fds.push_back(handle.fd);
+  handle.fd = fd.get();
+  nodes_[st.st_ino].fds.push_back(std::move(fd));
   return std::make_pair(st, handle);
 }
 

@@ -112,7 +112,7 @@ Result<struct stat> OverlayFs::StatPath(const std::string& path, InodeId inode) 
 int OverlayFs::OpenFdOf(InodeId inode, std::shared_ptr<ViewFile>* held) {
   auto it = nodes_.find(inode);
   if (it == nodes_.end()) return -1;
-  if (!it->second.fds.empty()) return it->second.fds.front();
+  if (!it->second.fds.empty()) return it->second.fds.front().get();
   *held = it->second.view_file.lock();
   return *held ? (*held)->copy_fd.load() : -1;
 }

@@ -14,9 +14,8 @@ namespace ucfs {
 
 Status Overlay::AddWhiteout(int dir, std::string_view name) {
   const std::string wh = WhiteoutName(name);
-  int fd = ::openat(dir, wh.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return Status::LastErrno(wh);
-  ::close(fd);
+  const UniqueFd fd(::openat(dir, wh.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) return Status::LastErrno(wh);
   return Status::OK();
 }
 

@@ -56,9 +56,8 @@ Tree Snapshot(Overlay& o, View& view) {
 void Write(Overlay& o, const std::string& path, const std::string& text, int flags) {
   auto fd = o.OpenWrite(path, O_WRONLY | flags, 0644);
   ASSERT_TRUE(fd.ok()) << path << ": " << fd.status().ToString();
-  if (!(flags & O_TRUNC)) ::lseek(*fd, 0, SEEK_END);
-  ASSERT_EQ(::write(*fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  ::close(*fd);
+  if (!(flags & O_TRUNC)) ::lseek(fd->get(), 0, SEEK_END);
+  ASSERT_EQ(::write(fd->get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
 }
 
 struct stat StatOf(const std::string& path) {
@@ -337,7 +336,6 @@ TEST(Overlay, CopyUpKeepsTimesAndMode) {
   // Opened for writing, nothing written: the copy is the file as shown.
   auto fd = (*o)->OpenWrite("f", O_WRONLY, 0);
   ASSERT_TRUE(fd.ok());
-  ::close(*fd);
   auto f = (*o)->Lookup("f");
   ASSERT_TRUE(f.ok() && f->in_upper);
   EXPECT_EQ(f->st.st_mtim.tv_sec, 1700000000);
@@ -369,8 +367,7 @@ TEST(Overlay, PathsLongerThanPathMax) {
   auto fd = (*o)->OpenRead(path + "/g", O_RDONLY);
   ASSERT_TRUE(fd.ok());
   char buf[8];
-  EXPECT_EQ(::read(*fd, buf, sizeof buf), 4);
-  ::close(*fd);
+  EXPECT_EQ(::read(fd->get(), buf, sizeof buf), 4);
   ASSERT_TRUE((*o)->Unlink(path + "/g").ok());
   ASSERT_TRUE((*o)->Unlink(path + "/s").ok());
   ASSERT_TRUE((*o)->RemoveDir(path).ok());
@@ -390,7 +387,6 @@ TEST(Overlay, NewEntriesAreTheCallersWithTheirUmaskOnce) {
   ASSERT_TRUE((*o)->MakeDir("pub", 0777, &caller).ok());
   auto fd = (*o)->OpenWrite("pub/f", O_WRONLY | O_CREAT, 0666, &caller);
   ASSERT_TRUE(fd.ok());
-  ::close(*fd);
   ASSERT_TRUE((*o)->MakeNode("pub/p", S_IFIFO | 0666, 0, &caller).ok());
   ASSERT_TRUE((*o)->Symlink("f", "pub/s", &caller).ok());
   ::umask(old_umask);
@@ -711,7 +707,6 @@ TEST(Overlay, CopyUpKeepsTheTimesOfTheDirectoriesItLandsIn) {
   ASSERT_TRUE(view->AddFile(t, "e", std::make_shared<InlineContent>("E")).ok());
   auto fd = (*o)->OpenWrite("t/e", O_WRONLY | O_TRUNC, 0);
   ASSERT_TRUE(fd.ok());
-  ::close(*fd);
   EXPECT_EQ(StatOf(upper + "/t/e").st_atim.tv_sec, 1600000000);
   EXPECT_EQ(StatOf(upper + "/t/e").st_size, 0);
 }

@@ -59,17 +59,14 @@ UniqueFd Dup(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
 
 Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what, bool touch_atime) {
   constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-  int fd = touch_atime ? -1 : ::openat(dir, ".", kFlags | O_NOATIME);
+  UniqueFd fd(touch_atime ? -1 : ::openat(dir, ".", kFlags | O_NOATIME));
   // O_NOATIME is the owner's (or CAP_FOWNER's): a daemon that is neither
   // reads as anyone would.
-  if (fd < 0) fd = ::openat(dir, ".", kFlags);
-  if (fd < 0) return Status::LastErrno(what);
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    Status s = Status::LastErrno(what);
-    ::close(fd);
-    return s;
-  }
+  if (!fd) fd.reset(::openat(dir, ".", kFlags));
+  if (!fd) return Status::LastErrno(what);
+  DIR* d = ::fdopendir(fd.get());
+  if (d == nullptr) return Status::LastErrno(what);
+  fd.release();  // the DIR's now
   std::vector<UpperName> out;
   while (struct dirent* e = ::readdir(d)) {
     std::string_view name(e->d_name);
@@ -112,9 +109,8 @@ void MarkOpaque(int dir, const std::string& name) {
   if (!self.ok()) return;
   struct stat before {};
   const bool stated = ::fstat(self->get(), &before) == 0;
-  int fd = ::openat(self->get(), std::string(kOpaque).c_str(),
-                    O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd >= 0) ::close(fd);
+  const UniqueFd marker(::openat(self->get(), std::string(kOpaque).c_str(),
+                                 O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (stated) RestoreTimes(self->get(), before);
 }
 

@@ -143,10 +143,10 @@ class Overlay {
   // copied up first unless O_TRUNC makes its contents irrelevant; a new
   // file needs O_CREAT (*created says whether it was made). Missing upper
   // parents are created.
-  Result<int> OpenWrite(std::string_view path, int flags, mode_t mode,
-                        const Caller* caller = nullptr, bool* created = nullptr);
+  Result<UniqueFd> OpenWrite(std::string_view path, int flags, mode_t mode,
+                             const Caller* caller = nullptr, bool* created = nullptr);
   // An fd of an upper file open for reading.
-  Result<int> OpenRead(std::string_view path, int flags);
+  Result<UniqueFd> OpenRead(std::string_view path, int flags);
   // mknod(2): a regular file, FIFO, socket or device node (`mode` has the type).
   Status MakeNode(std::string_view path, mode_t mode, dev_t rdev, const Caller* caller = nullptr);
   Status Symlink(std::string_view target, std::string_view path, const Caller* caller = nullptr);

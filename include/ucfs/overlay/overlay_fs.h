@@ -58,8 +58,9 @@ class OverlayFs {
     std::atomic<int> copy_fd{-1};  // set once, under OverlayFs's lock
   };
 
-  // An open file: an fd of the upper file (released by Release), or the
-  // view inode whose pieces serve reads (`view_file`).
+  // An open file: an fd of the upper file, or the view inode whose pieces
+  // serve reads (`view_file`). The fd is the inode's, owned in its node
+  // until Release closes it (or the OverlayFs goes).
   struct Handle {
     int fd = -1;
     InodeId view_inode = 0;
@@ -171,7 +172,7 @@ class OverlayFs {
   struct Node {
     std::vector<std::string> paths;  // its names ("" for the root); none once all are gone
     uint64_t lookups = 0;
-    std::vector<int> fds;               // open upper files of it, which outlive its names
+    std::vector<UniqueFd> fds;          // open upper files of it, which outlive its names
     InodeId view_inode = 0;             // the view file it last opened as
     std::weak_ptr<ViewFile> view_file;  // its view file's, while a handle holds it
     bool has_file_key = false;          // in by_file_ under file_key
