@@ -182,7 +182,11 @@ Status Overlay::Adopt(std::string_view path, CopyAside copy) {
     return Status::OK();  // changed meanwhile: the copy is dropped
   }
   auto [parent, name] = SplitLast(path);
-  UCFS_ASSIGN_OR_RETURN(UniqueFd dir, UpperDir(parent));
+  // The parent as the walk left it, or made (its view directories copied up).
+  UniqueFd dir = std::move(r->ref.dir);
+  if (!dir) {
+    UCFS_ASSIGN_OR_RETURN(dir, UpperDir(parent));
+  }
   return Install(dir.get(), StoredName(name), std::move(copy));
 }
 
@@ -196,7 +200,11 @@ Result<Overlay::UpperRef> Overlay::PrepareChange(std::string_view path, bool kee
     UCFS_RETURN_IF_ERROR(UpperDir(path).status());
     return UpperRef{std::move(dir), StoredName(name)};
   }
-  UCFS_ASSIGN_OR_RETURN(UniqueFd dir, UpperDir(parent));
+  // The parent as the walk left it, or made (its view directories copied up).
+  UniqueFd dir = std::move(r.ref.dir);
+  if (!dir) {
+    UCFS_ASSIGN_OR_RETURN(dir, UpperDir(parent));
+  }
   UCFS_RETURN_IF_ERROR(CopyUp(dir.get(), StoredName(name), r.entry.lower, keep_contents));
   return UpperRef{std::move(dir), StoredName(name)};
 }
