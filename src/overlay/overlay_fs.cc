@@ -9,7 +9,6 @@
 #include "ucfs/view/read_only_fs.h"
 
 namespace ucfs {
-namespace {}  // namespace
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
     : overlay_(std::move(overlay)), view_(std::move(view)), upper_dir_(overlay_->upper_dir()) {

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
-#include <cstring>
 #include <map>
 
 #include "ucfs/base/checked_math.h"
@@ -36,8 +34,6 @@ StorageRun WholeRun(StorageRun::Kind kind, uint32_t index, uint32_t state, uint6
 }
 
 }  // namespace
-
-namespace {}  // namespace
 
 std::string ConsolidatedDirName(const std::string& tag) { return tag + "_fp32"; }
 
