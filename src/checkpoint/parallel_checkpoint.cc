@@ -189,6 +189,11 @@ ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
   return FromShards(std::move(files), {std::move(checkpoint)}, std::move(supplied));
 }
 
+std::shared_ptr<const ParallelCheckpoint> ParallelCheckpoint::SharedOfDataParallel(
+    std::shared_ptr<const Checkpoint> checkpoint) {
+  return std::make_shared<const ParallelCheckpoint>(OfDataParallel(std::move(checkpoint)));
+}
+
 Status ParallelCheckpoint::MakeNameTable() {
   ParallelCheckpoint& c = *this;
   const uint32_t tp = c.files_.degrees.tp;
@@ -220,6 +225,11 @@ Status ParallelCheckpoint::MakeNameTable() {
     for (size_t i = 0; i < lead.params().size(); ++i) {
       const ParamInfo& param = lead.params()[i];
       if (auto it = seen.find(param.name); it != seen.end()) {
+        if (c.params_[it->second].stage == p) {
+          return Status::Corruption(lead.files().model_files[0] + ": param '" + param.name +
+                                    "' is in param_shapes twice")
+              .WithFile(lead.files().model_files[0]);
+        }
         c.params_[it->second].copies_on.push_back(p);
         continue;
       }
@@ -248,7 +258,13 @@ Status ParallelCheckpoint::MakeNameTable() {
       auto merge = c.rules_->Decide(param.name);
       if (!merge.ok()) return merge.status().Annotate(first_model).WithFile(first_model);
       m.merge = std::move(merge).value();
-      UCFS_RETURN_IF_ERROR(MergedShapes(c.rules_->info(), tp, lead.files().model_files[0], &m));
+      if (info->has_value()) {
+        UCFS_RETURN_IF_ERROR(MergedShapes(c.rules_->info(), tp, lead.files().model_files[0], &m));
+      } else {
+        // T = 1 without rules: each param is its one slice, as saved (a
+        // 0-dim one too, which no rule concatenates).
+        m.storage_shape = m.shape = m.local_shape;
+      }
       seen.emplace(m.name, c.params_.size());
       c.params_.push_back(std::move(m));
     }

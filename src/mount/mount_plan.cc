@@ -14,7 +14,6 @@
 #include "ucfs/mount/source_env.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/hf_weights.h"
-#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/run_view.h"
 #include "ucfs/view/universal_view.h"
@@ -137,12 +136,10 @@ Result<MountPlan> PlanGrid(Env& host, const MountRequest& r, MountPlan out,
   const CheckpointFiles& shard = grid.checkpoint->shard(0).files();
   if (r.world_size) {
     // Pipeline stages and tensor-parallel ranks as saved, D ranks anew.
-    UCFS_ASSIGN_OR_RETURN(out.view,
-                          BuildParallelReshardView(*out.env, grid.checkpoint, ReshardOf(r)));
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildReshardView(*out.env, grid.checkpoint, ReshardOf(r)));
     out.layout_roots = {"latest", shard.tag};
   } else {
-    UCFS_ASSIGN_OR_RETURN(out.view,
-                          BuildParallelUniversalView(*out.env, grid.checkpoint, UniversalOf(r)));
+    UCFS_ASSIGN_OR_RETURN(out.view, BuildUniversalView(*out.env, grid.checkpoint, UniversalOf(r)));
     out.layout_roots = {"latest_universal", UniversalTag(shard.tag)};
   }
   out.consolidated_root = ConsolidatedDirName(shard.tag);

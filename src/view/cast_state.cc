@@ -34,15 +34,17 @@ Status WidenedToFloat32::Read(uint64_t offset, uint64_t length, std::string* out
   return Status::OK();
 }
 
-CastState::CastState(const Checkpoint& checkpoint, std::shared_ptr<SourceFiles> files,
-                     uint32_t param, DType to)
-    : checkpoint_(checkpoint),
-      files_(std::move(files)),
+CastState::CastState(const StateMapper& mapper, uint32_t shard, uint32_t param, uint64_t numel,
+                     std::shared_ptr<SourceFiles> files, DType to)
+    : mapper_(mapper),
+      shard_(shard),
       param_(param),
+      numel_(numel),
+      files_(std::move(files)),
       to_(to),
       element_size_(Info(to).element_size) {}
 
-uint64_t CastState::size() const { return checkpoint_.params()[param_].numel * element_size_; }
+uint64_t CastState::size() const { return numel_ * element_size_; }
 
 Status CastState::Read(uint64_t offset, uint64_t length, std::string* out) const {
   if (length == 0) return Status::OK();
@@ -53,7 +55,7 @@ Status CastState::Read(uint64_t offset, uint64_t length, std::string* out) const
   const uint64_t first = offset / element_size_;
   const uint64_t last = (offset + length + element_size_ - 1) / element_size_;
   std::vector<Extent> extents;
-  UCFS_RETURN_IF_ERROR(checkpoint_.MapState(param_, 0, first * 4, last * 4, &extents));
+  UCFS_RETURN_IF_ERROR(mapper_.MapShardState(shard_, param_, 0, first * 4, last * 4, &extents));
   std::vector<ReadPiece> pieces;
   AppendSourcePieces(extents, &pieces);
   std::string fp32;

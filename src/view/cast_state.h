@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/state_mapper.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/storage_spec.h"
 
@@ -39,18 +39,21 @@ class WidenedToFloat32 final : public ComputedBytes {
 
 class CastState final : public ComputedBytes {
  public:
-  // `checkpoint` must outlive this (the content holding the run keeps it);
-  // `files` opens its sources, shared by the casts of one checkpoint.
-  CastState(const Checkpoint& checkpoint, std::shared_ptr<SourceFiles> files, uint32_t param,
-            DType to);
+  // Param `param` (of `numel` elements) of shard group `shard` of `mapper`,
+  // which must outlive this (the content holding the run keeps it); `files`
+  // opens its sources, shared by the casts of one checkpoint.
+  CastState(const StateMapper& mapper, uint32_t shard, uint32_t param, uint64_t numel,
+            std::shared_ptr<SourceFiles> files, DType to);
   // The run's size: the param's elements in `to`.
   uint64_t size() const;
   Status Read(uint64_t offset, uint64_t length, std::string* out) const override;
 
  private:
-  const Checkpoint& checkpoint_;
-  std::shared_ptr<SourceFiles> files_;
+  const StateMapper& mapper_;
+  const uint32_t shard_;
   const uint32_t param_;
+  const uint64_t numel_;
+  std::shared_ptr<SourceFiles> files_;
   const DType to_;
   const uint32_t element_size_;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <set>
 
 #include "ucfs/base/checked_math.h"
 #include "ucfs/checkpoint/ds_version.h"
@@ -13,6 +14,7 @@
 #include "ucfs/codec/safetensors.h"
 #include "ucfs/view/source_files.h"
 #include "view/cast_state.h"
+#include "view/merged_runs.h"
 
 namespace ucfs {
 namespace {
@@ -103,75 +105,165 @@ OtherTensors ZeroToFp32OtherTensors(std::string_view ds_version) {
   return OtherTensors::kBuffersToFloat32;
 }
 
-Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Checkpoint& c,
-                                                              const StateDictOptions& options) {
-  const OtherTensors others = options.others.value_or(ZeroToFp32OtherTensors(c.ds_version()));
-  std::vector<ConsolidatedTensor> out;
-  // One set of rank files, opened as first read, for every tensor ucfs computes.
-  auto files = std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
-  for (const BufferInfo& b : c.buffers()) {
-    const bool as_saved = others == OtherTensors::kAsSaved ||
-                          (others == OtherTensors::kFloatingToFloat32 && !IsFloating(b.dtype));
-    UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t, BufferTensor(b, b.extent.file, as_saved, files));
-    out.push_back(std::move(t));
+namespace {
+
+// Zero_to_fp32's buffers: tensor rank 0's of each stage, the first stage's
+// where stages share a name.
+Status AddBuffers(const ParallelCheckpoint& c, OtherTensors others,
+                  const std::shared_ptr<SourceFiles>& files, std::vector<ConsolidatedTensor>* out) {
+  std::set<std::string> earlier_stages;
+  for (uint32_t p = 0; p < c.degrees().pp; ++p) {
+    const uint32_t m = p * c.degrees().tp;
+    std::vector<std::string> names;
+    for (const BufferInfo& b : c.shard(m).buffers()) {
+      if (earlier_stages.contains(b.name)) continue;
+      const bool as_saved = others == OtherTensors::kAsSaved ||
+                            (others == OtherTensors::kFloatingToFloat32 && !IsFloating(b.dtype));
+      UCFS_ASSIGN_OR_RETURN(ConsolidatedTensor t,
+                            BufferTensor(b, c.source_base(m) + b.extent.file, as_saved, files));
+      out->push_back(std::move(t));
+      names.push_back(b.name);
+    }
+    earlier_stages.insert(names.begin(), names.end());
   }
-  const bool frozen_to_fp32 =
+  return Status::OK();
+}
+
+// The frozen params, in their own dtype or widened as `others` says; at
+// T > 1 refused, as how their slices merge is not in the name table.
+Status AddFrozenParams(const ParallelCheckpoint& c, OtherTensors others,
+                       const std::shared_ptr<SourceFiles>& files,
+                       std::vector<ConsolidatedTensor>* out) {
+  const bool to_fp32 =
       others == OtherTensors::kAllToFloat32 || others == OtherTensors::kFloatingToFloat32;
-  for (uint32_t f = 0; f < c.frozen_params().size(); ++f) {
-    const FrozenParamInfo& info = c.frozen_params()[f];
-    ConsolidatedTensor t;
-    t.name = info.name;
-    t.shape = info.shape;
-    if (frozen_to_fp32 && info.dtype != DType::kFloat32 && IsFloating(info.dtype)) {
-      t.dtype = DType::kFloat32;
-      auto widened = std::make_shared<const WidenedToFloat32>(
-          files, info.dtype, info.numel, info.name,
-          [&c, f](uint64_t begin, uint64_t end, std::vector<Extent>* out) {
-            return c.MapFrozen(f, begin, end, out);
-          });
-      StorageRun run;
-      run.kind = StorageRun::Kind::kComputed;
-      run.length = widened->size();
-      run.computed = std::move(widened);
-      t.storage.runs.push_back(std::move(run));
-    } else {
-      t.dtype = info.dtype;
-      t.storage.runs.push_back(
-          WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size));
+  std::set<std::string> earlier_stages;
+  for (uint32_t p = 0; p < c.degrees().pp; ++p) {
+    const uint32_t m = p * c.degrees().tp;
+    const Checkpoint& lead = c.shard(m);
+    std::vector<std::string> names;
+    for (uint32_t f = 0; f < lead.frozen_params().size(); ++f) {
+      const FrozenParamInfo& info = lead.frozen_params()[f];
+      if (c.degrees().tp > 1) {
+        const std::string& file = lead.files().model_files[0];
+        return Status::NotSupported(file + ": frozen param '" + Printable(info.name) + "' of a " +
+                                    std::to_string(c.degrees().tp) +
+                                    "-way tensor-parallel checkpoint: its slices are not merged")
+            .WithFile(file);
+      }
+      if (earlier_stages.contains(info.name)) continue;
+      names.push_back(info.name);
+      ConsolidatedTensor t;
+      t.name = info.name;
+      t.shape = info.shape;
+      if (to_fp32 && info.dtype != DType::kFloat32 && IsFloating(info.dtype)) {
+        t.dtype = DType::kFloat32;
+        auto widened = std::make_shared<const WidenedToFloat32>(
+            files, info.dtype, info.numel, info.name,
+            [&c, m, f](uint64_t begin, uint64_t end, std::vector<Extent>* extents) {
+              return c.MapShardFrozen(m, f, begin, end, extents);
+            });
+        StorageRun run;
+        run.kind = StorageRun::Kind::kComputed;
+        run.length = widened->size();
+        run.computed = std::move(widened);
+        t.storage.runs.push_back(std::move(run));
+      } else {
+        t.dtype = info.dtype;
+        StorageRun run =
+            WholeRun(StorageRun::Kind::kFrozen, f, 0, info.numel * Info(info.dtype).element_size);
+        run.shard = m;
+        t.storage.runs.push_back(run);
+      }
+      out->push_back(std::move(t));
     }
-    out.push_back(std::move(t));
+    earlier_stages.insert(names.begin(), names.end());
   }
-  const StateInfo& fp32 = c.states()[0];
-  const bool cast = options.params_dtype && *options.params_dtype != fp32.dtype;
-  if (cast && (fp32.dtype != DType::kFloat32 || (*options.params_dtype != DType::kBFloat16 &&
-                                                 *options.params_dtype != DType::kFloat16))) {
-    return Status::NotSupported(std::string("weights in ") +
-                                std::string(Info(*options.params_dtype).torch_name) + " from " +
-                                std::string(Info(fp32.dtype).torch_name) +
-                                " master weights (float32 to bfloat16 or float16 only)");
-  }
-  for (uint32_t p = 0; p < c.params().size(); ++p) {
-    const ParamInfo& info = c.params()[p];
+  return Status::OK();
+}
+
+// Every trainable param's master weights, in the name table's order:
+// where zero_to_fp32.py makes the state dict itself (a data-parallel
+// checkpoint) as it makes it, each param its one slice whole (a padded
+// vocabulary keeps its rows; an averaged param is its bytes); else merged
+// at full shape as the universal files merge it. Cast on read where asked.
+Status AddParams(const ParallelCheckpoint& c, const StateDictOptions& options,
+                 const std::shared_ptr<SourceFiles>& files, std::vector<ConsolidatedTensor>* out) {
+  const uint32_t tp = c.degrees().tp;
+  const bool as_zero_to_fp32 = c.degrees().mp() == 1;
+  for (const MergedParam& param : c.params()) {
+    const uint32_t m = param.stage * tp;
+    const StateInfo& fp32 = c.shard(m).states()[0];
+    const uint64_t es = Info(fp32.dtype).element_size;
+    const bool cast = options.params_dtype && *options.params_dtype != fp32.dtype;
+    if (cast && (fp32.dtype != DType::kFloat32 || (*options.params_dtype != DType::kBFloat16 &&
+                                                   *options.params_dtype != DType::kFloat16))) {
+      return Status::NotSupported(std::string("weights in ") +
+                                  std::string(Info(*options.params_dtype).torch_name) + " from " +
+                                  std::string(Info(fp32.dtype).torch_name) +
+                                  " master weights (float32 to bfloat16 or float16 only)");
+    }
+    if (cast && !as_zero_to_fp32) {
+      return Status::NotSupported("weights cast from a tensor- or pipeline-parallel checkpoint (" +
+                                  DescribeDegrees(c.degrees()) + ")");
+    }
     ConsolidatedTensor t;
-    t.name = info.name;
+    t.name = param.name;
     t.dtype = cast ? *options.params_dtype : fp32.dtype;
-    t.shape = info.shape;
     t.requires_grad = fp32.requires_grad;
-    if (cast) {
-      auto computed = std::make_shared<const CastState>(c, files, p, t.dtype);
-      StorageRun run;
-      run.kind = StorageRun::Kind::kComputed;
-      run.length = computed->size();
-      run.computed = std::move(computed);
-      t.storage.runs.push_back(std::move(run));
+    if (as_zero_to_fp32) {
+      t.shape = param.local_shape;
+      const auto slice = static_cast<uint32_t>(param.slices[0]);
+      if (cast) {
+        auto computed =
+            std::make_shared<const CastState>(c, m, slice, NumelOf(t.shape), files, t.dtype);
+        StorageRun run;
+        run.kind = StorageRun::Kind::kComputed;
+        run.length = computed->size();
+        run.computed = std::move(computed);
+        t.storage.runs.push_back(std::move(run));
+      } else {
+        StorageRun run = WholeRun(StorageRun::Kind::kState, slice, 0, NumelOf(t.shape) * es);
+        run.shard = m;
+        t.storage.runs.push_back(run);
+      }
     } else {
-      t.storage.runs.push_back(
-          WholeRun(StorageRun::Kind::kState, p, 0, info.numel * Info(fp32.dtype).element_size));
+      t.shape = param.shape;
+      UCFS_ASSIGN_OR_RETURN(std::vector<StorageRun> runs, MergedStateRuns(c, param, 0, es, files));
+      t.storage.runs = FirstBytesOf(std::move(runs), NumelOf(param.shape) * es);
     }
-    out.push_back(std::move(t));
+    out->push_back(std::move(t));
   }
-  UCFS_RETURN_IF_ERROR(
-      FinishStateDict(options.drop_aliases ? std::vector<TiedParam>{} : c.tied_params(), &out));
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const ParallelCheckpoint& c,
+                                                              const StateDictOptions& options) {
+  UCFS_RETURN_IF_ERROR(c.merge_status());
+  const OtherTensors others =
+      options.others.value_or(ZeroToFp32OtherTensors(c.shard(0).ds_version()));
+  std::vector<ConsolidatedTensor> out;
+  // One set of rank files, opened at first read, for every tensor ucfs computes.
+  const auto files =
+      std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
+  UCFS_RETURN_IF_ERROR(AddBuffers(c, others, files, &out));
+  UCFS_RETURN_IF_ERROR(AddFrozenParams(c, others, files, &out));
+  UCFS_RETURN_IF_ERROR(AddParams(c, options, files, &out));
+  // Tied aliases as each stage lists them, the first stage's where stages
+  // list one alias.
+  std::vector<TiedParam> tied;
+  if (!options.drop_aliases) {
+    for (uint32_t p = 0; p < c.degrees().pp; ++p) {
+      const size_t earlier_stages = tied.size();
+      for (const TiedParam& alias : c.shard(p * c.degrees().tp).tied_params()) {
+        bool seen = false;
+        for (size_t i = 0; i < earlier_stages; ++i) seen = seen || tied[i].alias == alias.alias;
+        if (!seen) tied.push_back(alias);
+      }
+    }
+  }
+  UCFS_RETURN_IF_ERROR(FinishStateDict(tied, &out));
   return out;
 }
 
@@ -336,14 +428,14 @@ std::string ShardName(size_t k, size_t n) {
 }  // namespace
 
 Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
-                          std::shared_ptr<const Checkpoint> checkpoint,
+                          std::shared_ptr<const ParallelCheckpoint> checkpoint,
                           const ConsolidatedOptions& options) {
   UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,
                         ConsolidatedStateDict(env, *checkpoint));
+  const Checkpoint& first = checkpoint->shard(0);
   UCFS_ASSIGN_OR_RETURN(InodeId dir,
-                        view.AddDirectory(parent, ConsolidatedDirName(checkpoint->files().tag)));
-  const ConsolidatedSource source{checkpoint, checkpoint->container_style(),
-                                  checkpoint->ds_version()};
+                        view.AddDirectory(parent, ConsolidatedDirName(first.files().tag)));
+  const ConsolidatedSource source{checkpoint, first.container_style(), first.ds_version()};
   std::unique_ptr<SourceFiles> crc_reader;
   if (options.compute_crc) {
     crc_reader = std::make_unique<SourceFiles>(
@@ -401,9 +493,10 @@ Result<std::vector<NamedContent>> SafetensorsFiles(std::shared_ptr<const StateMa
   return out;
 }
 
-void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint,
+void AddConsolidatedDirOrWarn(Env& env, View& view,
+                              std::shared_ptr<const ParallelCheckpoint> checkpoint,
                               const ConsolidatedOptions& options) {
-  const std::string name = ConsolidatedDirName(checkpoint->files().tag);
+  const std::string name = ConsolidatedDirName(checkpoint->shard(0).files().tag);
   Status s = AddConsolidatedDir(env, view, kRootInode, std::move(checkpoint), options);
   if (!s.ok()) spdlog::warn("no {} directory: {}", name, TerminalSafe(s.message()));
 }

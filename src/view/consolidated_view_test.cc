@@ -66,7 +66,8 @@ class ConsolidatedTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ConsolidatedTest, StateDictEqualsZeroToFp32) {
   auto c = Open(GetParam());
   const auto& z2f = ReferenceManifest().at(GetParam()).at("zero_to_fp32");
-  auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
+  const auto grid = ParallelCheckpoint::SharedOfDataParallel(c);
+  auto tensors = ConsolidatedStateDict(*Env::Posix(), *grid);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   ASSERT_EQ(tensors->size(), z2f.size());
   for (const ConsolidatedTensor& t : *tensors) {
@@ -91,7 +92,9 @@ TEST_P(ConsolidatedTest, SafetensorsHoldTheSameTensors) {
     SCOPED_TRACE("max shard bytes " + std::to_string(limit));
     View view(*Env::Posix(), 0);
     for (const auto& s : c->sources()) view.AddSource(s);
-    ASSERT_TRUE(AddConsolidatedDir(*Env::Posix(), view, kRootInode, c, {limit}).ok());
+    ASSERT_TRUE(AddConsolidatedDir(*Env::Posix(), view, kRootInode,
+                                   ParallelCheckpoint::SharedOfDataParallel(c), {limit})
+                    .ok());
     const InodeId dir = *view.Lookup(kRootInode, c->files().tag + "_fp32");
     std::map<std::string, SafeTensor> all;
     std::map<std::string, std::string> shard_of;
@@ -140,7 +143,9 @@ TEST_P(ConsolidatedTest, SafetensorsReadsOfAnyRange) {
   auto c = Open(GetParam());
   View view(*Env::Posix(), 0);
   for (const auto& s : c->sources()) view.AddSource(s);
-  ASSERT_TRUE(AddConsolidatedDir(*Env::Posix(), view, kRootInode, c).ok());
+  ASSERT_TRUE(AddConsolidatedDir(*Env::Posix(), view, kRootInode,
+                                 ParallelCheckpoint::SharedOfDataParallel(c))
+                  .ok());
   const InodeId dir = *view.Lookup(kRootInode, c->files().tag + "_fp32");
   const InodeId file = *view.Lookup(dir, "model.safetensors");
   const std::string whole = ReadFileOfView(view, *c, file);
@@ -299,7 +304,8 @@ class FlatGroupConsolidatedTest : public ::testing::TestWithParam<std::string> {
 TEST_P(FlatGroupConsolidatedTest, StateDictHoldsTheLiveEnginesValues) {
   auto c = Open(GetParam());
   const auto& oracle = testing::Oracle(GetParam());
-  auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
+  const auto grid = ParallelCheckpoint::SharedOfDataParallel(c);
+  auto tensors = ConsolidatedStateDict(*Env::Posix(), *grid);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   std::vector<std::string> names;
   for (const ConsolidatedTensor& t : *tensors) names.push_back(t.name);
@@ -373,7 +379,9 @@ TEST(ConsolidatedBins, FollowTheZeroToFp32OfTheCheckpointsDeepSpeed) {
       SCOPED_TRACE("max shard bytes " + std::to_string(limit));
       View view(env, 0);
       for (const auto& s : c->sources()) view.AddSource(s);
-      ASSERT_TRUE(AddConsolidatedDir(env, view, kRootInode, c, {limit}).ok());
+      ASSERT_TRUE(AddConsolidatedDir(env, view, kRootInode,
+                                     ParallelCheckpoint::SharedOfDataParallel(c), {limit})
+                      .ok());
       const InodeId dir = *view.Lookup(kRootInode, "global_step4_fp32");
       auto read = [&](InodeId file) {
         std::vector<ReadPiece> pieces;

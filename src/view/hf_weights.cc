@@ -32,9 +32,10 @@ Result<std::vector<NamedContent>> HfWeightsFiles(Env& env,
   dict.others = OtherTensors::kAsSaved;
   dict.drop_aliases = true;
   dict.params_dtype = options.dtype ? options.dtype : checkpoint->lp_dtype();
+  const auto grid = ParallelCheckpoint::SharedOfDataParallel(std::move(checkpoint));
   UCFS_ASSIGN_OR_RETURN(std::vector<ConsolidatedTensor> tensors,
-                        ConsolidatedStateDict(env, *checkpoint, dict));
-  return SafetensorsFiles(std::move(checkpoint), tensors, options.max_shard_bytes);
+                        ConsolidatedStateDict(env, *grid, dict));
+  return SafetensorsFiles(grid, tensors, options.max_shard_bytes);
 }
 
 }  // namespace ucfs

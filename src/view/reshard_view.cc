@@ -8,7 +8,6 @@
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/lazy_content.h"
-#include "ucfs/view/parallel_consolidated_view.h"
 #include "ucfs/view/rank_file_extras.h"
 #include "ucfs/view/torch_pickle_builder.h"
 #include "view/reshard_rank_files.h"
@@ -173,34 +172,14 @@ Result<InodeId> AddRootAndTag(Env& env, View& view, const CheckpointFiles& files
 
 }  // namespace
 
-Result<std::unique_ptr<View>> BuildReshardView(Env& env, std::shared_ptr<const Checkpoint> ckpt,
+Result<std::unique_ptr<View>> BuildReshardView(Env& env,
+                                               std::shared_ptr<const ParallelCheckpoint> pc,
                                                const ReshardOptions& options) {
-  UCFS_ASSIGN_OR_RETURN(ReshardLayout layout, PlanReshard(*ckpt, options));
-  int64_t mtime = 0;
-  for (const auto& s : ckpt->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
-  auto view = std::make_unique<View>(env, mtime);
-  for (const auto& s : ckpt->sources()) view->AddSource(s);
-  UCFS_ASSIGN_OR_RETURN(InodeId tag_dir,
-                        AddRootAndTag(env, *view, ckpt->files(), ckpt->world_size(), options));
-  auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
-  auto cache = std::make_shared<ContentCache>(options.cached_bytes);
-  UCFS_RETURN_IF_ERROR(
-      ForEachRankFile(ckpt, shared_layout, cache,
-                      [&](const std::string& name, std::shared_ptr<const FileContent> content) {
-                        return view->AddFile(tag_dir, name, std::move(content)).status();
-                      }));
-  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, ckpt, *options.consolidated);
-  return view;
-}
-
-Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
-                                                       std::shared_ptr<const ParallelCheckpoint> pc,
-                                                       const ReshardOptions& options) {
   int64_t mtime = 0;
   for (const auto& s : pc->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);
-  // The grid's sources, for <tag>_fp32; the tag directory's files name
-  // their shard's own.
+  // The grid's sources, shard group 0's first: its files and <tag>_fp32
+  // name them as they are.
   for (const auto& s : pc->sources()) view->AddSource(s);
   // Every (mp, dp) rank file is built anew (the mp_rank_NN model states
   // too, put in place of the saved ones); layer files pass through.
@@ -209,9 +188,18 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
   auto cache = std::make_shared<ContentCache>(options.cached_bytes);
   View::SourceDirExtras built;
   for (uint32_t m = 0; m < pc->degrees().mp(); ++m) {
-    // Each shard group's files name its own sources: a table of them.
     std::shared_ptr<const Checkpoint> shard(pc, &pc->shard(m));
     UCFS_ASSIGN_OR_RETURN(ReshardLayout layout, PlanReshard(*shard, options));
+    auto shared_layout = std::make_shared<const ReshardLayout>(std::move(layout));
+    if (m == 0) {
+      UCFS_RETURN_IF_ERROR(
+          ForEachRankFile(shard, shared_layout, cache,
+                          [&](const std::string& name, std::shared_ptr<const FileContent> content) {
+                            return view->AddFile(tag_dir, name, std::move(content)).status();
+                          }));
+      continue;
+    }
+    // Later shard groups' files name their own sources: a table of them.
     auto table = std::make_shared<const std::vector<SourceFile>>(shard->sources());
     std::vector<FileAccess> accesses;
     for (const SourceFile& f : *table) {
@@ -219,16 +207,25 @@ Result<std::unique_ptr<View>> BuildParallelReshardView(Env& env,
     }
     const FileAccess access = StrictestAccess(accesses, FileAccess{0444, 0, 0});
     UCFS_RETURN_IF_ERROR(ForEachRankFile(
-        shard, std::make_shared<const ReshardLayout>(std::move(layout)), cache,
+        shard, shared_layout, cache,
         [&](const std::string& name, std::shared_ptr<const FileContent> content) {
           built.files.push_back({name, std::move(content), mtime,
                                  FileAccess{access.mode & 0666, access.uid, access.gid}, table});
           return Status::OK();
         }));
   }
-  UCFS_RETURN_IF_ERROR(view->PutExtras(tag_dir, std::move(built)));
-  if (options.consolidated) AddParallelConsolidatedDirOrWarn(env, *view, pc, *options.consolidated);
+  if (!built.files.empty()) {
+    UCFS_RETURN_IF_ERROR(view->PutExtras(tag_dir, std::move(built)));
+  }
+  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, pc, *options.consolidated);
   return view;
+}
+
+Result<std::unique_ptr<View>> BuildReshardView(Env& env,
+                                               std::shared_ptr<const Checkpoint> checkpoint,
+                                               const ReshardOptions& options) {
+  return BuildReshardView(env, ParallelCheckpoint::SharedOfDataParallel(std::move(checkpoint)),
+                          options);
 }
 
 }  // namespace ucfs

@@ -10,7 +10,6 @@
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/view/hf_weights.h"
-#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/source_files.h"
 #include "ucfs/view/universal_view.h"
@@ -394,7 +393,7 @@ TEST(RunViewGridTest, GridTagsServeWhatTheirOwnMountWould) {
       RunViewOptions options;
       auto view = BuildRunView(env, "/run", options);
       ASSERT_TRUE(view.ok()) << view.status().ToString();
-      auto alone = BuildParallelUniversalView(env, shared, options.universal);
+      auto alone = BuildUniversalView(env, shared, options.universal);
       ASSERT_TRUE(alone.ok()) << alone.status().ToString();
       for (const std::string dir : {"global_step4_universal", "global_step4_fp32"}) {
         std::map<std::string, std::string> ours, theirs;
@@ -412,7 +411,7 @@ TEST(RunViewGridTest, GridTagsServeWhatTheirOwnMountWould) {
     options.extra_views = false;
     auto view = BuildRunView(env, "/run", options);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
-    auto alone = BuildParallelReshardView(env, shared, *options.reshard);
+    auto alone = BuildReshardView(env, shared, *options.reshard);
     ASSERT_TRUE(alone.ok()) << alone.status().ToString();
     std::map<std::string, std::string> ours, theirs;
     Tree(env, **view, Resolve(**view, root + "/global_step4"), "", &ours);

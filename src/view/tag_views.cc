@@ -8,8 +8,8 @@
 
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
+#include "ucfs/view/universal_view.h"
 
 namespace ucfs {
 
@@ -27,14 +27,10 @@ Result<View::GraftTarget> TagViews::Directory(Built& built, const std::string& n
 Status TagViews::Build(Built& built) {
   UCFS_RETURN_IF_ERROR(OpenOnce());
   std::unique_ptr<View> view;
-  if (grid_ && built.reshard) {
-    UCFS_ASSIGN_OR_RETURN(view, BuildParallelReshardView(env_, grid_, *options_.reshard));
-  } else if (grid_) {
-    UCFS_ASSIGN_OR_RETURN(view, BuildParallelUniversalView(env_, grid_, options_.universal));
-  } else if (built.reshard) {
-    UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env_, checkpoint_, *options_.reshard));
+  if (built.reshard) {
+    UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env_, grid_, *options_.reshard));
   } else {
-    UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env_, checkpoint_, options_.universal));
+    UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env_, grid_, options_.universal));
   }
   built.view = std::move(view);
   return Status::OK();
@@ -55,6 +51,7 @@ Status TagViews::Open() {
   }
   UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env_, root_, open));
   checkpoint_ = std::make_shared<const Checkpoint>(std::move(ckpt));
+  grid_ = ParallelCheckpoint::SharedOfDataParallel(checkpoint_);
   spdlog::info("{}: tag {} opened ({} params, world size {})", root_, tag_,
                checkpoint_->params().size(), checkpoint_->world_size());
   if (options_.reshard) {

@@ -77,9 +77,11 @@ class TagViews {
   const RunViewOptions options_;
   std::once_flag opened_;
   Status opened_status_;
-  // Set in opened_: the data-parallel checkpoint, or the grid.
-  std::shared_ptr<const Checkpoint> checkpoint_;
+  // Set in opened_: the grid (a data-parallel checkpoint's is 1 x 1 x D),
+  // and the data-parallel checkpoint (null for a tensor- or
+  // pipeline-parallel one).
   std::shared_ptr<const ParallelCheckpoint> grid_;
+  std::shared_ptr<const Checkpoint> checkpoint_;
   Built universal_{false};
   Built resharded_{true};
 };

@@ -164,167 +164,172 @@ Result<InodeId> AddUniversalTop(Env& env, View& view, const CheckpointFiles& fil
   return view.AddDirectory(*udir, "zero");
 }
 
+std::string UniversalTag(const std::string& tag) { return tag + "_universal"; }
+
 namespace {
 
-// The xattrs of every file of param p's directory.
-std::vector<Xattr> ParamXattrs(const Checkpoint& c, size_t p) {
-  const ParamInfo& param = c.params()[p];
+// The xattrs of every file of merged param p's directory: the slices'
+// (tensor rank 0's of its stage) group and ranks.
+std::vector<Xattr> ParamXattrs(const ParallelCheckpoint& c, const MergedParam& p) {
+  const Checkpoint& lead = c.shard(p.stage * c.degrees().tp);
+  const ParamInfo& local = lead.params()[p.slices[0]];
   return {
-      {"user.ucfs.param", param.name},
-      {"user.ucfs.shape", ShapeString(param.shape)},
-      {"user.ucfs.numel", std::to_string(param.numel)},
-      {"user.ucfs.param_group", std::to_string(param.param_group)},
-      {"user.ucfs.sub_group", std::to_string(param.sub_group)},
-      {"user.ucfs.world_size", std::to_string(c.world_size())},
-      {"user.ucfs.source_ranks", RanksText(c, p)},
+      {"user.ucfs.param", p.name},
+      {"user.ucfs.shape", ShapeString(p.shape)},
+      {"user.ucfs.numel", std::to_string(NumelOf(p.shape))},
+      {"user.ucfs.param_group", std::to_string(local.param_group)},
+      {"user.ucfs.sub_group", std::to_string(local.sub_group)},
+      {"user.ucfs.stage", std::to_string(p.stage)},
+      {"user.ucfs.tensor_parallel", std::to_string(c.degrees().tp)},
+      {"user.ucfs.world_size", std::to_string(c.degrees().dp)},
+      {"user.ucfs.source_ranks", RanksText(lead, p.slices[0])},
   };
 }
 
-// <state>.pt of param p: its state s, whole.
-// `merged`: the param's universal_checkpoint_info rule (a Megatron run at
-// T = 1), or null.
-Result<std::shared_ptr<TorchFileContent>> StateFile(const std::shared_ptr<const Checkpoint>& ckpt,
-                                                    size_t p, size_t s, const MergedParam* merged,
-                                                    const std::shared_ptr<SourceFiles>& files,
-                                                    SourceFiles* crc_reader) {
-  const ParamInfo& param = ckpt->params()[p];
-  const StateInfo& state = ckpt->states()[s];
-  const bool flat_groups = ckpt->partitioning() == Partitioning::kFlatGroup;
-  const uint64_t bytes = param.numel * Info(state.dtype).element_size;
-  // ZeRO-3's files are bare 1-D tensors; ZeRO-1/2's are dicts holding the
-  // param at its shape (a 0-dim param as [1]: torch.cat, which
-  // ds_to_universal merges with, makes no 0-dim tensors).
-  std::vector<int64_t> shape = param.shape;
-  if (shape.empty()) shape = {1};
-  Result<std::string> pkl =
-      !flat_groups
-          ? BareTensorPickle(state.dtype, {static_cast<int64_t>(param.numel)}, state.requires_grad)
-      : merged == nullptr
-          ? UniversalParamPickle(state.dtype, shape, state.requires_grad)
-          // The vocabulary's rows cut to original_vocab_size, its storage whole.
-          // (A 0-dim param stays 0-dim where replicated, as the converter's slice
-          // 0; no rule concatenates one: the name table refused it.)
-          : UniversalDictPickle(state.dtype, merged->shape, param.numel, state.requires_grad,
-                                UniversalKeysOf(merged->merge));
-  UCFS_RETURN_IF_ERROR(pkl.status());
-  StorageSpec storage;
-  storage.key = "0";
-  StorageRun run;
-  run.kind = StorageRun::Kind::kState;
-  run.length = bytes;
-  run.param = static_cast<uint32_t>(p);
-  run.state = static_cast<uint32_t>(s);
-  if (merged != nullptr && merged->merge.rule == MergeRule::kAverage) {
-    // The converter's mean of one slice, 0 + s0: not the slice's bytes
-    // where it holds -0.0.
-    if (state.dtype != DType::kFloat32) {
-      return Status::NotSupported("param '" + Printable(param.name) +
-                                  "': averaged (parameter_to_average_patterns) only in float32");
-    }
-    run.kind = StorageRun::Kind::kComputed;
-    run.computed = std::make_shared<AverageSlices>(
-        *ckpt, files, std::vector<AverageSlices::Slice>{{0, p}}, s, param.numel, param.name);
-  }
-  storage.runs.push_back(run);
-  return TorchFileContent::Make(ckpt, state.name, std::move(pkl).value(), {storage}, crc_reader);
+// How the converter writes a param's state files.
+enum class StateFileForm {
+  kBare,  // ZeRO-3 at T = 1: a 1-D tensor of exactly numel elements
+  kDict,  // {cat_dim?, param_n_sub_params?, vocab_tensor?, 'param': the merged tensor}
+};
+
+StateFileForm FormOf(const ParallelCheckpoint& c) {
+  // ZeRO-3's path of ds_to_universal.py writes bare tensors; with tensor
+  // parallelism it writes wrong ones (tp-pp.md), and ucfs lays the merge
+  // out as the stage-1/2 path does.
+  return c.shard(0).partitioning() == Partitioning::kPerParam && c.degrees().tp == 1
+             ? StateFileForm::kBare
+             : StateFileForm::kDict;
 }
 
-// zero/<param>/: a file per state, and at ZeRO-1/2 step.pt.
-Status AddParamDirectory(View& view, InodeId zero, const std::shared_ptr<const Checkpoint>& ckpt,
-                         size_t p, const MergedParam* merged,
+// <state>.pt of merged param p: its state s, whole.
+Result<std::shared_ptr<TorchFileContent>> StateFile(
+    const std::shared_ptr<const ParallelCheckpoint>& c, const MergedParam& p, size_t s,
+    const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader) {
+  const Checkpoint& lead = c->shard(p.stage * c->degrees().tp);
+  const StateInfo& state = lead.states()[s];
+  const uint64_t es = Info(state.dtype).element_size;
+  StorageSpec storage;
+  storage.key = "0";
+  std::string pkl;
+  if (FormOf(*c) == StateFileForm::kBare) {
+    // ZeRO-3's bare tensors take no merge rule at T = 1.
+    const uint64_t numel = NumelOf(p.local_shape);
+    UCFS_ASSIGN_OR_RETURN(
+        pkl, BareTensorPickle(state.dtype, {static_cast<int64_t>(numel)}, state.requires_grad));
+    StorageRun run;
+    run.kind = StorageRun::Kind::kState;
+    run.param = static_cast<uint32_t>(p.slices[0]);
+    run.state = static_cast<uint32_t>(s);
+    run.length = numel * es;
+    storage.runs.push_back(run);
+  } else {
+    // Without universal_checkpoint_info (T = 1) a param is its one slice,
+    // {'cat_dim': 0, 'param': ...}, a 0-dim one as [1]: torch.cat, which
+    // the converter merges with, makes no 0-dim tensors. (A 0-dim param
+    // stays 0-dim where a rule replicates it, as the converter's slice 0;
+    // no rule concatenates one: the name table refused it.)
+    std::vector<int64_t> shape = p.shape;
+    if (shape.empty() && !c->has_universal_info()) shape = {1};
+    UCFS_ASSIGN_OR_RETURN(pkl, UniversalDictPickle(state.dtype, shape, NumelOf(p.storage_shape),
+                                                   state.requires_grad, UniversalKeysOf(p.merge)));
+    UCFS_ASSIGN_OR_RETURN(storage.runs, MergedStateRuns(*c, p, s, es, files));
+  }
+  return TorchFileContent::Make(c, lead.container_style(), state.name, std::move(pkl),
+                                {std::move(storage)}, crc_reader);
+}
+
+// zero/<param>/: a file per state, and the param group's step.pt where the
+// converter's stage-1/2 path writes it (and, with tensor parallelism, at
+// ZeRO-3 too, laid out as that path).
+Status AddParamDirectory(View& view, InodeId zero,
+                         const std::shared_ptr<const ParallelCheckpoint>& c, const MergedParam& p,
                          const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader) {
-  const ParamInfo& param = ckpt->params()[p];
-  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(*ckpt, param.name));
-  UCFS_ASSIGN_OR_RETURN(InodeId pdir, view.AddDirectory(zero, param.name));
-  const std::vector<Xattr> param_xattrs = ParamXattrs(*ckpt, p);
-  for (size_t s = 0; s < ckpt->states().size(); ++s) {
-    const StateInfo& state = ckpt->states()[s];
-    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(ckpt, p, s, merged, files, crc_reader));
+  const uint32_t lead_shard = p.stage * c->degrees().tp;
+  const Checkpoint& lead = c->shard(lead_shard);
+  const ParamInfo& local = lead.params()[p.slices[0]];
+  UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(lead, p.name));
+  UCFS_ASSIGN_OR_RETURN(InodeId dir, view.AddDirectory(zero, p.name));
+  const std::vector<Xattr> param_xattrs = ParamXattrs(*c, p);
+  for (size_t s = 0; s < lead.states().size(); ++s) {
+    const StateInfo& state = lead.states()[s];
+    UCFS_ASSIGN_OR_RETURN(auto content, StateFile(c, p, s, files, crc_reader));
     std::vector<Xattr> xattrs = param_xattrs;
     xattrs.push_back({"user.ucfs.state", state.name});
     xattrs.push_back({"user.ucfs.dtype", std::string(Info(state.dtype).torch_name)});
     UCFS_RETURN_IF_ERROR(
-        view.AddFile(pdir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
+        view.AddFile(dir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
   }
-  if (ckpt->partitioning() == Partitioning::kFlatGroup) {
-    // ds_to_universal's stage-1/2 path also writes the param group's step.
-    for (const ScalarState& scalar : ckpt->scalar_states()[param.sub_group]) {
-      if (scalar.name != "step") continue;
-      UCFS_ASSIGN_OR_RETURN(auto content,
-                            StepFile(ckpt, ckpt->container_style(), scalar, 0, crc_reader));
-      std::vector<Xattr> xattrs = param_xattrs;
-      xattrs.push_back({"user.ucfs.state", "step"});
-      UCFS_RETURN_IF_ERROR(
-          view.AddFile(pdir, "step.pt", std::move(content), std::move(xattrs)).status());
-    }
+  if (FormOf(*c) == StateFileForm::kBare) return Status::OK();
+  // The step of the param's group, from tensor rank 0 of its stage.
+  for (const ScalarState& scalar : lead.scalar_states()[local.sub_group]) {
+    if (scalar.name != "step") continue;
+    UCFS_ASSIGN_OR_RETURN(auto content, StepFile(c, lead.container_style(), scalar,
+                                                 c->source_base(lead_shard), crc_reader));
+    std::vector<Xattr> xattrs = param_xattrs;
+    xattrs.push_back({"user.ucfs.state", "step"});
+    UCFS_RETURN_IF_ERROR(
+        view.AddFile(dir, "step.pt", std::move(content), std::move(xattrs)).status());
   }
   return Status::OK();
 }
 
 }  // namespace
 
-std::string UniversalTag(const std::string& tag) { return tag + "_universal"; }
-
-Result<std::unique_ptr<View>> BuildUniversalView(Env& env, std::shared_ptr<const Checkpoint> ckpt,
+Result<std::unique_ptr<View>> BuildUniversalView(Env& env,
+                                                 std::shared_ptr<const ParallelCheckpoint> c,
                                                  const UniversalViewOptions& options) {
+  UCFS_RETURN_IF_ERROR(c->merge_status());
+  WarnIfUnsafeAtAnotherTensorDegree(*c);
   int64_t mtime = 0;
-  for (const auto& s : ckpt->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
+  for (const auto& s : c->sources()) mtime = std::max(mtime, s.identity.mtime_ns);
   auto view = std::make_unique<View>(env, mtime);
-  // Checkpoint sources keep their indices, so MapState's extents are view
+  // The grid's sources keep their indices, so its mapped extents are view
   // sources as they are.
-  for (const auto& s : ckpt->sources()) view->AddSource(s);
-
+  for (const auto& s : c->sources()) view->AddSource(s);
   std::unique_ptr<SourceFiles> crc_reader;
   if (options.compute_crc) {
-    crc_reader = std::make_unique<SourceFiles>(
-        env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
+    crc_reader =
+        std::make_unique<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
   }
-
+  // Shard group 0's sources are the grid's first: its own indices hold.
+  std::shared_ptr<const Checkpoint> shard0(c, &c->shard(0));
   InodeId udir = 0;
-  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(env, *view, ckpt->files(), &udir));
-
-  // A Megatron-DeepSpeed run saved at T = 1 carries universal_checkpoint_info,
-  // by whose rules the converter writes each ZeRO-1/2 param's dict (ZeRO-3's
-  // bare tensors take none at T = 1).
-  std::optional<ParallelCheckpoint> rules;
-  if (ckpt->partitioning() == Partitioning::kFlatGroup) {
-    const std::string& model0 = ckpt->files().model_files[0];
-    UCFS_ASSIGN_OR_RETURN(
-        std::optional<UniversalInfo> info,
-        ResolveUniversalInfo(ckpt->rank0_model(), model0, ckpt->supplied_universal_info().get()));
-    if (info) {
-      rules = ParallelCheckpoint::OfDataParallel(ckpt);
-      UCFS_RETURN_IF_ERROR(rules->merge_status());
-      WarnIfUnsafeAtAnotherTensorDegree(*rules);
-      // One shard group: its name table is the checkpoint's params, in order.
-      if (rules->params().size() != ckpt->params().size()) {
-        return Status::Corruption(model0 + ": a param name is in param_shapes twice")
-            .WithFile(model0);
-      }
-    }
-  }
+  UCFS_ASSIGN_OR_RETURN(InodeId zero, AddUniversalTop(env, *view, shard0->files(), &udir));
   const auto files =
-      std::make_shared<SourceFiles>(env, [c = ckpt.get()](uint32_t i) { return c->sources()[i]; });
-  for (size_t p = 0; p < ckpt->params().size(); ++p) {
-    const MergedParam* merged = rules ? &rules->params()[p] : nullptr;
-    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, ckpt, p, merged, files, crc_reader.get()));
+      std::make_shared<SourceFiles>(env, [p = c.get()](uint32_t i) { return p->sources()[i]; });
+  for (const MergedParam& p : c->params()) {
+    UCFS_RETURN_IF_ERROR(AddParamDirectory(*view, zero, c, p, files, crc_reader.get()));
   }
-  UCFS_RETURN_IF_ERROR(AddModuleTensorFiles(*view, zero, ckpt, files, crc_reader.get()));
-
-  UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(ckpt, crc_reader.get()));
+  if (c->degrees().mp() == 1) {
+    UCFS_RETURN_IF_ERROR(AddModuleTensorFiles(*view, zero, shard0, files, crc_reader.get()));
+  }
+  UCFS_ASSIGN_OR_RETURN(auto optimizer_state, OptimizerStateFile(shard0, crc_reader.get()));
   UCFS_RETURN_IF_ERROR(
       view->AddFile(zero, "optimizer_state.pt", std::move(optimizer_state)).status());
-
-  const uint32_t w = ckpt->world_size();
-  for (uint32_t r = 0; r < w; ++r) {
-    const SourceFile& model = ckpt->sources()[w + r];
-    if (model.path.empty()) continue;
-    UCFS_RETURN_IF_ERROR(view->AddFile(udir, std::string(BaseName(model.path)),
-                                       std::make_shared<SourceContent>(w + r, model.identity.size))
-                             .status());
+  // Every model-states file, as the converter copies mp_rank_* (and, for
+  // ZeRO-3, as it lists every model file).
+  for (uint32_t m = 0; m < c->degrees().mp(); ++m) {
+    const Checkpoint& shard = c->shard(m);
+    const uint32_t w = shard.world_size();
+    for (uint32_t r = 0; r < w; ++r) {
+      const SourceFile& model = shard.sources()[w + r];
+      if (model.path.empty()) continue;
+      const uint32_t index = c->source_base(m) + w + r;
+      UCFS_RETURN_IF_ERROR(
+          view->AddFile(udir, std::string(BaseName(model.path)),
+                        std::make_shared<SourceContent>(index, model.identity.size))
+              .status());
+    }
   }
-  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, ckpt, *options.consolidated);
+  if (options.consolidated) AddConsolidatedDirOrWarn(env, *view, c, *options.consolidated);
   return view;
+}
+
+Result<std::unique_ptr<View>> BuildUniversalView(Env& env,
+                                                 std::shared_ptr<const Checkpoint> checkpoint,
+                                                 const UniversalViewOptions& options) {
+  return BuildUniversalView(env, ParallelCheckpoint::SharedOfDataParallel(std::move(checkpoint)),
+                            options);
 }
 
 }  // namespace ucfs

@@ -2118,7 +2118,8 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::Checkpoint> ck
     for (const auto& s : ckpt->sources()) view.AddSource(s);
     ucfs::ConsolidatedOptions options;
     options.max_shard_bytes = 256;
-    ucfs::Status s = ucfs::AddConsolidatedDir(env, view, ucfs::kRootInode, ckpt, options);
+    ucfs::Status s = ucfs::AddConsolidatedDir(
+        env, view, ucfs::kRootInode, ucfs::ParallelCheckpoint::SharedOfDataParallel(ckpt), options);
     ++(s.ok() ? g_stats.read.views_built : g_stats.read.views_failed);
     if (s.ok()) reader.ReadTree(view, "sharded consolidated weights", {fp32});
   }

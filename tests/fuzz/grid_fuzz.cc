@@ -56,7 +56,6 @@
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/tools/verify.h"
 #include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/parallel_universal_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/universal_view.h"
 #include "view_reader.h"
@@ -428,7 +427,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::ParallelCheckp
       if (with_crc && !crc) continue;
       ucfs::UniversalViewOptions options;
       options.compute_crc = with_crc;
-      auto view = ucfs::BuildParallelUniversalView(env, grid, options);
+      auto view = ucfs::BuildUniversalView(env, grid, options);
       const std::string what = with_crc ? "universal view with CRCs" : "universal view";
       reader.Built(view.status(), what);
       if (view.ok()) reader.ReadTree(**view, what, {utag, fp32});
@@ -439,7 +438,7 @@ void ExerciseViews(ucfs::MemEnv& env, std::shared_ptr<const ucfs::ParallelCheckp
     ucfs::ReshardOptions options;
     options.world_size = n;
     options.cached_bytes = 1;
-    auto view = ucfs::BuildParallelReshardView(env, grid, options);
+    auto view = ucfs::BuildReshardView(env, grid, options);
     const std::string what = "view at " + std::to_string(n) + " data-parallel ranks";
     reader.Built(view.status(), what);
     // Layer files pass through; the rank files are ucfs's own.

@@ -73,6 +73,9 @@ class ParallelCheckpoint : public StateMapper {
   // the converter merges its params by those rules (a vocabulary cut, a
   // replicated param without cat_dim).
   static ParallelCheckpoint OfDataParallel(std::shared_ptr<const Checkpoint> checkpoint);
+  // The same, shared, for the views that keep it.
+  static std::shared_ptr<const ParallelCheckpoint> SharedOfDataParallel(
+      std::shared_ptr<const Checkpoint> checkpoint);
   // The grid of `files` from its shard groups, opened already (by mp rank;
   // `ucfs verify` opens them one by one, to report each one's problems).
   static ParallelCheckpoint FromShards(ParallelCheckpointFiles files,

@@ -24,6 +24,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/state_mapper.h"
 #include "ucfs/view/torch_pickle_builder.h"
 #include "ucfs/view/view.h"
@@ -72,12 +73,23 @@ struct StateDictOptions {
   bool drop_aliases = false;
 };
 
-// zero_to_fp32's state dict for `checkpoint`, in its order. `env` (which
-// must outlive the result) reads the buffers that need converting to
-// float32, on their first read, and the master weights to cast: building
-// the state dict reads no tensor.
+// zero_to_fp32's state dict for `checkpoint`, in its order; a data-parallel
+// checkpoint is the 1 x 1 x D grid (ParallelCheckpoint::OfDataParallel).
+// Over a tensor- and pipeline-parallel one, which zero_to_fp32.py refuses
+// ("Expected 2 ... found 4 files"), each trainable param is its fp32
+// master weights merged over the T slices at full shape (the name table:
+// the universal files' tensors), in the stages' order; a padded vocabulary
+// cut to original_vocab_size rows, as the universal files cut it (the
+// padding depends on the saving T, so the model saved at T = 2 and at
+// T = 4 gives the same tensors); buffers from tensor rank 0 of each stage,
+// the first stage's where stages share a name; tied aliases as each stage
+// lists them; frozen params at T > 1 refused (how their slices merge is
+// not in the name table). Its runs are mapped through `checkpoint`.
+// `env` and `checkpoint` (which must outlive the result) read the buffers
+// that need converting to float32, on their first read, and the master
+// weights to cast: building the state dict reads no tensor.
 Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env,
-                                                              const Checkpoint& checkpoint,
+                                                              const ParallelCheckpoint& checkpoint,
                                                               const StateDictOptions& options = {});
 
 // Ends a state dict: refuses a name twice (a safetensors header would drop
@@ -142,13 +154,14 @@ Result<ConsolidatedTensor> BufferTensor(const BufferInfo& b, uint32_t source, bo
 
 // Adds the <tag>_fp32 directory under `parent`.
 Status AddConsolidatedDir(Env& env, View& view, InodeId parent,
-                          std::shared_ptr<const Checkpoint> checkpoint,
+                          std::shared_ptr<const ParallelCheckpoint> checkpoint,
                           const ConsolidatedOptions& options = {});
 
 // The same under the root, for the views: the consolidated weights are an
 // extra, so a checkpoint they cannot be made for (a buffer of a dtype that
 // has no float32 conversion) still mounts, with a warning.
-void AddConsolidatedDirOrWarn(Env& env, View& view, std::shared_ptr<const Checkpoint> checkpoint,
+void AddConsolidatedDirOrWarn(Env& env, View& view,
+                              std::shared_ptr<const ParallelCheckpoint> checkpoint,
                               const ConsolidatedOptions& options);
 
 }  // namespace ucfs

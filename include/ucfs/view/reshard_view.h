@@ -68,14 +68,15 @@ struct ReshardLayout {
 
 Result<ReshardLayout> PlanReshard(const Checkpoint& checkpoint, const ReshardOptions& options);
 
-// The same for a tensor- and pipeline-parallel checkpoint at a new
-// data-parallel size, its pipeline stages and tensor-parallel ranks kept:
-// each shard group's rank files at N, named with its mp rank (ZeRO-1/2's
+// The checkpoint at a new data-parallel size, a tensor- and
+// pipeline-parallel one's stages and tensor-parallel ranks kept: each
+// shard group's rank files at N, named with its mp rank (ZeRO-1/2's
 // mp_rank_NN_model_states.pt each with dp_world_size N), the layer files
 // passed through (src/design/model-parallelism.md).
-Result<std::unique_ptr<View>> BuildParallelReshardView(
-    Env& env, std::shared_ptr<const ParallelCheckpoint> checkpoint, const ReshardOptions& options);
-
+Result<std::unique_ptr<View>> BuildReshardView(Env& env,
+                                               std::shared_ptr<const ParallelCheckpoint> checkpoint,
+                                               const ReshardOptions& options);
+// The same of a data-parallel checkpoint, the 1 x 1 x D grid.
 Result<std::unique_ptr<View>> BuildReshardView(Env& env,
                                                std::shared_ptr<const Checkpoint> checkpoint,
                                                const ReshardOptions& options);

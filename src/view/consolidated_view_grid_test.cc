@@ -1,13 +1,12 @@
-#include "ucfs/view/parallel_consolidated_view.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "test_support.h"
-#include "ucfs/view/parallel_universal_view.h"
+#include "ucfs/view/consolidated_view.h"
 #include "ucfs/view/reshard_view.h"
 #include "ucfs/view/source_files.h"
+#include "ucfs/view/universal_view.h"
 
 namespace ucfs {
 namespace {
@@ -40,7 +39,7 @@ TEST_P(ParallelConsolidatedTest, StateDictHoldsTheFullMasterWeights) {
   auto c = Open(*Env::Posix(), dir + "/checkpoint");
   ASSERT_TRUE(c);
   const auto& oracle = testing::TpOracle(GetParam());
-  auto tensors = ParallelConsolidatedStateDict(*Env::Posix(), *c);
+  auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   ASSERT_EQ(tensors->size(), oracle["params"].size());
   ASSERT_EQ(tensors->size(), c->params().size());
@@ -64,7 +63,7 @@ TEST_P(ParallelConsolidatedTest, BothViewsServeThemAsBinAndSafetensors) {
   const std::string dir = testing::TpFixtureDir(GetParam());
   auto c = Open(*Env::Posix(), dir + "/checkpoint");
   ASSERT_TRUE(c);
-  auto tensors = ParallelConsolidatedStateDict(*Env::Posix(), *c);
+  auto tensors = ConsolidatedStateDict(*Env::Posix(), *c);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   std::map<std::string, std::string> want;
   std::vector<std::string> order;
@@ -75,8 +74,8 @@ TEST_P(ParallelConsolidatedTest, BothViewsServeThemAsBinAndSafetensors) {
   ReshardOptions at3;
   at3.world_size = 3;
   std::vector<std::pair<std::string, Result<std::unique_ptr<View>>>> views;
-  views.emplace_back("universal", BuildParallelUniversalView(*Env::Posix(), c));
-  views.emplace_back("reshard at 3", BuildParallelReshardView(*Env::Posix(), c, at3));
+  views.emplace_back("universal", BuildUniversalView(*Env::Posix(), c));
+  views.emplace_back("reshard at 3", BuildReshardView(*Env::Posix(), c, at3));
   for (auto& [label, view] : views) {
     SCOPED_TRACE(label);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
@@ -117,12 +116,12 @@ TEST(ParallelConsolidated, NoMergeNoConsolidatedWeightsButTheViewServes) {
                 }));
   auto c = Open(env, "/ck");
   ASSERT_TRUE(c);
-  auto tensors = ParallelConsolidatedStateDict(env, *c);
+  auto tensors = ConsolidatedStateDict(env, *c);
   EXPECT_EQ(tensors.status().code(), Status::Code::kNotSupported);
   EXPECT_EQ(tensors.status().file(), model0);
   ReshardOptions at1;
   at1.world_size = 1;
-  auto view = BuildParallelReshardView(env, c, at1);
+  auto view = BuildReshardView(env, c, at1);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   EXPECT_FALSE((*view)->Lookup(kRootInode, "global_step4_fp32").ok());
   EXPECT_TRUE((*view)

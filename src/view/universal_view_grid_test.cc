@@ -1,5 +1,3 @@
-#include "ucfs/view/parallel_universal_view.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +8,7 @@
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/view/reshard_view.h"
+#include "ucfs/view/universal_view.h"
 
 namespace ucfs {
 namespace {
@@ -31,7 +30,7 @@ TEST_P(ParallelUniversalViewTest, TreeIsByteIdenticalToTheReference) {
   auto c = std::make_shared<const ParallelCheckpoint>(std::move(opened).value());
   UniversalViewOptions options;
   options.compute_crc = true;
-  auto view = BuildParallelUniversalView(*Env::Posix(), c, options);
+  auto view = BuildUniversalView(*Env::Posix(), c, options);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   EXPECT_EQ(testing::ReadViewFile(*Env::Posix(), **view,
                                   testing::ResolvePath(**view, "latest_universal")),
@@ -90,7 +89,7 @@ TEST_P(ParallelUniversalValuesTest, EveryStateHoldsTheFullMergedValues) {
   auto opened = ParallelCheckpoint::Open(*Env::Posix(), dir + "/checkpoint");
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   auto c = std::make_shared<const ParallelCheckpoint>(std::move(opened).value());
-  auto view = BuildParallelUniversalView(*Env::Posix(), c);
+  auto view = BuildUniversalView(*Env::Posix(), c);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   size_t compared = 0;
   for (const auto& [name, info] : oracle["params"].items()) {
@@ -126,7 +125,7 @@ TEST_P(ParallelReshardViewTest, ExportedAtNItIsTheSameCheckpointAtNRanks) {
   auto c = std::make_shared<const ParallelCheckpoint>(std::move(opened).value());
   ReshardOptions options;
   options.world_size = n;
-  auto view = BuildParallelReshardView(*Env::Posix(), c, options);
+  auto view = BuildReshardView(*Env::Posix(), c, options);
   ASSERT_TRUE(view.ok()) << view.status().ToString();
   // Written out as the files it shows.
   MemEnv out;
@@ -146,8 +145,8 @@ TEST_P(ParallelReshardViewTest, ExportedAtNItIsTheSameCheckpointAtNRanks) {
               testing::ReadFile(path));
   }
   auto shared_again = std::make_shared<const ParallelCheckpoint>(std::move(again).value());
-  auto before = BuildParallelUniversalView(*Env::Posix(), c);
-  auto after = BuildParallelUniversalView(out, shared_again);
+  auto before = BuildUniversalView(*Env::Posix(), c);
+  auto after = BuildUniversalView(out, shared_again);
   ASSERT_TRUE(before.ok() && after.ok());
   std::map<std::string, std::string> a, b;
   Tree(*Env::Posix(), **before, testing::ResolvePath(**before, "global_step4_universal/zero"), "",
