@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ucfs/base/env.h"
+#include "ucfs/base/source_file.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
@@ -38,13 +39,6 @@
 #include "ucfs/codec/torch_tensor.h"
 
 namespace ucfs {
-
-// A source file the checkpoint reads from.
-struct SourceFile {
-  std::string path;  // "" for an absent model-states file
-  FileIdentity identity;
-  FileAccess access;
-};
 
 // A byte range of one source file.
 struct Extent {

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "ucfs/base/env.h"
+#include "ucfs/base/source_file.h"
 #include "ucfs/base/status.h"
 #include "ucfs/base/thread_annotations.h"
-#include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/view/view.h"
 
 namespace ucfs {

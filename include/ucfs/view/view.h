@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "ucfs/base/env.h"
+#include "ucfs/base/source_file.h"
 #include "ucfs/base/status.h"
 #include "ucfs/base/thread_annotations.h"
-#include "ucfs/checkpoint/checkpoint.h"
 
 namespace ucfs {
 
