@@ -2,7 +2,7 @@
 """The direction of includes is a rule (src/README.md): a layer includes its
 own headers and those of the layers below it, never one above.
 
-    base < codec < checkpoint < view < overlay < tools < mount < fuse < cli
+    base < vfs < codec < checkpoint < views < overlay < tools < mount < fuse < cli
 
 Every `#include "..."` of src/ and include/ must name a file that exists: a
 public header (ucfs/<layer>/x.h, include/), a private one of a layer
@@ -25,7 +25,7 @@ import sys
 import tempfile
 import unittest
 
-LAYERS = ["base", "codec", "checkpoint", "view", "overlay", "tools", "mount", "fuse", "cli"]
+LAYERS = ["base", "vfs", "codec", "checkpoint", "views", "overlay", "tools", "mount", "fuse", "cli"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -123,10 +123,12 @@ class CheckerFindsBrokenRules(unittest.TestCase):
     BASE = {
         "include/ucfs/base/status.h": "#pragma once\n",
         "include/ucfs/codec/zip.h": '#include "ucfs/base/status.h"\n',
-        "include/ucfs/view/view.h": '#include "ucfs/codec/zip.h"\n',
+        "include/ucfs/vfs/view.h": '#include "ucfs/base/status.h"\n',
+        "include/ucfs/views/universal_view.h": '#include "ucfs/vfs/view.h"\n'
+                                               '#include "ucfs/codec/zip.h"\n',
         "src/base/byte_order.h": "#pragma once\n",
         "src/codec/zip.cc": '#include "ucfs/codec/zip.h"\n#include "base/byte_order.h"\n',
-        "src/fuse/server.h": '#include <fuse3/fuse_lowlevel.h>\n#include "ucfs/view/view.h"\n',
+        "src/fuse/server.h": '#include <fuse3/fuse_lowlevel.h>\n#include "ucfs/vfs/view.h"\n',
         "tests/test_support.h": "#pragma once\n",
         "src/codec/zip_test.cc": '#include "test_support.h"\n#include "ucfs/codec/zip.h"\n',
     }
@@ -139,10 +141,17 @@ class CheckerFindsBrokenRules(unittest.TestCase):
 
     def test_an_include_upwards_is_named_with_its_file_and_line(self):
         p = self.problems({"src/codec/pickle.cc": '#include "ucfs/base/status.h"\n'
-                                                 '#include "ucfs/view/view.h"\n'})
+                                                 '#include "ucfs/views/universal_view.h"\n'})
         self.assertEqual(len(p), 1, p)
-        self.assertIn('src/codec/pickle.cc:2: #include "ucfs/view/view.h"', p[0])
-        self.assertIn("codec is below view", p[0])
+        self.assertIn('src/codec/pickle.cc:2: #include "ucfs/views/universal_view.h"', p[0])
+        self.assertIn("codec is below views", p[0])
+
+    def test_the_view_machinery_knows_no_torch(self):
+        # vfs/ (the tree, contents, sources) sits below the codecs: a
+        # layout's torch files belong in views/.
+        p = self.problems({"src/vfs/view.cc": '#include "ucfs/codec/zip.h"\n'})
+        self.assertEqual(len(p), 1, p)
+        self.assertIn("vfs is below codec", p[0])
 
     def test_a_private_header_of_a_higher_layer(self):
         p = self.problems({"src/base/env.cc": '#include "fuse/server.h"\n'})
@@ -155,10 +164,10 @@ class CheckerFindsBrokenRules(unittest.TestCase):
         self.assertIn("a public header includes a private one", p[0])
 
     def test_libfuse_and_libtorch_outside_their_layers(self):
-        p = self.problems({"src/view/view.cc": "#include <fuse3/fuse_lowlevel.h>\n",
+        p = self.problems({"src/vfs/view.cc": "#include <fuse3/fuse_lowlevel.h>\n",
                            "src/codec/pickle.cc": "#include <torch/torch.h>\n"})
         self.assertEqual(len(p), 2, p)
-        self.assertTrue(any("src/view/view.cc:1" in x and "fuse" in x for x in p), p)
+        self.assertTrue(any("src/vfs/view.cc:1" in x and "fuse" in x for x in p), p)
         self.assertTrue(any("src/codec/pickle.cc:1" in x and "torch" in x for x in p), p)
 
     def test_lmdb_outside_the_index(self):

@@ -17,7 +17,7 @@
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/codec/zip.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs::testing {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ucfs/checkpoint/checkpoint.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs::testing {
 

@@ -10,8 +10,8 @@
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/mount/placement.h"
 #include "ucfs/tools/export.h"
-#include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/universal_view.h"
+#include "ucfs/views/consolidated_view.h"
+#include "ucfs/views/universal_view.h"
 
 namespace ucfs::cli {
 

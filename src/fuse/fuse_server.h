@@ -15,7 +15,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs::fuse {
 

@@ -21,9 +21,9 @@
 #include "fuse/io_policy.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/view/read_only_fs.h"
-#include "ucfs/view/source_files.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/read_only_fs.h"
+#include "ucfs/vfs/source_files.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs::fuse {
 

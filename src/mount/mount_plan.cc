@@ -12,11 +12,11 @@
 #include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/mount/placement.h"
 #include "ucfs/mount/source_env.h"
-#include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/hf_weights.h"
-#include "ucfs/view/reshard_view.h"
-#include "ucfs/view/run_view.h"
-#include "ucfs/view/universal_view.h"
+#include "ucfs/views/consolidated_view.h"
+#include "ucfs/views/hf_weights.h"
+#include "ucfs/views/reshard_view.h"
+#include "ucfs/views/run_view.h"
+#include "ucfs/views/universal_view.h"
 
 namespace ucfs {
 namespace {

@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "test_support.h"
-#include "ucfs/view/read_only_fs.h"
+#include "ucfs/vfs/read_only_fs.h"
 
 namespace ucfs {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "test_support.h"
 #include "ucfs/overlay/overlay.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {

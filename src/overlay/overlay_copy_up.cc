@@ -9,7 +9,7 @@
 
 #include "overlay/upper_dir.h"
 #include "ucfs/overlay/overlay.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {

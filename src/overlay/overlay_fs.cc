@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "ucfs/view/read_only_fs.h"
+#include "ucfs/vfs/read_only_fs.h"
 
 namespace ucfs {
 

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/view/read_only_fs.h"
+#include "ucfs/vfs/read_only_fs.h"
 
 namespace ucfs {
 

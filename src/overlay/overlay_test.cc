@@ -12,7 +12,7 @@
 #include <random>
 
 #include "test_support.h"
-#include "ucfs/view/torch_pickle_builder.h"
+#include "ucfs/views/torch_pickle_builder.h"
 
 namespace ucfs {
 namespace {

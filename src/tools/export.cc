@@ -14,7 +14,7 @@
 
 #include "ucfs/base/parallel.h"
 #include "ucfs/base/unique_fd.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {

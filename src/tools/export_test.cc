@@ -7,10 +7,10 @@
 #include <mutex>
 
 #include "test_support.h"
-#include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/reshard_view.h"
-#include "ucfs/view/torch_pickle_builder.h"
-#include "ucfs/view/universal_view.h"
+#include "ucfs/views/consolidated_view.h"
+#include "ucfs/views/reshard_view.h"
+#include "ucfs/views/torch_pickle_builder.h"
+#include "ucfs/views/universal_view.h"
 
 namespace ucfs {
 namespace {

@@ -14,7 +14,7 @@
 #include "ucfs/base/checked_math.h"
 #include "ucfs/base/parallel.h"
 #include "ucfs/codec/torch_tensor.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 // The NaN/Inf scan is a plain loop over the elements' bits (an exponent of
 // all ones is Inf or NaN), not LibTorch's isfinite. LibTorch would make the

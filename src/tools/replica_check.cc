@@ -7,7 +7,7 @@
 
 #include "ucfs/base/checked_math.h"
 #include "ucfs/codec/torch_tensor.h"
-#include "ucfs/view/source_files.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {

@@ -112,10 +112,10 @@
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/codec/zip.h"
 #include "ucfs/tools/verify.h"
-#include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/reshard_view.h"
-#include "ucfs/view/universal_view.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
+#include "ucfs/views/consolidated_view.h"
+#include "ucfs/views/reshard_view.h"
+#include "ucfs/views/universal_view.h"
 #include "view_reader.h"
 
 #ifndef UCFS_FUZZ_FIXTURES

@@ -55,9 +55,9 @@
 #include "ucfs/checkpoint/inspect_report.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/tools/verify.h"
-#include "ucfs/view/consolidated_view.h"
-#include "ucfs/view/reshard_view.h"
-#include "ucfs/view/universal_view.h"
+#include "ucfs/views/consolidated_view.h"
+#include "ucfs/views/reshard_view.h"
+#include "ucfs/views/universal_view.h"
 #include "view_reader.h"
 
 #ifndef UCFS_FUZZ_TP_FIXTURES

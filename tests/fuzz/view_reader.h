@@ -24,7 +24,7 @@
 #include "ucfs/codec/pickle.h"
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/codec/zip.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs_fuzz {
 

@@ -26,8 +26,8 @@
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/overlay/overlay.h"
-#include "ucfs/view/upper_root_views.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
+#include "ucfs/views/upper_root_views.h"
 
 namespace ucfs {
 

@@ -43,7 +43,7 @@
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/base/unique_fd.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs {
 

@@ -38,7 +38,7 @@
 #include "ucfs/base/status.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/overlay/overlay.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ucfs/base/status.h"
-#include "ucfs/view/view.h"
+#include "ucfs/vfs/view.h"
 
 namespace ucfs {
 

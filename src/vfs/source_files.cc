@@ -1,0 +1,117 @@
+#include "ucfs/vfs/source_files.h"
+
+#include <spdlog/spdlog.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+namespace ucfs {
+
+SourceFiles::SourceFiles(Env& env, std::function<SourceFile(uint32_t)> source)
+    : env_(env), source_(std::move(source)) {}
+
+SourceFiles::SourceFiles(const View& view)
+    : SourceFiles(view.env(), [&view](uint32_t i) { return view.source(i); }) {}
+
+Status SourceFiles::Changed(uint32_t index, const SourceFile& src, const FileIdentity& now) {
+  std::string what;
+  if (now.device != src.identity.device || now.inode != src.identity.inode) {
+    what = "replaced";
+  } else if (now.size != src.identity.size) {
+    what = "size " + std::to_string(src.identity.size) + " -> " + std::to_string(now.size);
+  } else {
+    what = "modified in place";
+  }
+  Status status =
+      Status::Posix(EIO, "changed since the checkpoint was read (" + what +
+                             "); the bytes it had are gone, so reads that need it fail — remount "
+                             "or start again")
+          .WithFile(src.path);
+  std::once_flag* reported = nullptr;
+  {
+    ReaderLock lock(mu_);
+    reported = &entries_[index].reported;
+  }
+  std::call_once(*reported, [&] { spdlog::error("{}", TerminalSafe(status.message())); });
+  return status;
+}
+
+Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
+  const RandomAccessFile* file = nullptr;
+  FileIdentity expected;
+  {
+    ReaderLock lock(mu_);
+    if (index < entries_.size() && entries_[index].file) {
+      file = entries_[index].file.get();
+      expected = entries_[index].expected;
+    }
+  }
+  if (file == nullptr) {
+    const SourceFile src = source_(index);
+    if (src.path.empty()) {
+      return Status::Posix(EIO, "source file " + std::to_string(index) + " has no path");
+    }
+    auto opened = env_.Open(src.path);
+    if (!opened.ok()) {
+      spdlog::error("{}", TerminalSafe(opened.status().message()));
+      return Status::Posix(EIO, opened.status().message()).WithFile(src.path);
+    }
+    WriterLock lock(mu_);
+    while (entries_.size() <= index) entries_.emplace_back();
+    Entry& e = entries_[index];
+    if (!e.file) {  // else another thread opened it meanwhile; ours closes
+      e.file = std::move(opened).value();
+      e.expected = src.identity;
+    }
+    file = e.file.get();
+    expected = e.expected;
+  }
+  auto now = file->Stat();
+  if (!now.ok()) return Status::Posix(EIO, now.status().message()).WithFile(file->path());
+  if (!(now->identity == expected)) return Changed(index, source_(index), now->identity);
+  return file;
+}
+
+Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out) {
+  for (const ReadPiece& p : pieces) {
+    switch (p.kind) {
+      case ReadPiece::Kind::kBytes:
+        out->append(p.bytes);
+        break;
+      case ReadPiece::Kind::kZeros:
+        out->append(p.length, '\0');
+        break;
+      case ReadPiece::Kind::kSource: {
+        UCFS_ASSIGN_OR_RETURN(const RandomAccessFile* file, Get(p.source));
+        const size_t at = out->size();
+        out->resize(at + p.length);
+        UCFS_RETURN_IF_ERROR(file->ReadExact(p.offset, p.length, out->data() + at));
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Result<uint32_t> SourceFiles::Crc32(const std::vector<ReadPiece>& pieces) {
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  uLong crc = crc32(0, nullptr, 0);
+  std::string chunk;
+  for (const ReadPiece& p : pieces) {
+    for (uint64_t done = 0; done < p.length; done += kChunk) {
+      ReadPiece part = p;
+      part.length = std::min(kChunk, p.length - done);
+      if (p.kind == ReadPiece::Kind::kBytes) part.bytes = p.bytes.substr(done, part.length);
+      if (p.kind == ReadPiece::Kind::kSource) part.offset = p.offset + done;
+      chunk.clear();
+      UCFS_RETURN_IF_ERROR(Read({part}, &chunk));
+      crc =
+          crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(chunk.size()));
+    }
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace ucfs

@@ -1,0 +1,95 @@
+#include "ucfs/vfs/source_files.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "test_support.h"
+
+namespace ucfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<ReadPiece> SourcePiece(uint32_t source, uint64_t offset, uint64_t length) {
+  ReadPiece p;
+  p.kind = ReadPiece::Kind::kSource;
+  p.source = source;
+  p.offset = offset;
+  p.length = length;
+  return {p};
+}
+
+class SourceFilesTest : public ::testing::Test {
+ protected:
+  SourceFile Recorded(const std::string& path) {
+    auto st = env_.Stat(path);
+    EXPECT_TRUE(st.ok());
+    return SourceFile{path, st->identity, st->access};
+  }
+  MemEnv env_;
+};
+
+TEST_F(SourceFilesTest, ReadsPiecesOfUnchangedFiles) {
+  env_.WriteFile("/c/a", "0123456789");
+  const std::vector<SourceFile> sources = {Recorded("/c/a")};
+  SourceFiles files(env_, [&](uint32_t i) { return sources[i]; });
+  std::string out;
+  ASSERT_TRUE(files.Read(SourcePiece(0, 2, 5), &out).ok());
+  EXPECT_EQ(out, "23456");
+}
+
+// Edited in place after it was opened: the open file's identity moved on.
+TEST_F(SourceFilesTest, AFileEditedInPlaceIsAnErrorNotOtherBytes) {
+  env_.WriteFile("/c/a", "0123456789");
+  const std::vector<SourceFile> sources = {Recorded("/c/a")};
+  SourceFiles files(env_, [&](uint32_t i) { return sources[i]; });
+  std::string out;
+  ASSERT_TRUE(files.Read(SourcePiece(0, 0, 4), &out).ok());
+  env_.TouchCtime("/c/a");
+  out.clear();
+  Status s = files.Read(SourcePiece(0, 0, 4), &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.posix_errno(), EIO);
+  EXPECT_NE(s.message().find("/c/a: changed since the checkpoint was read (modified in place)"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(out.empty());
+}
+
+// Replaced before it was first opened, by a file of the same size.
+TEST_F(SourceFilesTest, AFileReplacedBeforeItsFirstReadIsAnError) {
+  env_.WriteFile("/c/a", "0123456789");
+  const std::vector<SourceFile> sources = {Recorded("/c/a")};
+  env_.RemoveFile("/c/a");
+  env_.WriteFile("/c/a", "9876543210");
+  SourceFiles files(env_, [&](uint32_t i) { return sources[i]; });
+  std::string out;
+  Status s = files.Read(SourcePiece(0, 0, 4), &out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(replaced)"), std::string::npos) << s.ToString();
+  EXPECT_EQ(files.Get(0).status().posix_errno(), EIO);
+}
+
+// On a real file system: replaced by a rename that kept size and mtime,
+// which a size-and-mtime check would have served.
+TEST(SourceFilesPosix, ARenameKeepingSizeAndMtimeIsCaught) {
+  const std::string dir = testing::FreshTempDir("source_files");
+  fs::create_directories(dir);
+  testing::WriteFile(dir + "/a", "0123456789");
+  auto st = Env::Posix()->Stat(dir + "/a");
+  ASSERT_TRUE(st.ok());
+  const SourceFile recorded{dir + "/a", st->identity, st->access};
+  testing::WriteFile(dir + "/b", "XXXXXXXXXX");
+  fs::last_write_time(dir + "/b", fs::last_write_time(dir + "/a"));
+  ASSERT_EQ(std::rename((dir + "/b").c_str(), (dir + "/a").c_str()), 0);
+  SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
+  auto got = files.Get(0);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().posix_errno(), EIO);
+}
+
+}  // namespace
+}  // namespace ucfs

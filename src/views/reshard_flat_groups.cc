@@ -1,0 +1,201 @@
+// ZeRO-1/2's rank files at N: each param group's partition of every state,
+// and the bookkeeping DeepSpeed saves with it.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "ucfs/checkpoint/partition.h"
+#include "ucfs/views/torch_pickle_builder.h"
+#include "views/reshard_rank_files.h"
+#include "views/universal_files.h"
+
+namespace ucfs {
+
+using pickle::Document;
+using pickle::Kind;
+using pickle::NodeId;
+
+namespace {
+
+// The first `length` elements of rank s's partition of flat group k, for
+// one state: the params' elements it covers, then zero padding.
+std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
+                                      uint32_t rank, uint32_t state, uint64_t length) {
+  std::vector<StorageRun> runs;
+  const uint64_t es = Info(c.states()[state].dtype).element_size;
+  const SubGroupInfo& sg = layout.sub_groups[k];
+  uint64_t at = 0;  // elements of the partition covered so far
+  for (uint32_t p : sg.params) {
+    const ParamInfo& param = c.params()[p];
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    if (!frag || frag->partition_start >= length) continue;
+    const uint64_t n = std::min(frag->numel, length - frag->partition_start);
+    StorageRun run;
+    run.kind = StorageRun::Kind::kState;
+    run.param = p;
+    run.state = state;
+    run.state_offset = frag->param_start * es;
+    run.length = n * es;
+    runs.push_back(run);
+    at = frag->partition_start + n;
+  }
+  if (length > at) {
+    AppendZeros((length - at) * es, &runs);
+  }
+  return runs;
+}
+
+// The nodes every fragment_address shares: its attribute names (one str
+// object each, as in Python's pickle of the dataclasses' __dict__), its
+// class, and OrderedDict.
+struct FragmentNodes {
+  NodeId numel_key = pickle::kNoNode;
+  NodeId start_key = pickle::kNoNode;
+  NodeId fragment = pickle::kNoNode;
+  NodeId ordered_dict = pickle::kNoNode;
+};
+
+// param_slice_mappings of sub-group sg on `rank`: each param's fragment of
+// this partition (tensor_fragment.py), in an OrderedDict by param name.
+NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg, uint32_t rank,
+                     const FragmentNodes& nodes) {
+  const NodeId od = doc.AddReduce(nodes.ordered_dict, doc.AddTuple({}));
+  for (uint32_t p : sg.params) {
+    const ParamInfo& param = c.params()[p];
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    if (!frag) continue;
+    pickle::Node address;
+    address.kind = Kind::kNewObj;
+    address.a = nodes.fragment;
+    address.b = doc.AddTuple({});
+    address.state =
+        doc.AddDict({nodes.numel_key, doc.AddInt(static_cast<int64_t>(frag->numel)),
+                     nodes.start_key, doc.AddInt(static_cast<int64_t>(frag->partition_start))});
+    doc.AppendPair(od, doc.AddStr(param.name), doc.Add(std::move(address)));
+  }
+  return od;
+}
+
+// base_optimizer_state['state'][k]: rank 0's entry of group k, its
+// per-element states re-partitioned (with padding, as torch keeps them).
+Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
+                            uint32_t rank, NodeId state, const std::string& path) {
+  Document& doc = b.doc();
+  const size_t groups = layout.sub_groups.size();
+  auto old_state = doc.MappingItems(state);
+  if (!old_state) return Status::OK();
+  std::vector<NodeId> kv;
+  for (const auto& [key, value] : *old_state) {
+    auto k = doc.AsInt(key);
+    auto entries = doc.MappingItems(value);
+    if (!k || *k < 0 || static_cast<size_t>(*k) >= groups || !entries) {
+      return Status::Corruption(path + ": base_optimizer_state['state'] holds " +
+                                doc.Repr(key, 40) + ", not one of the " + std::to_string(groups) +
+                                " param groups");
+    }
+    const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
+    std::vector<NodeId> entry;
+    for (const auto& [name_node, v] : *entries) {
+      NodeId nv = v;
+      // Copied: adding nodes below may move the string AsStr points into.
+      const std::string name(doc.AsStr(name_node).value_or(""));
+      if (auto s = c.FindState(name); s && *s > 0) {
+        const StateInfo& info = c.states()[*s];
+        nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)}, info.requires_grad,
+                         FlatGroupRuns(c, layout, static_cast<uint32_t>(*k), rank,
+                                       static_cast<uint32_t>(*s), sg.partition_numel));
+      }
+      entry.push_back(name_node);
+      entry.push_back(nv);
+    }
+    kv.push_back(key);
+    kv.push_back(doc.AddDict(std::move(entry)));
+  }
+  doc.mutable_node(state).items = std::move(kv);
+  return Status::OK();
+}
+
+}  // namespace
+
+// A rank file of a ZeRO-1/2 checkpoint at N ranks: rank 0's pickle with
+// each param group's partition of rank `rank` — the fp32 weights as the
+// optimizer saves them (DeepSpeedZeroOptimizer without the padding,
+// BF16_Optimizer with it), every per-element state with it — and the
+// bookkeeping DeepSpeed saves with them: group_paddings, partition_count,
+// param_slice_mappings.
+Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
+    std::shared_ptr<const Checkpoint> ckpt, const ReshardLayout& layout, uint32_t rank) {
+  const Checkpoint& c = *ckpt;
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroOptimizer(c, b, &copied));
+  Document& doc = b.doc();
+  const std::string& path = c.rank0_optim_summary().path;
+  const uint32_t n = layout.world_size;
+  const size_t groups = layout.sub_groups.size();
+  const NodeId osd = doc.Get(root, "optimizer_state_dict");
+  NodeId* flats = ValueSlot(doc, osd, "single_partition_of_fp32_groups");
+  NodeId* paddings = ValueSlot(doc, osd, "group_paddings");
+  NodeId* counts = ValueSlot(doc, osd, "partition_count");
+  NodeId* mappings = ValueSlot(doc, osd, "param_slice_mappings");
+  const NodeId base = doc.Get(osd, "base_optimizer_state");
+  const NodeId state = doc.Get(base, "state");
+  if (flats == nullptr || paddings == nullptr || counts == nullptr || mappings == nullptr ||
+      !doc.MappingItems(base)) {
+    return Status::NotSupported(
+        path +
+        ": optimizer_state_dict lacks single_partition_of_fp32_groups, group_paddings, "
+        "partition_count, param_slice_mappings or a base_optimizer_state dict (an "
+        "elastic_checkpoint save?); the reshard view writes what DeepSpeed saves by default");
+  }
+
+  const StateInfo& fp32 = c.states()[0];
+  std::vector<NodeId> new_flats, new_paddings, new_counts, new_mappings;
+  FragmentNodes nodes;
+  nodes.numel_key = doc.AddStr("numel");
+  nodes.start_key = doc.AddStr("start");
+  nodes.fragment = doc.Global("deepspeed.utils.tensor_fragment", "fragment_address");
+  nodes.ordered_dict = doc.Global("collections", "OrderedDict");
+  for (uint32_t k = 0; k < groups; ++k) {
+    const SubGroupInfo& sg = layout.sub_groups[k];
+    // DeepSpeedZeroOptimizer saves partition[:P - padding], a view: its
+    // storage is still the whole partition.
+    const uint64_t saved =
+        c.IsBf16Optimizer() ? sg.partition_numel : ZeroOptimizerSavedNumel(sg.numel, n, rank);
+    new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)}, fp32.requires_grad,
+                                    FlatGroupRuns(c, layout, k, rank, 0, sg.partition_numel),
+                                    sg.partition_numel));
+    new_paddings.push_back(
+        doc.AddInt(rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
+    new_counts.push_back(doc.AddInt(n));
+    new_mappings.push_back(SliceMappings(doc, c, sg, rank, nodes));
+  }
+  *flats = doc.AddList(std::move(new_flats));
+  *paddings = doc.AddList(std::move(new_paddings));
+  *counts = doc.AddList(std::move(new_counts));
+  *mappings = doc.AddList(std::move(new_mappings));
+
+  UCFS_RETURN_IF_ERROR(RepartitionBaseState(b, c, layout, rank, state, path));
+  return b.Finish(
+      ckpt, ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
+                                             rank, c.files().mp_rank)));
+}
+
+// ZeRO-1/2's one model-states file: rank 0's with dp_world_size N (DeepSpeed
+// loads that many optimizer files).
+Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const Checkpoint> ckpt,
+                                                          const ReshardLayout& layout) {
+  const Checkpoint& c = *ckpt;
+  const Document& src = c.rank0_model();
+  TorchPickleBuilder b;
+  std::vector<NodeId> copied;
+  UCFS_ASSIGN_OR_RETURN(NodeId root,
+                        b.Copy(src, src.root(), c.rank0_model_summary(), c.world_size(), &copied));
+  Document& doc = b.doc();
+  doc.set_root(root);
+  if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
+  return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)));
+}
+
+}  // namespace ucfs
