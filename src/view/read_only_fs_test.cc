@@ -49,11 +49,11 @@ TEST_F(ReadOnlyFsTest, ErrorsCarryTheErrnoAKernelExpects) {
   EXPECT_EQ(fs_.Lookup(kRootInode, std::string(255, 'n')).status().posix_errno(), ENOENT);
   EXPECT_EQ(fs_.ReadDir(latest).status().posix_errno(), ENOTDIR);
   EXPECT_EQ(fs_.GetAttr(999999).status().posix_errno(), ENOENT);
-  EXPECT_EQ(fs_.Open(t, O_RDONLY).posix_errno(), EISDIR);
+  EXPECT_EQ(fs_.Open(t, O_RDONLY).status().posix_errno(), EISDIR);
   EXPECT_TRUE(fs_.Open(latest, O_RDONLY).ok());
   for (int flags :
        {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC, O_RDONLY | O_CREAT, O_WRONLY | O_APPEND}) {
-    EXPECT_EQ(fs_.Open(latest, flags).posix_errno(), EROFS) << flags;
+    EXPECT_EQ(fs_.Open(latest, flags).status().posix_errno(), EROFS) << flags;
   }
   EXPECT_EQ(ReadOnlyFs::Write().posix_errno(), EROFS);
 }
@@ -71,7 +71,7 @@ TEST(ReadOnlyFs, SourceLinksAreLinks) {
   EXPECT_TRUE(S_ISLNK(st->st_mode));
   EXPECT_EQ(st->st_size, 6);
   EXPECT_EQ(*fs.ReadLink(st->st_ino), "target");
-  EXPECT_EQ(fs.Open(st->st_ino, O_RDONLY).posix_errno(), ELOOP);
+  EXPECT_EQ(fs.Open(st->st_ino, O_RDONLY).status().posix_errno(), ELOOP);
   auto file = fs.Lookup(kRootInode, "target");
   ASSERT_TRUE(file.ok());
   EXPECT_EQ(fs.ReadLink(file->st_ino).status().posix_errno(), EINVAL);
