@@ -22,11 +22,8 @@ class OverlayFsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     view_ = testing::SmallView();
-    upper_ = testing::FreshTempDir(std::string("overlay_fs_") +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto overlay = Overlay::Open(upper_, view_, *Env::Posix());
-    ASSERT_TRUE(overlay.ok());
-    fs_ = std::make_unique<OverlayFs>(std::move(overlay).value(), view_);
+    fs_ = testing::FreshOverlayFs(view_, "overlay_fs_", &upper_);
+    ASSERT_NE(fs_, nullptr);
   }
 
   InodeId Lookup(InodeId parent, const char* name) {

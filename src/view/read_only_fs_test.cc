@@ -58,6 +58,52 @@ TEST_F(ReadOnlyFsTest, ErrorsCarryTheErrnoAKernelExpects) {
   EXPECT_EQ(ReadOnlyFs::Write().posix_errno(), EROFS);
 }
 
+// Every change, through the interface the adapter drives, as the kernel
+// would send it were the mount not "ro" already.
+TEST_F(ReadOnlyFsTest, EveryChangeIsRefused) {
+  FileSystem& fs = fs_;
+  const InodeId latest = Ino(kRootInode, "latest");
+  const InodeId t = Ino(kRootInode, "t");
+  const FileSystem::Caller caller;
+  FileSystem::SetAttrRequest truncate;
+  truncate.size = 0;
+  const auto erofs = [](const Status& s) { return s.posix_errno() == EROFS; };
+  EXPECT_TRUE(erofs(fs.SetAttr(latest, truncate, -1, &caller).status()));
+  EXPECT_TRUE(erofs(fs.Create(t, "c", O_WRONLY, 0644, &caller).status()));
+  EXPECT_TRUE(erofs(fs.MakeDir(t, "d", 0755, &caller).status()));
+  EXPECT_TRUE(erofs(fs.MakeNode(t, "f", S_IFIFO | 0644, 0, &caller).status()));
+  EXPECT_TRUE(erofs(fs.Symlink("a", t, "s", &caller).status()));
+  EXPECT_TRUE(erofs(fs.Link(latest, t, "l").status()));
+  EXPECT_TRUE(erofs(fs.Unlink(t, "a")));
+  EXPECT_TRUE(erofs(fs.RemoveDir(kRootInode, "t")));
+  EXPECT_TRUE(erofs(fs.Rename(t, "a", t, "z", 0)));
+  EXPECT_TRUE(erofs(fs.SetXattr(latest, "user.x", "v", 0)));
+  EXPECT_TRUE(erofs(fs.RemoveXattr(latest, "user.x")));
+  auto handle = fs.Open(latest, O_RDONLY);
+  ASSERT_TRUE(handle.ok());
+  EXPECT_TRUE(erofs(fs.StartWrite(*handle, caller).status()));
+  EXPECT_TRUE(erofs(fs.Fallocate(*handle, 0, 0, 4096)));
+  // Nothing to sync: ENOSYS, so that the kernel stops asking (fsync(2)
+  // and close(2) then succeed without a request).
+  EXPECT_EQ(fs.Flush(*handle).posix_errno(), ENOSYS);
+  EXPECT_EQ(fs.Fsync(*handle, true).posix_errno(), ENOSYS);
+  EXPECT_EQ(fs.FsyncDir(t).posix_errno(), ENOSYS);
+  EXPECT_EQ(fs.ReadDir(t)->size(), 2u);  // all as it was
+  EXPECT_TRUE(fs.TakeChangedBehind().empty());
+}
+
+// The kernel reads without an open once told OPEN is not needed: such a
+// read, with no handle, is of the inode's own view file, as an opened one.
+TEST_F(ReadOnlyFsTest, ReadsNeedNoOpen) {
+  const InodeId latest = Ino(kRootInode, "latest");
+  auto handle = fs_.Open(latest, O_RDONLY);
+  ASSERT_TRUE(handle.ok());
+  EXPECT_EQ(fs_.ViewFileOf(latest, *handle), latest);
+  EXPECT_EQ(fs_.ViewFileOf(latest, FileSystem::Handle{}), latest);
+  EXPECT_TRUE(handle->keep_cache);  // the file never changes
+  EXPECT_LT(handle->ReadFd(), 0);
+}
+
 TEST(ReadOnlyFs, SourceLinksAreLinks) {
   const std::string src = testing::FreshTempDir("read_only_fs_links");
   std::filesystem::create_directories(src);
