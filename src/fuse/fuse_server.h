@@ -50,10 +50,10 @@ struct ServeOptions {
   // drops cached pages a direct write overlaps, so other handles' reads
   // stay coherent). The kernel clears a set-id file's bits only on a
   // buffered write: the daemon clears them on every write (WriteBuf,
-  // OverlayFs::BeforeWrite), direct or not. The kernel's writeback cache, faster than
-  // buffered but slower than this, is not used: it trusts its own size of
-  // a file over the daemon's, so two mounts sharing one upper directory
-  // would read each other's files short.
+  // FileSystem::StartWrite), direct or not. The kernel's writeback cache,
+  // faster than buffered but slower than this, is not used: it trusts its
+  // own size of a file over the daemon's, so two mounts sharing one upper
+  // directory would read each other's files short.
   bool direct_writes = true;
   // libfuse's worker threads at most: requests served at once (a cold read
   // of a synthesised file waits on its shards' disks, so reads of other
