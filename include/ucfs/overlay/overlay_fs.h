@@ -9,11 +9,12 @@
 // a Status carrying the errno — so tests drive it exactly as the kernel
 // would and compare with a model, and the adapter stays a translation.
 //
-// Files of the upper directory are served by their own fds (opened here,
-// read and written by the caller, given back by Release; their fsync,
-// fallocate and the checks before a write made here); files of the view
-// by the view's pieces, as in the read-only mount. New entries are made as
-// the Caller asks (owner, umask), POSIX style.
+// Files of the upper directory are served by their own fds (a Handle's fd,
+// owned in its node: opened here, read and written by the caller, given
+// back by Release; their fsync, fallocate and the checks before a write
+// made here); files of the view by the view's pieces, as in the read-only
+// mount (ViewFile). New entries are made as the Caller asks (owner,
+// umask), POSIX style.
 //
 // Thread safety: every method may be called concurrently; one mutex
 // serialises them (metadata operations are rare next to reads and writes,
@@ -26,7 +27,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,9 +47,6 @@ namespace ucfs {
 
 class OverlayFs final : public FileSystem {
  public:
-  // Handle: an fd of the upper file, owned in its node until Release
-  // closes it, or a view file's (ViewFile: the view's pieces until it is
-  // copied up).
   OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view);
   ~OverlayFs() override;
 
