@@ -1,6 +1,7 @@
 // OverlayFs's calls on open files (overlay_fs_io.cc), as the adapter makes
 // them around the bytes it splices: the fd a write goes to and what is
-// checked first, flush, fsync, fallocate, fsyncdir and statfs.
+// checked first (the set-id bits a write clears, as a truncation and an
+// O_TRUNC open clear them), flush, fsync, fallocate, fsyncdir and statfs.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -19,6 +20,12 @@ class OverlayFsIoTest : public ::testing::Test {
   void SetUp() override {
     fs_ = testing::FreshOverlayFs(testing::SmallView(), "overlay_fs_io_", &upper_);
     ASSERT_NE(fs_, nullptr);
+  }
+
+  InodeId Lookup(InodeId parent, const char* name) {
+    auto st = fs_->Lookup(parent, name);
+    EXPECT_TRUE(st.ok()) << name << ": " << st.status().ToString();
+    return st.ok() ? st->st_ino : 0;
   }
 
   // A new upper file, open for writing.
@@ -119,6 +126,75 @@ TEST_F(OverlayFsIoTest, DirectoriesSyncAndSpaceAreTheUpperDirectorys) {
   struct statvfs real {};
   ASSERT_EQ(::statvfs(upper_.c_str(), &real), 0);
   EXPECT_EQ(fs_->StatFs().f_fsid, real.f_fsid);
+}
+
+// What a write, an O_TRUNC open, a truncation and a chown by a caller
+// without CAP_FSETID clear of a file's set-id bits (ModeAfterWrite): the
+// kernel leaves these to the file system.
+TEST_F(OverlayFsIoTest, WritesAndTruncationsClearSetIdBits) {
+  const OverlayFs::Caller alice{1001, 1001, 022, [] {
+                                  return Overlay::Credentials{{1001, 3000}, false};
+                                }};
+  const OverlayFs::Caller carol{1003, 3001, 022, [] {
+                                  return Overlay::Credentials{{3001}, false};
+                                }};
+  const OverlayFs::Caller root{0, 0, 022, {}};
+  auto make = [&](const char* name, mode_t mode, gid_t gid) {
+    auto made = fs_->Create(kRootInode, name, O_WRONLY, mode);
+    EXPECT_TRUE(made.ok());
+    if (!made.ok()) return OverlayFs::Handle{};
+    EXPECT_EQ(::fchown(made->second.fd, 1001, gid), 0);
+    EXPECT_EQ(::fchmod(made->second.fd, mode), 0);
+    return made->second;
+  };
+  auto cleared = [](int fd, const OverlayFs::Caller& caller) {
+    auto changed = OverlayFs::BeforeWrite(fd, caller);
+    EXPECT_TRUE(changed.ok()) << changed.status().ToString();
+    return changed.ok() && *changed;
+  };
+  auto mode_of = [&](const char* name) {
+    return fs_->GetAttr(Lookup(kRootInode, name))->st_mode & 07777;
+  };
+  OverlayFs::Handle w = make("w", 06755, 3000);
+  EXPECT_FALSE(cleared(w.fd, root));
+  EXPECT_EQ(mode_of("w"), 06755u);
+  EXPECT_TRUE(cleared(w.fd, alice));
+  EXPECT_EQ(mode_of("w"), 0755u);
+  OverlayFs::Handle g = make("g", 02666, 3000);
+  EXPECT_FALSE(cleared(g.fd, alice));  // of the group
+  EXPECT_EQ(mode_of("g"), 02666u);
+  EXPECT_TRUE(cleared(g.fd, carol));
+  EXPECT_EQ(mode_of("g"), 0666u);
+  make("o", 06777, 3000);
+  EXPECT_TRUE(fs_->TakeChangedBehind().empty());
+  auto opened = fs_->Open(Lookup(kRootInode, "o"), O_WRONLY | O_TRUNC, &carol);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(mode_of("o"), 0777u);
+  EXPECT_EQ(fs_->TakeChangedBehind(), std::vector<InodeId>{Lookup(kRootInode, "o")});
+  make("tr", 04777, 3000);
+  OverlayFs::SetAttrRequest truncate;
+  truncate.size = 1;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &root).ok());
+  EXPECT_EQ(mode_of("tr"), 04777u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &alice).ok());
+  EXPECT_EQ(mode_of("tr"), 0777u);
+  // The kernel sends what it clears itself with the truncation, S_ISGID
+  // without group execute left for us.
+  make("tk", 07563, 0);
+  truncate.mode = 03563;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tk"), truncate, -1, &alice).ok());
+  EXPECT_EQ(mode_of("tk"), 01563u);
+  // chown(f, -1, -1), an empty setattr: its owner outside the group loses
+  // S_ISGID; anyone else's is left for the write it may precede.
+  make("c", 02666, 3001);
+  const OverlayFs::SetAttrRequest nothing;
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &root).ok());
+  EXPECT_EQ(mode_of("c"), 02666u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &carol).ok());
+  EXPECT_EQ(mode_of("c"), 02666u);
+  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &alice).ok());
+  EXPECT_EQ(mode_of("c"), 0666u);
+  fs_->Release(Lookup(kRootInode, "o"), *opened);
 }
 
 }  // namespace
