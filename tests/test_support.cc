@@ -17,6 +17,7 @@
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
 #include "ucfs/codec/zip.h"
+#include "ucfs/overlay/overlay_fs.h"
 #include "ucfs/vfs/source_files.h"
 
 namespace ucfs::testing {
@@ -268,6 +269,15 @@ std::string FreshTempDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/ucfs_" + name;
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+std::unique_ptr<OverlayFs> FreshOverlayFs(std::shared_ptr<View> view, const std::string& prefix,
+                                          std::string* upper) {
+  *upper = FreshTempDir(prefix + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  auto overlay = Overlay::Open(*upper, view, *Env::Posix());
+  EXPECT_TRUE(overlay.ok()) << overlay.status().ToString();
+  if (!overlay.ok()) return nullptr;
+  return std::make_unique<OverlayFs>(std::move(overlay).value(), std::move(view));
 }
 
 std::vector<double> FloatValues(const std::string& bytes, DType dtype) {

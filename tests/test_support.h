@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -12,6 +13,10 @@
 
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/vfs/view.h"
+
+namespace ucfs {
+class OverlayFs;
+}  // namespace ucfs
 
 namespace ucfs::testing {
 
@@ -113,6 +118,12 @@ BinContents ReadBin(const std::string& file);
 
 // A fresh (removed) directory path under the test temp dir.
 std::string FreshTempDir(const std::string& name);
+
+// An OverlayFs over `view` (a writable mount without the kernel), writing
+// into the fresh temporary directory `prefix` + the running test's name,
+// whose path goes to *upper. Null, with a test failure, if it cannot open.
+std::unique_ptr<OverlayFs> FreshOverlayFs(std::shared_ptr<View> view, const std::string& prefix,
+                                          std::string* upper);
 
 }  // namespace ucfs::testing
 

@@ -12,6 +12,7 @@
 #include "fuse/fuse_server.h"
 #include "ucfs/mount/mount_plan.h"
 #include "ucfs/overlay/overlay_fs.h"
+#include "ucfs/vfs/read_only_fs.h"
 
 namespace ucfs::cli {
 namespace {
@@ -37,7 +38,6 @@ fuse::ServeOptions ServeOptionsOf(const MountArgs& a, const MountRequest& r,
   serve.direct_writes = !a.no_direct_writes;
   // Like a network file system's host:path, the source shows in mount(8).
   serve.fsname = r.checkpoint;
-  serve.statfs_path = plan.source_dirs.front();
   // A writable mount changes under the kernel's caches only through
   // itself, but DIR may also be touched directly: keep them short.
   if (plan.writable) serve.cache_timeout_s = 1.0;
@@ -57,12 +57,15 @@ int RunMount(MountArgs a) {
   auto planned = PlanMount(*Env::Posix(), r);
   if (!planned.ok()) return Fail(planned.status(), kExitCheckpointError);
   MountPlan& plan = *planned;
-  std::unique_ptr<OverlayFs> overlay;
+  std::unique_ptr<FileSystem> fs;
   if (plan.writable) {
     auto opened = Overlay::Open(plan.writable->upper_dir, plan.view, *Env::Posix(),
                                 std::move(plan.writable->options));
     if (!opened.ok()) return Fail(opened.status(), kExitCheckpointError);
-    overlay = std::make_unique<OverlayFs>(std::move(opened).value(), plan.view);
+    fs = std::make_unique<OverlayFs>(std::move(opened).value(), plan.view);
+  } else {
+    // statfs shows the space of the source checkpoint's file system.
+    fs = std::make_unique<ReadOnlyFs>(plan.view, plan.source_dirs.front());
   }
   const std::string kind =
       plan.description + (plan.writable ? ", writable into " + plan.writable->upper_dir : "");
@@ -81,7 +84,7 @@ int RunMount(MountArgs a) {
                  r.checkpoint, *r.mountpoint, kind, c.files().tag, c.params().size(),
                  c.world_size(), ms, mounted->index_note);
   };
-  return fuse::Serve(plan.view, serve, std::move(overlay));
+  return fuse::Serve(std::move(fs), serve);
 }
 
 }  // namespace ucfs::cli

@@ -1,9 +1,10 @@
-// The FUSE adapter: serves a View through libfuse's low-level API.
+// The FUSE adapter: serves a FileSystem (ReadOnlyFs or OverlayFs) through
+// libfuse's low-level API.
 //
 // Thin by design: every decision about what a file contains lives in the
-// View; this file only translates inode numbers, attributes and read
-// pieces into libfuse calls. Source pieces become fd-backed buffers, so the
-// kernel can splice tensor bytes from the shards without a copy through
+// View, every rule of the tree in the FileSystem; the adapter only
+// translates inode numbers, attributes and read pieces into libfuse calls. Source pieces become
+// fd-backed buffers, so the kernel can splice tensor bytes from the shards without a copy through
 // user space.
 #ifndef UCFS_FUSE_FUSE_SERVER_H_
 #define UCFS_FUSE_FUSE_SERVER_H_
@@ -13,17 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "ucfs/base/env.h"
-#include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/vfs/view.h"
+#include "ucfs/vfs/file_system.h"
 
 namespace ucfs::fuse {
 
 struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
-  // Options for libfuse and the kernel ("allow_other", "max_threads=..."):
-  // the mount's own ("ro", "fsname", "default_permissions") come first.
+  // Options for libfuse and the kernel ("allow_other"): the mount's own
+  // ("ro", "fsname", "default_permissions") come first.
   std::vector<std::string> fuse_options;
   bool fuse_debug = false;
   // How long the kernel may cache names and attributes (and, read-only,
@@ -31,8 +30,6 @@ struct ServeOptions {
   double cache_timeout_s = 3600;
   // What mount(8), df and findmnt show as the source.
   std::string fsname = "ucfs";
-  // Where statfs answers come from (the source checkpoint's file system).
-  std::string statfs_path;
   // Tuning switches (bench/README.md measures each): reading ahead in the
   // source files a file's next pieces come from, and splicing source bytes
   // to the kernel instead of copying them, on by default; dropping source
@@ -53,10 +50,10 @@ struct ServeOptions {
   // drops cached pages a direct write overlaps, so other handles' reads
   // stay coherent). The kernel clears a set-id file's bits only on a
   // buffered write: the daemon clears them on every write (WriteBuf,
-  // OverlayFs::BeforeWrite), direct or not. The kernel's writeback cache, faster than
-  // buffered but slower than this, is not used: it trusts its own size of
-  // a file over the daemon's, so two mounts sharing one upper directory
-  // would read each other's files short.
+  // FileSystem::StartWrite), direct or not. The kernel's writeback cache,
+  // faster than buffered but slower than this, is not used: it trusts its
+  // own size of a file over the daemon's, so two mounts sharing one upper
+  // directory would read each other's files short.
   bool direct_writes = true;
   // libfuse's worker threads at most: requests served at once (a cold read
   // of a synthesised file waits on its shards' disks, so reads of other
@@ -67,12 +64,11 @@ struct ServeOptions {
   std::function<void()> on_mounted;
 };
 
-// Mounts `view` and serves it until unmounted or signalled (SIGINT,
-// SIGTERM, SIGHUP). With `overlay` (a layer over the same view) the mount
-// is writable and served through it; without, read-only. Returns a process
-// exit status; errors before the mount exists are printed to stderr.
-int Serve(std::shared_ptr<View> view, const ServeOptions& options,
-          std::unique_ptr<OverlayFs> overlay = nullptr);
+// Mounts `fs` and serves it until unmounted or signalled (SIGINT, SIGTERM,
+// SIGHUP): read-only ("ro") or writable as FileSystem::read_only says.
+// Returns a process exit status; errors before the mount exists are
+// printed to stderr.
+int Serve(std::unique_ptr<FileSystem> fs, const ServeOptions& options);
 
 }  // namespace ucfs::fuse
 

@@ -1,7 +1,10 @@
-// What the FUSE adapter decides about I/O, apart from libfuse so that
-// tests reach it: which source ranges to ask the kernel for ahead of a
-// view file's reads (ReadAhead), and which handles write past the mount's
-// page cache (DirectWrites). bench/README.md measures each.
+// What the FUSE adapter decides about I/O, apart from the calls that
+// carry it out so that tests reach it: which source ranges to ask the
+// kernel for ahead of a view file's reads (ReadAhead), how large a read
+// may be (MaxReadForPipe) and how far the kernel reads ahead of the mount
+// (MountDevice, kMountReadaheadKb), how the kernel caches an open file
+// (CachingOf), and what the connection asks of the kernel at INIT
+// (WantedCapabilities, SkipsOpens). bench/README.md measures each switch.
 #ifndef UCFS_FUSE_IO_POLICY_H_
 #define UCFS_FUSE_IO_POLICY_H_
 
@@ -9,6 +12,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include "ucfs/base/thread_annotations.h"
@@ -29,6 +34,9 @@ class ReadAhead {
     bool operator==(const Range&) const = default;
   };
 
+  // `enabled` false (ServeOptions::prefetch): nothing is ever asked for.
+  explicit ReadAhead(bool enabled = true) : enabled_(enabled) {}
+
   // What to ask for ahead of a read of [begin, begin + size) of view file
   // `file`: at its first read, its first two windows from where it starts,
   // from all its shards at once (whole files, up to 256 MiB, measured
@@ -38,9 +46,31 @@ class ReadAhead {
   std::optional<Range> Next(uint64_t file, uint64_t begin, uint64_t size);
 
  private:
+  const bool enabled_;
   Mutex mu_;  // a leaf
   std::unordered_set<uint64_t> read_before_ UCFS_GUARDED_BY(mu_);
 };
+
+// libfuse splices a read reply only if it fits a pipe (`pipe_max_size`,
+// /proc/sys/fs/pipe-max-size, 1 MiB by default) with room for the header
+// and a page per buffer; a larger reply falls back to a malloc'd copy of
+// the whole reply. Reads are capped to fit, with room for 14 buffers, and
+// at 1 MiB (the kernel's max_pages); a pipe size below 256 KiB is taken
+// as unreadable (1 MiB).
+uint32_t MaxReadForPipe(uint64_t pipe_max_size);
+
+// The kernel gives a FUSE mount 128 KiB of readahead, so reads arrive in
+// 128 KiB requests; root may raise it to this (the kernel caps requests at
+// max_pages, 1 MiB): fewer, larger requests for the big sequential reads
+// of tensor files.
+inline constexpr int kMountReadaheadKb = 16384;
+
+// The device ("0:52") of the mount at `mountpoint` in `mountinfo`
+// (/proc/self/mountinfo's text; the last mount there wins), whose
+// /sys/class/bdi/<device>/read_ahead_kb is the mount's readahead. From
+// mountinfo because a stat of the mountpoint would wait for the daemon
+// asking. A mountpoint mountinfo escapes (a space in it) is not found.
+std::optional<std::string> MountDevice(std::string_view mountinfo, std::string_view mountpoint);
 
 // Whether an open of an upper file bypasses the mount's page cache
 // (FOPEN_DIRECT_IO; ServeOptions::direct_writes says why): only when
@@ -48,6 +78,36 @@ class ReadAhead {
 // of a set-id file (`mode`), whose bits the kernel clears on a buffered
 // write only.
 bool DirectWrites(bool enabled, int open_flags, mode_t mode);
+
+// How the kernel is to cache an open file's pages.
+struct OpenCaching {
+  bool keep_cache = false;  // FOPEN_KEEP_CACHE: pages kept from earlier opens
+  bool direct_io = false;   // FOPEN_DIRECT_IO: past the page cache
+  bool operator==(const OpenCaching&) const = default;
+};
+
+// An open with `open_flags` of a real (upper) file of mode `mode` (nullopt
+// where its fstat failed: cached as usual), or, `mode` unused, of a view
+// file (`real_file` false) whose pages may stay cached from an earlier open
+// while it is the same view file (`same_view_file`); upper files are read
+// fresh at each open, in case the upper directory was touched directly.
+// `direct_writes`: ServeOptions::direct_writes.
+OpenCaching CachingOf(bool direct_writes, int open_flags, bool real_file,
+                      std::optional<mode_t> mode, bool same_view_file);
+
+// The libfuse capabilities (FUSE_CAP_*) to want of those the kernel is
+// `capable` of, from libfuse's default `want`: splicing source bytes out
+// when `splice` (ServeOptions::splice); for a writable mount (`read_only`
+// false), O_TRUNC opens as one OPEN (a view file rewritten whole is never
+// copied up), writes spliced in, the caller's umask left to the daemon and
+// no writeback cache (ServeOptions::direct_writes says why); for a
+// read-only one, pages kept across opens (no FUSE_CAP_AUTO_INVAL_DATA).
+unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool read_only);
+
+// Whether OPEN is answered ENOSYS, which makes the kernel stop sending OPEN
+// and RELEASE for files and keep their pages: only for a read-only mount,
+// whose files need nothing per open, on a kernel that supports it.
+bool SkipsOpens(unsigned capable, bool read_only);
 
 }  // namespace ucfs::fuse
 

@@ -1,11 +1,9 @@
-// What the read-only and the writable operation tables share: the server
-// state and the replies that turn view pieces and listings into libfuse
-// calls. Internal to the FUSE adapter.
+// The FUSE adapter's state and the replies its one operation table
+// (operations.cc) shares with the read path (read_reply.cc). Internal to
+// the FUSE adapter.
 #ifndef UCFS_FUSE_SERVER_H_
 #define UCFS_FUSE_SERVER_H_
 
-#define FUSE_USE_VERSION 312
-#include <fuse3/fuse_lowlevel.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,49 +17,47 @@
 
 #include "fuse/fuse_server.h"
 #include "fuse/io_policy.h"
+#include "fuse/libfuse.h"
 #include "ucfs/base/thread_annotations.h"
-#include "ucfs/overlay/overlay_fs.h"
-#include "ucfs/vfs/read_only_fs.h"
+#include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/source_files.h"
 #include "ucfs/vfs/view.h"
 
 namespace ucfs::fuse {
 
-// libfuse splices a read reply only if it fits a pipe (pipe-max-size, 1 MiB
-// by default) with room for the header and a page per buffer; a larger
-// reply falls back to a malloc'd copy of the whole reply. Reads are capped
-// to fit, with room for 14 buffers.
+using Handle = FileSystem::Handle;
+
+// The largest read the kernel is to send: MaxReadForPipe of this
+// machine's pipe-max-size.
 uint32_t MaxReadForSplice();
 
 // A directory listing (in fi->fh), served by ReadDir and freed by
-// ReleaseDir: taken at opendir by the read-only mount, at the first readdir
-// (`listed`) by the writable one.
+// ReleaseDir: taken at opendir by a read-only file system, at the first
+// readdir (`listed`) and each rewind by a writable one
+// (FileSystem::read_only).
 struct DirHandle {
-  std::vector<std::pair<std::string, struct stat>> entries;
+  FileSystem::DirEntries entries;
   bool listed = false;
 };
 
 // The state every request handler reaches through fuse_req_userdata.
 //
 // Fixed before the session starts, read by every thread without a lock:
-// view, overlay, read_only, options, max_read, timeout, mountpoint,
-// statfs_path. Set in INIT, before any other request is dispatched:
-// no_open. Thread-safe on their own: sources (its own mutex), overlay
-// (its own), the View (its own), read_ahead (its own).
+// fs (the pointer), view, options, max_read, timeout. Set in INIT, before
+// any other request is dispatched: no_open. Thread-safe on their own:
+// sources (its own mutex), the FileSystem (its own), the View (its own),
+// read_ahead (its own).
 //
-// Lock order (outermost first): OverlayFs's table mutex, then the View's
-// mutex, then LazyContent's cache mutex; SourceFiles's mutex, ReadAhead's and
-// handles_mu are leaves — nothing is called while they are held.
+// Lock order (outermost first): the FileSystem's (OverlayFs's table
+// mutex), then the View's mutex, then LazyContent's cache mutex;
+// SourceFiles's mutex, ReadAhead's and handles_mu are leaves — nothing is
+// called while they are held.
 struct Server {
-  const std::shared_ptr<View> view;
-  // The writable mount's layer over `view`; null for a read-only mount.
-  std::unique_ptr<OverlayFs> overlay;
-  // The read-only mount's rules (used when `overlay` is null).
-  ReadOnlyFs read_only;
+  const std::unique_ptr<FileSystem> fs;
+  View& view;  // the FileSystem's
   const ServeOptions options;
   const uint32_t max_read = MaxReadForSplice();
   const double timeout;
-  std::string statfs_path;
   std::once_flag readahead_raised;
   bool no_open = false;             // the kernel takes ENOSYS from OPEN as "never ask again"
   fuse_session* session = nullptr;  // for notifications (set before it mounts)
@@ -73,24 +69,25 @@ struct Server {
   // when an unmount dropped that (it aborts the connection with releases
   // still queued), with the Server.
   Mutex handles_mu;
-  std::unordered_set<OverlayFs::Handle*> handles UCFS_GUARDED_BY(handles_mu);
+  std::unordered_set<Handle*> handles UCFS_GUARDED_BY(handles_mu);
   std::unordered_set<DirHandle*> dir_handles UCFS_GUARDED_BY(handles_mu);
 
-  Server(std::shared_ptr<View> v, ServeOptions o)
-      : view(std::move(v)),
-        read_only(view),
+  Server(std::unique_ptr<FileSystem> file_system, ServeOptions o)
+      : fs(std::move(file_system)),
+        view(fs->view()),
         options(std::move(o)),
         timeout(options.cache_timeout_s),
-        sources(*view) {}
+        sources(view),
+        read_ahead(options.prefetch) {}
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
   ~Server();
 };
 
 // fi->fh of a handle the Server keeps until Release gives it back.
-uint64_t Keep(Server& s, std::unique_ptr<OverlayFs::Handle> handle);
+uint64_t Keep(Server& s, std::unique_ptr<Handle> handle);
 uint64_t Keep(Server& s, std::unique_ptr<DirHandle> handle);
-std::unique_ptr<OverlayFs::Handle> GiveBack(Server& s, uint64_t fh);
+std::unique_ptr<Handle> GiveBack(Server& s, uint64_t fh);
 std::unique_ptr<DirHandle> GiveBackDir(Server& s, uint64_t fh);
 
 // The fd of source `index`, open and checked against what the view was
@@ -102,10 +99,6 @@ inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userda
 // The errno a Status answers with.
 int ErrnoOf(const Status& s);
 
-// Answers a failed lookup: "no such entry" as a negative entry the kernel
-// may cache for `negative_timeout` seconds, anything else as its errno.
-void ReplyLookupError(fuse_req_t req, const Status& status, double negative_timeout);
-
 // The kernel resets a mount's readahead at INIT; the first request after
 // it raises it (once).
 void RaiseReadaheadOnce(Server& s);
@@ -114,19 +107,11 @@ void RaiseReadaheadOnce(Server& s);
 // `view_inode`: spliced from the sources, with prefetch ahead.
 void ReplyViewRead(fuse_req_t req, Server& s, InodeId view_inode, size_t size, off_t offset);
 
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi);
-void ReleaseDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi);
-
-void ReplyGetXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, const char* name, size_t size);
-void ReplyListXattr(fuse_req_t req, const std::vector<Xattr>& xattrs, size_t size);
-
-// Shared operations.
+// Asks what the connection wants of the kernel (WantedCapabilities).
 void InitConnection(void* userdata, struct fuse_conn_info* conn);
-void StatFs(fuse_req_t req, fuse_ino_t ino);
 
-// The operation tables.
-fuse_lowlevel_ops ReadOnlyOperations();
-fuse_lowlevel_ops WritableOperations();
+// The operation table: every request, of either kind of FileSystem.
+fuse_lowlevel_ops Operations();
 
 }  // namespace ucfs::fuse
 

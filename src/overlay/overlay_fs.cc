@@ -19,11 +19,6 @@ OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> vie
 
 OverlayFs::~OverlayFs() = default;  // the fds the kernel never released close with their nodes
 
-OverlayFs::ViewFile::~ViewFile() {
-  const int fd = copy_fd.load();
-  if (fd >= 0) ::close(fd);
-}
-
 std::vector<InodeId> OverlayFs::TakeChangedBehind() {
   MutexLock lock(mu_);
   return std::exchange(changed_behind_, {});
@@ -87,20 +82,20 @@ Result<struct stat> OverlayFs::GetAttr(InodeId inode, int fd) {
   return StatPath(*path, inode);
 }
 
-Result<std::vector<std::pair<std::string, struct stat>>> OverlayFs::ReadDir(InodeId dir) {
+Result<FileSystem::DirEntries> OverlayFs::ReadDir(InodeId dir) {
   MutexLock lock(mu_);
   auto named = PathOf(dir);
   if (!named.ok()) {
     // A removed directory, open elsewhere, is empty.
     auto it = nodes_.find(dir);
     if (it != nodes_.end() && it->second.orphan && S_ISDIR(it->second.orphan->st_mode)) {
-      return std::vector<std::pair<std::string, struct stat>>();
+      return DirEntries();
     }
     return named.status();
   }
   const std::string& path = *named;
   UCFS_ASSIGN_OR_RETURN(auto entries, overlay_->ReadDir(path, /*reading=*/true));
-  std::vector<std::pair<std::string, struct stat>> out;
+  DirEntries out;
   out.reserve(entries.size());
   for (const auto& [name, entry] : entries) {
     const std::string child = JoinPath(path, name);

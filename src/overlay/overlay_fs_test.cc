@@ -22,11 +22,8 @@ class OverlayFsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     view_ = testing::SmallView();
-    upper_ = testing::FreshTempDir(std::string("overlay_fs_") +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    auto overlay = Overlay::Open(upper_, view_, *Env::Posix());
-    ASSERT_TRUE(overlay.ok());
-    fs_ = std::make_unique<OverlayFs>(std::move(overlay).value(), view_);
+    fs_ = testing::FreshOverlayFs(view_, "overlay_fs_", &upper_);
+    ASSERT_NE(fs_, nullptr);
   }
 
   InodeId Lookup(InodeId parent, const char* name) {
@@ -408,75 +405,6 @@ TEST_F(OverlayFsTest, MergedDirectoriesShowOneLink) {
   ASSERT_TRUE(e.ok());
   ASSERT_TRUE(fs_->MakeDir(e->st_ino, "f", 0755).ok());
   EXPECT_EQ(fs_->GetAttr(e->st_ino)->st_nlink, 3u);
-}
-
-// What a write, an O_TRUNC open, a truncation and a chown by a caller
-// without CAP_FSETID clear of a file's set-id bits (ModeAfterWrite): the
-// kernel leaves these to the file system.
-TEST_F(OverlayFsTest, WritesAndTruncationsClearSetIdBits) {
-  const OverlayFs::Caller alice{1001, 1001, 022, [] {
-                                  return Overlay::Credentials{{1001, 3000}, false};
-                                }};
-  const OverlayFs::Caller carol{1003, 3001, 022, [] {
-                                  return Overlay::Credentials{{3001}, false};
-                                }};
-  const OverlayFs::Caller root{0, 0, 022, {}};
-  auto make = [&](const char* name, mode_t mode, gid_t gid) {
-    auto made = fs_->Create(kRootInode, name, O_WRONLY, mode);
-    EXPECT_TRUE(made.ok());
-    if (!made.ok()) return OverlayFs::Handle{};
-    EXPECT_EQ(::fchown(made->second.fd, 1001, gid), 0);
-    EXPECT_EQ(::fchmod(made->second.fd, mode), 0);
-    return made->second;
-  };
-  auto cleared = [](int fd, const OverlayFs::Caller& caller) {
-    auto changed = OverlayFs::BeforeWrite(fd, caller);
-    EXPECT_TRUE(changed.ok()) << changed.status().ToString();
-    return changed.ok() && *changed;
-  };
-  auto mode_of = [&](const char* name) {
-    return fs_->GetAttr(Lookup(kRootInode, name))->st_mode & 07777;
-  };
-  OverlayFs::Handle w = make("w", 06755, 3000);
-  EXPECT_FALSE(cleared(w.fd, root));
-  EXPECT_EQ(mode_of("w"), 06755u);
-  EXPECT_TRUE(cleared(w.fd, alice));
-  EXPECT_EQ(mode_of("w"), 0755u);
-  OverlayFs::Handle g = make("g", 02666, 3000);
-  EXPECT_FALSE(cleared(g.fd, alice));  // of the group
-  EXPECT_EQ(mode_of("g"), 02666u);
-  EXPECT_TRUE(cleared(g.fd, carol));
-  EXPECT_EQ(mode_of("g"), 0666u);
-  make("o", 06777, 3000);
-  EXPECT_TRUE(fs_->TakeChangedBehind().empty());
-  auto opened = fs_->Open(Lookup(kRootInode, "o"), O_WRONLY | O_TRUNC, &carol);
-  ASSERT_TRUE(opened.ok());
-  EXPECT_EQ(mode_of("o"), 0777u);
-  EXPECT_EQ(fs_->TakeChangedBehind(), std::vector<InodeId>{Lookup(kRootInode, "o")});
-  make("tr", 04777, 3000);
-  OverlayFs::SetAttrRequest truncate;
-  truncate.size = 1;
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &root).ok());
-  EXPECT_EQ(mode_of("tr"), 04777u);
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tr"), truncate, -1, &alice).ok());
-  EXPECT_EQ(mode_of("tr"), 0777u);
-  // The kernel sends what it clears itself with the truncation, S_ISGID
-  // without group execute left for us.
-  make("tk", 07563, 0);
-  truncate.mode = 03563;
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "tk"), truncate, -1, &alice).ok());
-  EXPECT_EQ(mode_of("tk"), 01563u);
-  // chown(f, -1, -1), an empty setattr: its owner outside the group loses
-  // S_ISGID; anyone else's is left for the write it may precede.
-  make("c", 02666, 3001);
-  const OverlayFs::SetAttrRequest nothing;
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &root).ok());
-  EXPECT_EQ(mode_of("c"), 02666u);
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &carol).ok());
-  EXPECT_EQ(mode_of("c"), 02666u);
-  ASSERT_TRUE(fs_->SetAttr(Lookup(kRootInode, "c"), nothing, -1, &alice).ok());
-  EXPECT_EQ(mode_of("c"), 0666u);
-  fs_->Release(Lookup(kRootInode, "o"), *opened);
 }
 
 }  // namespace

@@ -36,10 +36,7 @@ Result<std::string> OverlayFs::GetXattr(InodeId inode, const std::string& name) 
     // answered without a listing of the view's.
     if (!name.starts_with(kXattrPrefix)) return Status::Posix(ENODATA, name);
     UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
-    for (const Xattr& x : xattrs) {
-      if (x.name == name) return x.value;
-    }
-    return Status::Posix(ENODATA, name);
+    return XattrValue(xattrs, name);
   }
   UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
@@ -60,17 +57,13 @@ Result<std::string> OverlayFs::ListXattr(InodeId inode) {
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
   UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
-  std::string names;
   if (!e.in_upper) {
     UCFS_ASSIGN_OR_RETURN(auto xattrs, view_->Xattrs(e.lower));
-    for (const Xattr& x : xattrs) {
-      names += x.name;
-      names.push_back('\0');
-    }
-    return names;
+    return XattrNames(xattrs);
   }
   UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->LocateUpper(path));
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
+  std::string names;
   for (;;) {
     ssize_t n = ::listxattr(p.path.c_str(), nullptr, 0);
     if (n < 0) return Status::LastErrno(path);

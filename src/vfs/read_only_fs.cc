@@ -50,29 +50,33 @@ Result<struct stat> ReadOnlyFs::Lookup(InodeId parent, std::string_view name) {
   return GetAttr(*inode);
 }
 
-Result<struct stat> ReadOnlyFs::GetAttr(InodeId inode) {
+Result<struct stat> ReadOnlyFs::GetAttr(InodeId inode, int) {
   auto attr = view_->GetAttr(inode);
   if (!attr.ok()) return AsPosix(attr.status(), EINVAL);
   return StatOfAttr(*attr);
 }
 
-Result<std::vector<std::pair<std::string, struct stat>>> ReadOnlyFs::ReadDir(InodeId dir) {
+Result<FileSystem::DirEntries> ReadOnlyFs::ReadDir(InodeId dir) {
   auto entries = view_->ReadDir(dir);
   if (!entries.ok()) return AsPosix(entries.status(), ENOTDIR);
-  std::vector<std::pair<std::string, struct stat>> out;
+  DirEntries out;
   out.reserve(entries->size());
   for (const auto& [name, attr] : *entries) out.emplace_back(name, StatOfAttr(attr));
   return out;
 }
 
-Status ReadOnlyFs::Open(InodeId inode, int flags) {
+Result<FileSystem::Handle> ReadOnlyFs::Open(InodeId inode, int flags, const Caller*) {
   auto attr = view_->GetAttr(inode);
   if (!attr.ok()) return AsPosix(attr.status(), EINVAL);
   if (attr->is_dir) return Status::Posix(EISDIR, "is a directory");
   // The kernel follows links itself; only O_NOFOLLOW opens could name one.
   if (attr->is_symlink) return Status::Posix(ELOOP, "a symbolic link");
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) return Write();
-  return Status::OK();
+  Handle handle;
+  handle.view_inode = inode;
+  // Files never change while mounted: their pages may stay cached.
+  handle.keep_cache = true;
+  return handle;
 }
 
 Result<std::string> ReadOnlyFs::ReadLink(InodeId inode) {
@@ -81,10 +85,16 @@ Result<std::string> ReadOnlyFs::ReadLink(InodeId inode) {
   return target;
 }
 
-Result<std::vector<Xattr>> ReadOnlyFs::Xattrs(InodeId inode) {
+Result<std::string> ReadOnlyFs::GetXattr(InodeId inode, const std::string& name) {
   auto xattrs = view_->Xattrs(inode);
   if (!xattrs.ok()) return AsPosix(xattrs.status(), EINVAL);
-  return xattrs;
+  return XattrValue(*xattrs, name);
+}
+
+Result<std::string> ReadOnlyFs::ListXattr(InodeId inode) {
+  auto xattrs = view_->Xattrs(inode);
+  if (!xattrs.ok()) return AsPosix(xattrs.status(), EINVAL);
+  return XattrNames(*xattrs);
 }
 
 }  // namespace ucfs

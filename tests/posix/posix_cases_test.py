@@ -2,7 +2,7 @@
 """Named POSIX cases of the writable mount, each one a behaviour pjdfstest
 caught or the overlay's code was written for (git log: 883df09 "POSIX
 semantics in the overlay core (pjdfstest)", 85d4950, f93321f "pjdfstest
-chmod/12"; the comments of src/overlay/ and src/fuse/writable_ops.cc), or
+chmod/12"; the comments of src/overlay/ and src/fuse/operations.cc), or
 one tests/posix/differential_test.py found.
 
 Each case runs in a fresh writable ucfs mount of the fixture at its own

@@ -43,6 +43,7 @@
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/base/unique_fd.h"
+#include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/view.h"
 
 namespace ucfs {
@@ -62,26 +63,10 @@ class Overlay {
     struct stat st {};         // in_upper: the upper entry's lstat
   };
 
-  // What a caller's writes and truncations may keep of a file's set-id
-  // bits depends on beyond its uid and gid (ModeAfterWrite).
-  struct Credentials {
-    std::vector<gid_t> groups;  // supplementary
-    bool fsetid = false;        // CAP_FSETID
-  };
-
-  // Who makes a new entry: it is made theirs when the daemon may chown
-  // (runs as root; otherwise new entries stay the daemon's), with `umask`
-  // taken from the mode asked for exactly once. Who writes or truncates a
-  // file: what it keeps of its set-id bits is theirs to decide.
-  struct Caller {
-    uid_t uid = 0;
-    gid_t gid = 0;
-    mode_t umask = 0;
-    // Asked only when a set-id bit is at stake (FUSE sends neither, so the
-    // adapter reads them from /proc). Null: no supplementary groups, and
-    // CAP_FSETID for uid 0 only.
-    std::function<Credentials()> credentials;
-  };
+  // Who makes a new entry, and who writes or truncates a file (the
+  // mount's FileSystem interface says what each decides).
+  using Credentials = FileSystem::Credentials;
+  using Caller = FileSystem::Caller;
 
   // An entry of the upper directory, to act on relative to its directory:
   // `dir` is an O_PATH fd of the directory holding it, `name` its stored

@@ -1,4 +1,5 @@
-// OverlayFs: the writable mount as inode operations, without FUSE.
+// OverlayFs: the writable mount as inode operations, without FUSE: the
+// FileSystem of mounts with --upper (ReadOnlyFs is the read-only one's).
 //
 // The FUSE adapter speaks inode numbers; the Overlay speaks paths. This
 // layer keeps the table between them, the way the kernel expects it:
@@ -8,10 +9,12 @@
 // a Status carrying the errno — so tests drive it exactly as the kernel
 // would and compare with a model, and the adapter stays a translation.
 //
-// Files of the upper directory are served by their own fds (opened here,
-// read and written by the caller, given back by Release); files of the view
-// by the view's pieces, as in the read-only mount. New entries are made as
-// the Caller asks (owner, umask), POSIX style.
+// Files of the upper directory are served by their own fds (a Handle's fd,
+// owned in its node: opened here, read and written by the caller, given
+// back by Release; their fsync, fallocate and the checks before a write
+// made here); files of the view by the view's pieces, as in the read-only
+// mount (ViewFile). New entries are made as the Caller asks (owner,
+// umask), POSIX style.
 //
 // Thread safety: every method may be called concurrently; one mutex
 // serialises them (metadata operations are rare next to reads and writes,
@@ -24,7 +27,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,132 +40,104 @@
 #include "ucfs/base/status.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/overlay/overlay.h"
+#include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/view.h"
 
 namespace ucfs {
 
-class OverlayFs {
+class OverlayFs final : public FileSystem {
  public:
-  // What the read-only handles of a view file read: the view's pieces
-  // until the file is copied up, and from then on the copy, through
-  // `copy_fd` (as overlayfs reopens such a file on its upper layer), even
-  // once the copy has lost its names. Shared by the handles of one inode;
-  // the copy's fd closes with the last of them.
-  struct ViewFile {
-    explicit ViewFile(InodeId view) : view_inode(view) {}
-    ViewFile(const ViewFile&) = delete;
-    ViewFile& operator=(const ViewFile&) = delete;
-    ~ViewFile();
-    const InodeId view_inode;
-    std::atomic<int> copy_fd{-1};  // set once, under OverlayFs's lock
-  };
-
-  // An open file: an fd of the upper file, or the view inode whose pieces
-  // serve reads (`view_file`). The fd is the inode's, owned in its node
-  // until Release closes it (or the OverlayFs goes).
-  struct Handle {
-    int fd = -1;
-    InodeId view_inode = 0;
-    std::shared_ptr<ViewFile> view_file;
-    // A view file whose pages the kernel may keep from an earlier open (it
-    // is the view file it was then).
-    bool keep_cache = false;
-    // The fd reads and fstat of this handle go to: its own, or its view
-    // file's copy once there is one; -1 while the view serves it.
-    int ReadFd() const { return fd >= 0 ? fd : view_file ? view_file->copy_fd.load() : -1; }
-  };
-
-  // What a setattr asks for; times may be UTIME_NOW in tv_nsec.
-  struct SetAttrRequest {
-    std::optional<mode_t> mode;
-    std::optional<uid_t> uid;
-    std::optional<gid_t> gid;
-    std::optional<uint64_t> size;
-    std::optional<timespec> atime;
-    std::optional<timespec> mtime;
-  };
-
-  using Caller = Overlay::Caller;
-
   OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view);
-  ~OverlayFs();
+  ~OverlayFs() override;
+
+  bool read_only() const override { return false; }
+  View& view() override { return *view_; }
 
   // Every entry returned by Lookup, Create, MakeDir, MakeNode, Symlink and
   // Link counts one lookup, which Forget gives back.
-  Result<struct stat> Lookup(InodeId parent, std::string_view name);
-  // Whether a miss of `name` may stop being one with no call through this
-  // (Overlay::MightAppear): the kernel must not cache it.
-  bool MightAppear(std::string_view name);
+  Result<struct stat> Lookup(InodeId parent, std::string_view name) override;
+  // Overlay::MightAppear: the views of a tag saved through the mount.
+  bool MightAppear(std::string_view name) override;
   // Paths walked from the upper root so far (Overlay::walks), for tests.
   uint64_t walks();
-  void Forget(InodeId inode, uint64_t count);
+  void Forget(InodeId inode, uint64_t count) override;
   // `fd` >= 0: an open file's fd. An inode whose names are all gone still
   // answers while the kernel holds it (fstat, fchmod, futimens of an
   // unlinked file, of a removed directory): through a file of it that is
   // open, else as it was when it lost its last name (a directory or a
   // special file: kept here, as a file system keeps such an inode).
-  Result<struct stat> GetAttr(InodeId inode, int fd = -1);
+  Result<struct stat> GetAttr(InodeId inode, int fd = -1) override;
   // Entries sorted by name, with their inode numbers: a reading of the
   // directory (its atime moves as the upper file system moves it). A
   // removed directory the kernel still holds is empty.
-  Result<std::vector<std::pair<std::string, struct stat>>> ReadDir(InodeId dir);
+  Result<DirEntries> ReadDir(InodeId dir) override;
+  // Directory changes are made by rename/mkdir/unlink in the upper
+  // directory: syncing its file system covers them.
+  Status FsyncDir(InodeId dir) override;
+  // The upper directory's file system's.
+  struct statvfs StatFs() override {
+    return StatFsOf(upper_dir_);
+  }
 
-  // `flags` as open(2) gets them (no O_CREAT: that is Create). An O_TRUNC
-  // open by `caller` clears the set-id bits their truncation clears
-  // (ModeAfterWrite); null: the daemon's.
-  Result<Handle> Open(InodeId inode, int flags, const Caller* caller = nullptr);
-  // `caller` null: made as the daemon, `mode` as given.
+  // An O_TRUNC open by `caller` clears the set-id bits their truncation
+  // clears (ModeAfterWrite).
+  Result<Handle> Open(InodeId inode, int flags, const Caller* caller = nullptr) override;
   Result<std::pair<struct stat, Handle>> Create(InodeId parent, std::string_view name, int flags,
-                                                mode_t mode, const Caller* caller = nullptr);
-  // Closes the handle's fd; the inode no longer answers through it.
-  void Release(InodeId inode, const Handle& handle);
+                                                mode_t mode,
+                                                const Caller* caller = nullptr) override;
+  // The handle's: its view file's, until it is copied up (then ReadFd).
+  InodeId ViewFileOf(InodeId, const Handle& handle) override { return handle.view_inode; }
+  // The handle's upper file, after BeforeWrite. Takes no lock, as writes
+  // take none.
+  Result<WriteTarget> StartWrite(const Handle& handle, const Caller& caller) override;
+  // Reports what closing the upper file would (as NFS and passthrough_ll
+  // do), without giving it up; nothing for a view file.
+  Status Flush(const Handle& handle) override;
+  Status Fsync(const Handle& handle, bool datasync) override;
+  Status Fallocate(const Handle& handle, int mode, off_t offset, off_t length) override;
+  void Release(InodeId inode, const Handle& handle) override;
   Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode,
-                              const Caller* caller = nullptr);
-  // `mode` carries the file type (S_IFREG, S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK).
+                              const Caller* caller = nullptr) override;
   Result<struct stat> MakeNode(InodeId parent, std::string_view name, mode_t mode, dev_t rdev,
-                               const Caller* caller = nullptr);
+                               const Caller* caller = nullptr) override;
   Result<struct stat> Symlink(std::string_view target, InodeId parent, std::string_view name,
-                              const Caller* caller = nullptr);
-  Result<std::string> ReadLink(InodeId inode);
-  // The new name is the same inode.
-  Result<struct stat> Link(InodeId inode, InodeId new_parent, std::string_view new_name);
-  Status Unlink(InodeId parent, std::string_view name);
-  Status RemoveDir(InodeId parent, std::string_view name);
-  // `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE.
+                              const Caller* caller = nullptr) override;
+  Result<std::string> ReadLink(InodeId inode) override;
+  Result<struct stat> Link(InodeId inode, InodeId new_parent, std::string_view new_name) override;
+  Status Unlink(InodeId parent, std::string_view name) override;
+  Status RemoveDir(InodeId parent, std::string_view name) override;
   Status Rename(InodeId parent, std::string_view name, InodeId new_parent,
-                std::string_view new_name, unsigned flags);
+                std::string_view new_name, unsigned flags) override;
   // A view file is copied up first (truncation to 0 skips the copy). A
   // truncation by `caller` clears the set-id bits it clears
   // (ModeAfterWrite).
   Result<struct stat> SetAttr(InodeId inode, const SetAttrRequest& request, int fd = -1,
-                              const Caller* caller = nullptr);
+                              const Caller* caller = nullptr) override;
   // Before a write by `caller` through `fd` (an open upper file): the
   // set-id bits such a write clears, cleared (ModeAfterWrite); true if
   // there were any (behind the kernel's back: it is to be told). Takes no
   // lock, as writes take none.
   static Result<bool> BeforeWrite(int fd, const Caller& caller);
 
-  // The names of `inode` the table knows: (parent inode, name).
-  std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId inode);
+  // The names of `inode` the table knows.
+  std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId inode) override;
 
-  // Inodes whose attributes changed without an operation on them (a view
-  // directory copied up to make room for a change below it is a merged
-  // directory from then on, with another link count): the kernel, which
-  // caches attributes, is to be told. Since the last call.
-  std::vector<InodeId> TakeChangedBehind();
+  // Such as a view directory copied up to make room for a change below it:
+  // a merged directory from then on, with another link count.
+  std::vector<InodeId> TakeChangedBehind() override;
 
   // Extended attributes: the view's ("user.ucfs.*", read-only) for view
   // entries, the upper entry's own otherwise. Setting one on a view entry
-  // copies it up first. ListXattr: names, each ending in a NUL.
-  Result<std::string> GetXattr(InodeId inode, const std::string& name);
-  Result<std::string> ListXattr(InodeId inode);
-  Status SetXattr(InodeId inode, const std::string& name, std::string_view value, int flags);
-  Status RemoveXattr(InodeId inode, const std::string& name);
+  // copies it up first.
+  Result<std::string> GetXattr(InodeId inode, const std::string& name) override;
+  Result<std::string> ListXattr(InodeId inode) override;
+  Status SetXattr(InodeId inode, const std::string& name, std::string_view value,
+                  int flags) override;
+  Status RemoveXattr(InodeId inode, const std::string& name) override;
 
   // The view inode serving `inode`, or 0 if it is an upper entry.
   Result<InodeId> ViewInodeOf(InodeId inode);
 
-  View& view() { return *view_; }
   const std::string& upper_dir() const { return upper_dir_; }
   // Inodes in the table (for tests: forgotten ones must go).
   size_t inode_count();

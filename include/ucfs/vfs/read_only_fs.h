@@ -1,11 +1,11 @@
 // ReadOnlyFs: the read-only mount as inode operations, without FUSE.
 //
-// The counterpart of OverlayFs for mounts without --upper: every rule a
-// read-only mount answers by — ENOENT, ENOTDIR, EISDIR, ENAMETOOLONG,
-// EROFS for any write — lives here, where tests drive it as the kernel
-// would, and the FUSE adapter's read-only table only translates. Inode
-// numbers are the View's own (the tree is fixed once built: no lookup
-// counts to keep).
+// The FileSystem of mounts without --upper (OverlayFs is the writable
+// one's): every rule a read-only mount answers by — ENOENT, ENOTDIR,
+// EISDIR, ENAMETOOLONG, EROFS for any change — lives here, where tests
+// drive it as the kernel would, and the FUSE adapter only translates.
+// Inode numbers are the View's own (the tree is fixed once built: no
+// lookup counts to keep), and an open file is its view inode's pieces.
 //
 // Thread safety: every method may be called concurrently; it holds no
 // lock of its own (the View's are its only ones).
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ucfs/base/status.h"
+#include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/view.h"
 
 namespace ucfs {
@@ -29,28 +30,87 @@ namespace ucfs {
 // What stat(2) shows for a view entry.
 struct stat StatOfAttr(const Attr& attr);
 
-class ReadOnlyFs {
+class ReadOnlyFs final : public FileSystem {
  public:
-  explicit ReadOnlyFs(std::shared_ptr<View> view) : view_(std::move(view)) {}
+  // `statfs_path`: a path on the file system the sources live on, whose
+  // space StatFs reports.
+  explicit ReadOnlyFs(std::shared_ptr<View> view, std::string statfs_path = "")
+      : view_(std::move(view)), statfs_path_(std::move(statfs_path)) {}
 
-  Result<struct stat> Lookup(InodeId parent, std::string_view name);
-  Result<struct stat> GetAttr(InodeId inode);
+  bool read_only() const override { return true; }
+  View& view() override { return *view_; }
+
+  Result<struct stat> Lookup(InodeId parent, std::string_view name) override;
+  // The tree never changes: a miss stays one.
+  bool MightAppear(std::string_view) override { return false; }
+  void Forget(InodeId, uint64_t) override {}
+  Result<struct stat> GetAttr(InodeId inode, int fd = -1) override;
+  Result<struct stat> SetAttr(InodeId, const SetAttrRequest&, int = -1,
+                              const Caller* = nullptr) override {
+    return Write();
+  }
   // Entries sorted by name, with their inode numbers.
-  Result<std::vector<std::pair<std::string, struct stat>>> ReadDir(InodeId dir);
-  // Whether open(2) with `flags` may open `inode`: files only, and only for
-  // reading (O_WRONLY, O_RDWR, O_TRUNC and O_CREAT are EROFS).
-  Status Open(InodeId inode, int flags);
-  // What a symbolic link holds (EINVAL for anything else).
-  Result<std::string> ReadLink(InodeId inode);
-  // Every write-side operation (create, mkdir, unlink, rename, setattr,
-  // setxattr, link, ...) of a read-only mount.
-  static Status Write() { return Status::Posix(EROFS, "read-only file system"); }
-  Result<std::vector<Xattr>> Xattrs(InodeId inode);
+  Result<DirEntries> ReadDir(InodeId dir) override;
+  // Nothing to sync: ENOSYS, which tells the kernel never to ask again (and
+  // fsync(2) to succeed).
+  Status FsyncDir(InodeId) override { return Unsupported(); }
+  Result<std::string> ReadLink(InodeId inode) override;
+  struct statvfs StatFs() override {
+    return StatFsOf(statfs_path_);
+  }
 
-  View& view() { return *view_; }
+  // Files only, and only for reading (O_WRONLY, O_RDWR, O_TRUNC and
+  // O_CREAT are EROFS): a handle of the view file, whose pages the kernel
+  // may keep.
+  Result<Handle> Open(InodeId inode, int flags, const Caller* caller = nullptr) override;
+  Result<std::pair<struct stat, Handle>> Create(InodeId, std::string_view, int, mode_t,
+                                                const Caller* = nullptr) override {
+    return Write();
+  }
+  // The inode itself, with or without an open.
+  InodeId ViewFileOf(InodeId inode, const Handle&) override { return inode; }
+  Result<WriteTarget> StartWrite(const Handle&, const Caller&) override { return Write(); }
+  // As FsyncDir: ENOSYS, the kernel stops asking.
+  Status Flush(const Handle&) override { return Unsupported(); }
+  Status Fsync(const Handle&, bool) override { return Unsupported(); }
+  Status Fallocate(const Handle&, int, off_t, off_t) override { return Write(); }
+  void Release(InodeId, const Handle&) override {}
+
+  Result<struct stat> MakeDir(InodeId, std::string_view, mode_t, const Caller* = nullptr) override {
+    return Write();
+  }
+  Result<struct stat> MakeNode(InodeId, std::string_view, mode_t, dev_t,
+                               const Caller* = nullptr) override {
+    return Write();
+  }
+  Result<struct stat> Symlink(std::string_view, InodeId, std::string_view,
+                              const Caller* = nullptr) override {
+    return Write();
+  }
+  Result<struct stat> Link(InodeId, InodeId, std::string_view) override { return Write(); }
+  Status Unlink(InodeId, std::string_view) override { return Write(); }
+  Status RemoveDir(InodeId, std::string_view) override { return Write(); }
+  Status Rename(InodeId, std::string_view, InodeId, std::string_view, unsigned) override {
+    return Write();
+  }
+
+  // The view's ("user.ucfs.*").
+  Result<std::string> GetXattr(InodeId inode, const std::string& name) override;
+  Result<std::string> ListXattr(InodeId inode) override;
+  Status SetXattr(InodeId, const std::string&, std::string_view, int) override { return Write(); }
+  Status RemoveXattr(InodeId, const std::string&) override { return Write(); }
+
+  std::vector<InodeId> TakeChangedBehind() override { return {}; }
+  std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId) override { return {}; }
+
+  // What every change answers.
+  static Status Write() { return Status::Posix(EROFS, "read-only file system"); }
 
  private:
-  std::shared_ptr<View> view_;
+  static Status Unsupported() { return Status::Posix(ENOSYS, "nothing to sync"); }
+
+  const std::shared_ptr<View> view_;
+  const std::string statfs_path_;
 };
 
 }  // namespace ucfs

@@ -1,7 +1,8 @@
-// The writable mount's operation table: each operation is a call into
-// OverlayFs and its answer translated. Upper files are served by their own
-// fds (reads spliced out of them, writes spliced into them); view files by
-// the view's pieces, as in the read-only mount.
+// The operation table: each operation is a call into the mount's
+// FileSystem (ReadOnlyFs or OverlayFs) and its answer translated. Files
+// with a real file behind them (the upper directory's) are served by its
+// fd (reads spliced out of it, writes spliced into it); view files by the
+// view's pieces (read_reply.cc).
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <spdlog/spdlog.h>
@@ -18,9 +19,12 @@
 namespace ucfs::fuse {
 namespace {
 
-using Handle = OverlayFs::Handle;
-
-Handle* HandleOf(const fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+// The handle of an open file; empty where the kernel opened nothing
+// (Server::no_open, or a getattr or setattr without a file).
+const Handle& HandleOf(const fuse_file_info* fi) {
+  static const Handle* const kNone = new Handle();
+  return fi != nullptr && fi->fh != 0 ? *reinterpret_cast<const Handle*>(fi->fh) : *kNone;
+}
 
 // One fd-backed buffer at `pos` (FUSE_BUFVEC_INIT is a C compound literal).
 fuse_bufvec FdBuffer(int fd, off_t pos, size_t size) {
@@ -52,6 +56,18 @@ void ReplyStatus(fuse_req_t req, const Status& st) {
   fuse_reply_err(req, st.ok() ? 0 : ErrnoOf(st));
 }
 
+// Answers a failed lookup: "no such entry" as a negative entry the kernel
+// may cache for `negative_timeout` seconds, anything else as its errno.
+void ReplyLookupError(fuse_req_t req, const Status& status, double negative_timeout) {
+  if (ErrnoOf(status) == ENOENT) {
+    fuse_entry_param e{};
+    e.entry_timeout = negative_timeout;
+    fuse_reply_entry(req, &e);
+    return;
+  }
+  fuse_reply_err(req, ErrnoOf(status));
+}
+
 void ReplyEntryOrError(fuse_req_t req, const Server& s, const Result<struct stat>& st) {
   if (!st.ok()) {
     fuse_reply_err(req, ErrnoOf(st.status()));
@@ -64,8 +80,8 @@ void ReplyEntryOrError(fuse_req_t req, const Server& s, const Result<struct stat
 // not carry: from /proc/<pid>/status (the request's pid is the calling
 // thread's, whose credentials these are). A caller gone meanwhile is taken
 // to have none, and CAP_FSETID as uid 0 only.
-Overlay::Credentials CredentialsOf(pid_t pid, uid_t uid) {
-  Overlay::Credentials c;
+FileSystem::Credentials CredentialsOf(pid_t pid, uid_t uid) {
+  FileSystem::Credentials c;
   c.fsetid = uid == 0;
   if (pid <= 0) return c;
   FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "re");
@@ -96,9 +112,9 @@ Overlay::Credentials CredentialsOf(pid_t pid, uid_t uid) {
 // the kernel leaves it to us, so it is applied once); what their writes and
 // truncations keep of set-id bits is theirs to decide, by credentials read
 // only when a set-id bit is at stake.
-OverlayFs::Caller CallerOf(fuse_req_t req) {
+FileSystem::Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  OverlayFs::Caller c;
+  FileSystem::Caller c;
   c.uid = ctx->uid;
   c.gid = ctx->gid;
   c.umask = ctx->umask;
@@ -107,9 +123,9 @@ OverlayFs::Caller CallerOf(fuse_req_t req) {
 }
 
 // The kernel caches attributes for the mount's timeout: those an operation
-// changed behind it (OverlayFs::TakeChangedBehind) it is told to drop.
+// changed behind it (FileSystem::TakeChangedBehind) it is told to drop.
 void TellKernel(Server& s) {
-  for (InodeId inode : s.overlay->TakeChangedBehind()) {
+  for (InodeId inode : s.fs->TakeChangedBehind()) {
     if (s.session != nullptr) fuse_lowlevel_notify_inval_inode(s.session, inode, -1, 0);
   }
 }
@@ -117,33 +133,33 @@ void TellKernel(Server& s) {
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
   RaiseReadaheadOnce(s);
-  auto st = s.overlay->Lookup(parent, name);
+  auto st = s.fs->Lookup(parent, name);
   if (!st.ok()) {
-    // Negative entries are cached too, as every change comes through here
-    // but the views of a tag saved through the mount: a name one may add
-    // would otherwise stay missing in the kernel for the timeout after it
-    // is listed (HF Trainer looks model.safetensors up before it saves).
-    ReplyLookupError(req, st.status(), s.overlay->MightAppear(name) ? 0.0 : s.timeout);
+    // A negative entry is cached too, as every change comes through here
+    // (and a read-only tree never changes) but the views of a tag saved
+    // through a writable mount: a name one may add would otherwise stay
+    // missing in the kernel for the timeout after it is listed (HF Trainer
+    // looks model.safetensors up before it saves).
+    ReplyLookupError(req, st.status(), s.fs->MightAppear(name) ? 0.0 : s.timeout);
     return;
   }
   ReplyEntry(req, s, *st);
 }
 
 void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
-  Of(req).overlay->Forget(ino, nlookup);
+  Of(req).fs->Forget(ino, nlookup);
   fuse_reply_none(req);
 }
 
 void ForgetMulti(fuse_req_t req, size_t count, struct fuse_forget_data* forgets) {
-  for (size_t i = 0; i < count; ++i) Of(req).overlay->Forget(forgets[i].ino, forgets[i].nlookup);
+  for (size_t i = 0; i < count; ++i) Of(req).fs->Forget(forgets[i].ino, forgets[i].nlookup);
   fuse_reply_none(req);
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
   RaiseReadaheadOnce(s);
-  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->ReadFd() : -1;
-  auto st = s.overlay->GetAttr(ino, fd);
+  auto st = s.fs->GetAttr(ino, HandleOf(fi).ReadFd());
   if (!st.ok()) {
     fuse_reply_err(req, ErrnoOf(st.status()));
     return;
@@ -154,7 +170,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
              struct fuse_file_info* fi) {
   Server& s = Of(req);
-  OverlayFs::SetAttrRequest r;
+  FileSystem::SetAttrRequest r;
   if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
   if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;
   if (to_set & FUSE_SET_ATTR_GID) r.gid = attr->st_gid;
@@ -169,9 +185,8 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
   } else if (to_set & FUSE_SET_ATTR_MTIME) {
     r.mtime = attr->st_mtim;
   }
-  const int fd = fi != nullptr && HandleOf(fi) != nullptr ? HandleOf(fi)->fd : -1;
-  const OverlayFs::Caller caller = CallerOf(req);
-  auto st = s.overlay->SetAttr(ino, r, fd, &caller);
+  const FileSystem::Caller caller = CallerOf(req);
+  auto st = s.fs->SetAttr(ino, r, HandleOf(fi).fd, &caller);
   if (!st.ok()) {
     fuse_reply_err(req, ErrnoOf(st.status()));
   } else {
@@ -180,28 +195,43 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
   TellKernel(s);
 }
 
-// The listing is taken at the first READDIR (and again at a rewind), not at
-// OPENDIR: reading a directory moves its atime, opening it does not.
+// A read-only file system's listing is taken now and kept by the kernel
+// (cache_readdir); a writable one's at the first READDIR and again at a
+// rewind, not here: reading a directory moves its atime, opening it does
+// not (FileSystem::read_only).
 void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  auto attr = Of(req).overlay->GetAttr(ino);
-  if (!attr.ok()) {
-    fuse_reply_err(req, ErrnoOf(attr.status()));
-    return;
-  }
-  if (!S_ISDIR(attr->st_mode)) {
-    fuse_reply_err(req, ENOTDIR);
-    return;
-  }
   Server& s = Of(req);
-  fi->fh = Keep(s, std::make_unique<DirHandle>());
+  auto dir = std::make_unique<DirHandle>();
+  if (s.fs->read_only()) {
+    auto entries = s.fs->ReadDir(ino);
+    if (!entries.ok()) {
+      fuse_reply_err(req, ErrnoOf(entries.status()));
+      return;
+    }
+    dir->entries = std::move(entries).value();
+    dir->listed = true;
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+  } else {
+    auto attr = s.fs->GetAttr(ino);
+    if (!attr.ok()) {
+      fuse_reply_err(req, ErrnoOf(attr.status()));
+      return;
+    }
+    if (!S_ISDIR(attr->st_mode)) {
+      fuse_reply_err(req, ENOTDIR);
+      return;
+    }
+  }
+  fi->fh = Keep(s, std::move(dir));
   if (fuse_reply_open(req, fi) != 0) GiveBackDir(s, fi->fh);
 }
 
-void ReadDirListed(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
-                   struct fuse_file_info* fi) {
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
+  Server& s = Of(req);
   auto& dir = *reinterpret_cast<DirHandle*>(fi->fh);
-  if (offset == 0 || !dir.listed) {
-    auto entries = Of(req).overlay->ReadDir(ino);
+  if (!dir.listed || (offset == 0 && !s.fs->read_only())) {
+    auto entries = s.fs->ReadDir(ino);
     if (!entries.ok()) {
       fuse_reply_err(req, ErrnoOf(entries.status()));
       return;
@@ -209,45 +239,74 @@ void ReadDirListed(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
     dir.entries = std::move(*entries);
     dir.listed = true;
   }
-  ReadDir(req, ino, size, offset, fi);
-}
-
-// Whether an open upper file's handle bypasses the mount's page cache
-// (ServeOptions::direct_writes): write-only handles, but not of a set-id
-// file. The kernel clears a set-id file's bits on a buffered write by
-// someone without CAP_FSETID (through a SETATTR, whose reply updates the
-// mode it caches), not on a direct one: WriteBuf clears what it leaves, on
-// a file made set-id after a direct open too, and has the kernel drop what
-// it cached.
-bool WritesDirect(const Server& s, const fuse_file_info* fi, int fd) {
-  struct stat st {};
-  return fd >= 0 && ::fstat(fd, &st) == 0 &&
-         fuse::DirectWrites(s.options.direct_writes, fi->flags, st.st_mode);
-}
-
-// A view file's pages may stay cached across opens while it is the same
-// view file (OverlayFs::Handle::keep_cache); upper files are read fresh at
-// each open, in case DIR was touched directly.
-void ReplyOpen(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi,
-               std::unique_ptr<Handle> handle) {
-  Server& s = Of(req);  // req is gone once replied to, even when that fails
-  fi->keep_cache = handle->fd < 0 && handle->keep_cache ? 1 : 0;
-  fi->direct_io = WritesDirect(s, fi, handle->fd) ? 1 : 0;
-  fi->fh = Keep(s, std::move(handle));
-  if (fuse_reply_open(req, fi) != 0) {
-    // The opener was interrupted: nobody will release this handle.
-    s.overlay->Release(ino, *GiveBack(s, fi->fh));
+  std::vector<char> buf(size);
+  size_t used = 0;
+  // Entry i of the listing is at offset i + 1; "." and ".." come first.
+  const size_t total = dir.entries.size() + 2;
+  for (size_t i = static_cast<size_t>(offset); i < total; ++i) {
+    struct stat st {};
+    const char* name;
+    if (i < 2) {
+      name = i == 0 ? "." : "..";
+      st.st_ino = ino;
+      st.st_mode = S_IFDIR;
+    } else {
+      name = dir.entries[i - 2].first.c_str();
+      st = dir.entries[i - 2].second;
+    }
+    const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                                          static_cast<off_t>(i + 1));
+    if (need > size - used) break;
+    used += need;
   }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  GiveBackDir(Of(req), fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+// How the kernel caches the file `handle` opened (CachingOf): a view
+// file's pages may stay cached across opens while it is the same view file
+// (Handle::keep_cache); a write-only handle of an upper file that is not
+// set-id bypasses the page cache (ServeOptions::direct_writes). The kernel
+// clears a set-id file's bits on a buffered write by someone without
+// CAP_FSETID (through a SETATTR, whose reply updates the mode it caches),
+// not on a direct one: WriteBuf clears what it leaves, on a file made
+// set-id after a direct open too, and has the kernel drop what it cached.
+void SetCaching(const Server& s, const Handle& handle, struct fuse_file_info* fi) {
+  std::optional<mode_t> mode;
+  struct stat st {};
+  if (handle.fd >= 0 && ::fstat(handle.fd, &st) == 0) mode = st.st_mode;
+  const OpenCaching c =
+      CachingOf(s.options.direct_writes, fi->flags, handle.fd >= 0, mode, handle.keep_cache);
+  fi->keep_cache = c.keep_cache ? 1 : 0;
+  fi->direct_io = c.direct_io ? 1 : 0;
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  Server& s = Of(req);
-  const OverlayFs::Caller caller = CallerOf(req);
-  auto handle = s.overlay->Open(ino, fi->flags, &caller);
+  Server& s = Of(req);  // req is gone once replied to, even when that fails
+  // Zero-message opens (SkipsOpens): the kernel stops sending OPEN and
+  // RELEASE for files and keeps their page cache, which is what every file
+  // of a read-only mount wants; its `ro` mount already refuses writes.
+  if (s.no_open) {
+    fuse_reply_err(req, ENOSYS);
+    return;
+  }
+  const FileSystem::Caller caller = CallerOf(req);
+  auto handle = s.fs->Open(ino, fi->flags, &caller);
   if (!handle.ok()) {
     fuse_reply_err(req, ErrnoOf(handle.status()));
   } else {
-    ReplyOpen(req, ino, fi, std::make_unique<Handle>(*handle));
+    // Not direct_io for a file mmap must work on (torch.load(mmap=True),
+    // zero_to_fp32): only write-only opens (CachingOf).
+    SetCaching(s, *handle, fi);
+    fi->fh = Keep(s, std::make_unique<Handle>(*handle));
+    if (fuse_reply_open(req, fi) != 0) {
+      // The opener was interrupted: nobody will release this handle.
+      s.fs->Release(ino, *GiveBack(s, fi->fh));
+    }
   }
   TellKernel(s);
 }
@@ -255,8 +314,8 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
 void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
             struct fuse_file_info* fi) {
   Server& s = Of(req);
-  const OverlayFs::Caller caller = CallerOf(req);
-  auto made = s.overlay->Create(parent, name, fi->flags, mode, &caller);
+  const FileSystem::Caller caller = CallerOf(req);
+  auto made = s.fs->Create(parent, name, fi->flags, mode, &caller);
   TellKernel(s);
   if (!made.ok()) {
     fuse_reply_err(req, ErrnoOf(made.status()));
@@ -264,19 +323,19 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   auto& [st, handle] = *made;
   const fuse_entry_param e = EntryOf(s, st);
-  fi->direct_io = WritesDirect(s, fi, handle.fd) ? 1 : 0;
+  SetCaching(s, handle, fi);
   fi->fh = Keep(s, std::make_unique<Handle>(handle));
-  if (fuse_reply_create(req, &e, fi) != 0) s.overlay->Release(st.st_ino, *GiveBack(s, fi->fh));
+  if (fuse_reply_create(req, &e, fi) != 0) s.fs->Release(st.st_ino, *GiveBack(s, fi->fh));
 }
 
-void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, struct fuse_file_info* fi) {
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
   Server& s = Of(req);
-  const Handle& h = *HandleOf(fi);
+  const Handle& h = HandleOf(fi);
   // A view file's handle reads the view until the file is copied up, then
-  // the copy (OverlayFs::ViewFile).
+  // the copy (FileSystem::ViewFile).
   const int fd = h.ReadFd();
   if (fd < 0) {
-    ReplyViewRead(req, s, h.view_inode, size, offset);
+    ReplyViewRead(req, s, s.fs->ViewFileOf(ino, h), size, offset);
     return;
   }
   fuse_bufvec buf = FdBuffer(fd, offset, size);
@@ -285,25 +344,17 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, struct fuse_fil
 
 void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offset,
               struct fuse_file_info* fi) {
-  const Handle& h = *HandleOf(fi);
-  if (h.fd < 0) {
-    fuse_reply_err(req, EBADF);
-    return;
-  }
-  // The set-id bits the write clears: FUSE leaves a direct write's, and
-  // some of a buffered one's (S_ISGID for a writer outside the file's
-  // group), to the file system.
-  auto cleared = OverlayFs::BeforeWrite(h.fd, CallerOf(req));
-  if (!cleared.ok()) {
-    fuse_reply_err(req, ErrnoOf(cleared.status()));
-    return;
-  }
   Server& s = Of(req);  // req is gone once replied to
-  const bool told = *cleared && s.session != nullptr;
+  auto target = s.fs->StartWrite(HandleOf(fi), CallerOf(req));
+  if (!target.ok()) {
+    fuse_reply_err(req, ErrnoOf(target.status()));
+    return;
+  }
+  const bool told = target->mode_changed && s.session != nullptr;
   // The kernel's cached mode is stale: what asks again (stat, permission
   // checks) gets the new one.
   if (told) fuse_lowlevel_notify_inval_inode(s.session, ino, -1, 0);
-  fuse_bufvec out = FdBuffer(h.fd, offset, fuse_buf_size(in));
+  fuse_bufvec out = FdBuffer(target->fd, offset, fuse_buf_size(in));
   const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
   if (written < 0) {
     fuse_reply_err(req, static_cast<int>(-written));
@@ -317,78 +368,59 @@ void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offs
   // writer may hold the file, which an unlink there waits for with the
   // directory held.
   if (told) {
-    for (const auto& [parent, name] : s.overlay->NamesOf(ino)) {
+    for (const auto& [parent, name] : s.fs->NamesOf(ino)) {
       fuse_lowlevel_notify_inval_entry(s.session, parent, name.data(), name.size());
     }
   }
 }
 
 void Flush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  // close(2) of the opener's fd: report what closing ours would (as NFS
-  // and passthrough_ll do), without giving ours up.
-  const Handle& h = *HandleOf(fi);
-  int err = 0;
-  if (h.fd >= 0) {
-    const int dup = ::dup(h.fd);
-    err = dup < 0 || ::close(dup) != 0 ? errno : 0;
-  }
-  fuse_reply_err(req, err);
+  ReplyStatus(req, Of(req).fs->Flush(HandleOf(fi)));
 }
 
 void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
-  s.overlay->Release(ino, *GiveBack(s, fi->fh));
+  // Nothing to give back where the kernel opened nothing (no_open).
+  if (fi->fh != 0) s.fs->Release(ino, *GiveBack(s, fi->fh));
   fuse_reply_err(req, 0);
 }
 
 void Fsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
-  const Handle& h = *HandleOf(fi);
-  int err = 0;
-  if (h.fd >= 0 && (datasync ? ::fdatasync(h.fd) : ::fsync(h.fd)) != 0) err = errno;
-  fuse_reply_err(req, err);
+  ReplyStatus(req, Of(req).fs->Fsync(HandleOf(fi), datasync != 0));
 }
 
-void FsyncDir(fuse_req_t req, fuse_ino_t, int, struct fuse_file_info*) {
-  // Directory changes are made by rename/mkdir/unlink in the upper
-  // directory; syncing its file system covers them.
-  const UniqueFd fd(
-      ::open(Of(req).overlay->upper_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  fuse_reply_err(req, !fd || ::syncfs(fd.get()) != 0 ? errno : 0);
+void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, struct fuse_file_info*) {
+  ReplyStatus(req, Of(req).fs->FsyncDir(ino));
 }
 
 void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
                struct fuse_file_info* fi) {
-  const Handle& h = *HandleOf(fi);
-  if (h.fd < 0) {
-    fuse_reply_err(req, EBADF);
-    return;
-  }
-  fuse_reply_err(req, ::fallocate(h.fd, mode, offset, length) == 0 ? 0 : errno);
+  ReplyStatus(req, Of(req).fs->Fallocate(HandleOf(fi), mode, offset, length));
 }
 
 void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Server& s = Of(req);
-  const OverlayFs::Caller caller = CallerOf(req);
-  ReplyEntryOrError(req, s, s.overlay->MakeDir(parent, name, mode, &caller));
+  const FileSystem::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.fs->MakeDir(parent, name, mode, &caller));
   TellKernel(s);
 }
 
 void MakeNode(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Server& s = Of(req);
-  const OverlayFs::Caller caller = CallerOf(req);
-  ReplyEntryOrError(req, s, s.overlay->MakeNode(parent, name, mode, rdev, &caller));
+  const FileSystem::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.fs->MakeNode(parent, name, mode, rdev, &caller));
   TellKernel(s);
 }
 
 void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);
-  const OverlayFs::Caller caller = CallerOf(req);
-  ReplyEntryOrError(req, s, s.overlay->Symlink(target, parent, name, &caller));
+  const FileSystem::Caller caller = CallerOf(req);
+  ReplyEntryOrError(req, s, s.fs->Symlink(target, parent, name, &caller));
   TellKernel(s);
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
-  auto target = Of(req).overlay->ReadLink(ino);
+  auto target = Of(req).fs->ReadLink(ino);
   if (!target.ok()) {
     fuse_reply_err(req, ErrnoOf(target.status()));
     return;
@@ -398,27 +430,35 @@ void ReadLink(fuse_req_t req, fuse_ino_t ino) {
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
   Server& s = Of(req);
-  ReplyEntryOrError(req, s, s.overlay->Link(ino, new_parent, new_name));
+  ReplyEntryOrError(req, s, s.fs->Link(ino, new_parent, new_name));
   TellKernel(s);
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);  // req is gone once replied to
-  ReplyStatus(req, s.overlay->Unlink(parent, name));
+  ReplyStatus(req, s.fs->Unlink(parent, name));
   TellKernel(s);
 }
 
 void RemoveDir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Server& s = Of(req);  // req is gone once replied to
-  ReplyStatus(req, s.overlay->RemoveDir(parent, name));
+  ReplyStatus(req, s.fs->RemoveDir(parent, name));
   TellKernel(s);
 }
 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
             const char* new_name, unsigned int flags) {
   Server& s = Of(req);  // req is gone once replied to
-  ReplyStatus(req, s.overlay->Rename(parent, name, new_parent, new_name, flags));
+  ReplyStatus(req, s.fs->Rename(parent, name, new_parent, new_name, flags));
   TellKernel(s);
+}
+
+// The space of the file system under the source (read-only) or the upper
+// directory (writable), as df shows it for a read-only NFS mount: a
+// read-only mount reported full looks like a problem to whoever runs df.
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  const struct statvfs sv = Of(req).fs->StatFs();
+  fuse_reply_statfs(req, &sv);
 }
 
 void ReplyXattrValue(fuse_req_t req, const Result<std::string>& value, size_t size) {
@@ -434,27 +474,27 @@ void ReplyXattrValue(fuse_req_t req, const Result<std::string>& value, size_t si
 }
 
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
-  ReplyXattrValue(req, Of(req).overlay->GetXattr(ino, name), size);
+  ReplyXattrValue(req, Of(req).fs->GetXattr(ino, name), size);
 }
 
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
-  ReplyXattrValue(req, Of(req).overlay->ListXattr(ino), size);
+  ReplyXattrValue(req, Of(req).fs->ListXattr(ino), size);
 }
 
 void SetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
               int flags) {
   Server& s = Of(req);  // req is gone once replied to
-  ReplyStatus(req, s.overlay->SetXattr(ino, name, std::string_view(value, size), flags));
+  ReplyStatus(req, s.fs->SetXattr(ino, name, std::string_view(value, size), flags));
   TellKernel(s);
 }
 
 void RemoveXattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
-  ReplyStatus(req, Of(req).overlay->RemoveXattr(ino, name));
+  ReplyStatus(req, Of(req).fs->RemoveXattr(ino, name));
 }
 
 }  // namespace
 
-fuse_lowlevel_ops WritableOperations() {
+fuse_lowlevel_ops Operations() {
   fuse_lowlevel_ops ops{};
   ops.init = InitConnection;
   ops.lookup = Lookup;
@@ -463,7 +503,7 @@ fuse_lowlevel_ops WritableOperations() {
   ops.getattr = GetAttr;
   ops.setattr = SetAttr;
   ops.opendir = OpenDir;
-  ops.readdir = ReadDirListed;
+  ops.readdir = ReadDir;
   ops.releasedir = ReleaseDir;
   ops.fsyncdir = FsyncDir;
   ops.open = Open;
