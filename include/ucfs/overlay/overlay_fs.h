@@ -142,6 +142,16 @@ class OverlayFs {
   // there were any (behind the kernel's back: it is to be told). Takes no
   // lock, as writes take none.
   static Result<bool> BeforeWrite(int fd, const Caller& caller);
+  // A write of `data` at `offset` through `handle` of `inode` (an open
+  // upper file), all of it: short writes are gone on from where they
+  // stopped. Bytes written before an error are answered, as write(2)
+  // answers them (the next write meets the error). Takes no lock, as
+  // writes take none, but to name the file of an error.
+  Result<size_t> Write(InodeId inode, const Handle& handle, std::string_view data, uint64_t offset);
+  // fsync(2) (fdatasync(2) if `data_only`) of an open upper file.
+  Status Sync(InodeId inode, const Handle& handle, bool data_only);
+  // fallocate(2) of an open upper file.
+  Status Allocate(InodeId inode, const Handle& handle, int mode, uint64_t offset, uint64_t length);
 
   // The names of `inode` the table knows: (parent inode, name).
   std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId inode);
@@ -190,6 +200,8 @@ class OverlayFs {
   Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false)
       UCFS_EXCLUDES(mu_);
   Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
+  // `s` (a failed call on an open file of `inode`) about the file's path.
+  Status AboutFile(InodeId inode, const Status& s) UCFS_EXCLUDES(mu_);
   Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
   // The inode of `path`, made if new; `count` lookups added. An upper
   // file with several links is one inode whatever name it is reached by.
@@ -235,6 +247,7 @@ class OverlayFs {
   const std::unique_ptr<Overlay> overlay_ UCFS_PT_GUARDED_BY(mu_);
   const std::shared_ptr<View> view_;
   const std::string upper_dir_;
+  WriteEnv& writer_;  // the Overlay's (Overlay::writer), thread-safe
   Mutex mu_;
   InodeId next_inode_ UCFS_GUARDED_BY(mu_) = kRootInode + 1;
   std::unordered_map<InodeId, Node> nodes_ UCFS_GUARDED_BY(mu_);
