@@ -1,6 +1,7 @@
 #include "test_support.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -189,6 +190,19 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
     auto bytes = (*file)->ReadString(e.offset, e.length);
     EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
     if (bytes.ok()) out += *bytes;
+  }
+  return out;
+}
+
+std::map<std::string, FileState> FilesBelow(const std::string& dir) {
+  std::map<std::string, FileState> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string rel = std::filesystem::relative(e.path(), dir).string();
+    struct stat st {};
+    EXPECT_EQ(::lstat(e.path().c_str(), &st), 0) << e.path();
+    out[rel] =
+        S_ISREG(st.st_mode) ? FileState{ReadFile(e.path()), NanosOf(st.st_mtim)} : FileState{};
   }
   return out;
 }

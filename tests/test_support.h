@@ -34,6 +34,16 @@ std::vector<std::string> FlatGroupFixtureNames();
 std::vector<std::string> TorchFilesBelow(const std::string& dir);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
+// A file's bytes and modification time: what a test that must leave it
+// untouched compares.
+struct FileState {
+  std::string bytes;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileState&) const = default;
+};
+// Every entry below `dir` by its path relative to `dir`: a regular file's
+// state, an empty one for anything else.
+std::map<std::string, FileState> FilesBelow(const std::string& dir);
 // The fixture's ORACLE.json, parsed once per process.
 const nlohmann::json& Oracle(const std::string& fixture);
 // A tensor- or pipeline-parallel fixture's ORACLE.json, parsed once.

@@ -37,24 +37,6 @@ std::string Digest(const std::string& bytes) {
          std::to_string(std::hash<std::string>()(bytes));
 }
 
-// A file's bytes and mtime.
-using FileState = std::pair<std::string, int64_t>;
-
-// Every regular file below `dir` (relative path -> bytes and mtime), and
-// every other entry with the empty state.
-std::map<std::string, FileState> DiskState(const std::string& dir) {
-  std::map<std::string, FileState> out;
-  if (!fs::exists(dir)) return out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    const std::string rel = fs::relative(e.path(), dir).string();
-    struct stat st {};
-    EXPECT_EQ(::lstat(e.path().c_str(), &st), 0);
-    out[rel] = S_ISREG(st.st_mode) ? FileState{testing::ReadFile(e.path()), NanosOf(st.st_mtim)}
-                                   : FileState{"", 0};
-  }
-  return out;
-}
-
 // A pattern no two offsets of which repeat soon: a misplaced byte shows.
 std::string Pattern(size_t n, int seed) {
   std::string out(n, '\0');
@@ -92,12 +74,12 @@ class OverlayFaultsTest : public ::testing::Test {
     testing::WriteFile(src_ + "/" + kShard, Pattern((9 << 20) + 17, 1));
     view_ = std::make_shared<View>(*Env::Posix(), 0);
     view_->BackRootBy(src_);
-    source_before_ = DiskState(src_);
+    source_before_ = testing::FilesBelow(src_);
   }
 
   void TearDown() override {
     // The source is only ever read.
-    EXPECT_EQ(DiskState(src_), source_before_);
+    EXPECT_EQ(testing::FilesBelow(src_), source_before_);
   }
 
   // A mount over `upper` (a fresh one for each case) that writes through
@@ -154,7 +136,7 @@ class OverlayFaultsTest : public ::testing::Test {
   // The regular files of the upper directory, internal names included.
   std::vector<std::string> UpperFiles(const std::string& upper) {
     std::vector<std::string> out;
-    for (const auto& [path, state] : DiskState(upper)) {
+    for (const auto& [path, state] : testing::FilesBelow(upper)) {
       if (fs::is_regular_file(fs::symlink_status(upper + "/" + path))) out.push_back(path);
     }
     return out;
@@ -170,7 +152,7 @@ class OverlayFaultsTest : public ::testing::Test {
 
   std::string base_, src_;
   std::shared_ptr<View> view_;
-  std::map<std::string, FileState> source_before_;
+  std::map<std::string, testing::FileState> source_before_;
   FaultInjectingWriteEnv faults_;
 };
 
