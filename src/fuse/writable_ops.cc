@@ -290,25 +290,39 @@ void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offs
     fuse_reply_err(req, EBADF);
     return;
   }
+  Server& s = Of(req);  // req is gone once replied to
   // The set-id bits the write clears: FUSE leaves a direct write's, and
   // some of a buffered one's (S_ISGID for a writer outside the file's
   // group), to the file system.
-  auto cleared = OverlayFs::BeforeWrite(h.fd, CallerOf(req));
+  auto cleared = s.overlay->BeforeWrite(h.fd, CallerOf(req));
   if (!cleared.ok()) {
     fuse_reply_err(req, ErrnoOf(cleared.status()));
     return;
   }
-  Server& s = Of(req);  // req is gone once replied to
   const bool told = *cleared && s.session != nullptr;
   // The kernel's cached mode is stale: what asks again (stat, permission
   // checks) gets the new one.
   if (told) fuse_lowlevel_notify_inval_inode(s.session, ino, -1, 0);
-  fuse_bufvec out = FdBuffer(h.fd, offset, fuse_buf_size(in));
-  const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
-  if (written < 0) {
-    fuse_reply_err(req, static_cast<int>(-written));
+  const fuse_buf& first = in->buf[0];
+  if (in->count == 1 && (first.flags & FUSE_BUF_IS_FD) == 0) {
+    // Bytes in memory: written through the overlay (its WriteEnv).
+    auto written = s.overlay->Write(ino, h, {static_cast<const char*>(first.mem), first.size},
+                                    static_cast<uint64_t>(offset));
+    if (written.ok()) {
+      fuse_reply_write(req, *written);
+    } else {
+      fuse_reply_err(req, ErrnoOf(written.status()));
+    }
   } else {
-    fuse_reply_write(req, static_cast<size_t>(written));
+    // Bytes the kernel left in a pipe (FUSE_CAP_SPLICE_READ): spliced fd
+    // to fd, the one write the overlay's WriteEnv does not see.
+    fuse_bufvec out = FdBuffer(h.fd, offset, fuse_buf_size(in));
+    const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
+    if (written < 0) {
+      fuse_reply_err(req, static_cast<int>(-written));
+    } else {
+      fuse_reply_write(req, static_cast<size_t>(written));
+    }
   }
   // Some checks read the cached mode without asking (hard-link protection,
   // on the way to a link): the file's names are dropped from the kernel's
@@ -341,11 +355,9 @@ void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void Fsync(fuse_req_t req, fuse_ino_t, int datasync, struct fuse_file_info* fi) {
-  const Handle& h = *HandleOf(fi);
-  int err = 0;
-  if (h.fd >= 0 && (datasync ? ::fdatasync(h.fd) : ::fsync(h.fd)) != 0) err = errno;
-  fuse_reply_err(req, err);
+void Fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info* fi) {
+  const Status synced = Of(req).overlay->Sync(ino, *HandleOf(fi), datasync != 0);
+  fuse_reply_err(req, synced.ok() ? 0 : ErrnoOf(synced));
 }
 
 void FsyncDir(fuse_req_t req, fuse_ino_t, int, struct fuse_file_info*) {
@@ -356,14 +368,11 @@ void FsyncDir(fuse_req_t req, fuse_ino_t, int, struct fuse_file_info*) {
   fuse_reply_err(req, !fd || ::syncfs(fd.get()) != 0 ? errno : 0);
 }
 
-void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+void Fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                struct fuse_file_info* fi) {
-  const Handle& h = *HandleOf(fi);
-  if (h.fd < 0) {
-    fuse_reply_err(req, EBADF);
-    return;
-  }
-  fuse_reply_err(req, ::fallocate(h.fd, mode, offset, length) == 0 ? 0 : errno);
+  const Status allocated = Of(req).overlay->Allocate(
+      ino, *HandleOf(fi), mode, static_cast<uint64_t>(offset), static_cast<uint64_t>(length));
+  fuse_reply_err(req, allocated.ok() ? 0 : ErrnoOf(allocated));
 }
 
 void MakeDir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {

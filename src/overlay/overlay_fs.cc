@@ -37,7 +37,7 @@ Result<bool> OverlayFs::BeforeWrite(int fd, const Caller& caller) {
   if (::fstat(fd, &st) != 0) return Status::LastErrno("fstat");
   const mode_t mode = ModeAfterWrite(st.st_mode, st.st_gid, caller);
   if (mode == st.st_mode) return false;
-  if (::fchmod(fd, mode & 07777) != 0) return Status::LastErrno("fchmod");
+  UCFS_RETURN_IF_ERROR(writer_.ChmodAt(fd, "", mode & 07777));
   return true;
 }
 

@@ -141,7 +141,7 @@ class OverlayFs {
   // set-id bits such a write clears, cleared (ModeAfterWrite); true if
   // there were any (behind the kernel's back: it is to be told). Takes no
   // lock, as writes take none.
-  static Result<bool> BeforeWrite(int fd, const Caller& caller);
+  Result<bool> BeforeWrite(int fd, const Caller& caller);
   // A write of `data` at `offset` through `handle` of `inode` (an open
   // upper file), all of it: short writes are gone on from where they
   // stopped. Bytes written before an error are answered, as write(2)
