@@ -287,8 +287,9 @@ Result<Overlay::UpperRef> Overlay::LocateUpper(std::string_view path) {
 Result<UniqueFd> Overlay::OpenRead(std::string_view path, int flags) {
   UCFS_ASSIGN_OR_RETURN(Resolved r, Resolve(path));
   if (!r.entry.in_upper) return Fail(ENOENT, path, "not in the upper directory");
-  UniqueFd fd(::openat(r.ref.dir.get(), r.ref.name.c_str(),
-                       (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC));
+  // A read: nothing made (OpenWrite makes and writes, through the WriteEnv).
+  const int read_flags = flags & ~(O_CREAT | O_EXCL);
+  UniqueFd fd(::openat(r.ref.dir.get(), r.ref.name.c_str(), read_flags | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return Status::LastErrno(path);
   return fd;
 }
