@@ -178,14 +178,26 @@ Result<Overlay::CopyAside> Overlay::CopyAsideOf(InodeId lower) {
 }
 
 Status Overlay::Adopt(std::string_view path, CopyAside copy) {
-  if (!copy.written_ || IsReadOnly(path)) return Status::OK();
+  return AdoptAt(path, std::move(copy)).status();
+}
+
+Result<UniqueFd> Overlay::AdoptAndOpen(std::string_view path, CopyAside copy, int flags) {
+  UCFS_ASSIGN_OR_RETURN(UpperRef ref, AdoptAt(path, std::move(copy)));
+  if (!ref.dir) return UniqueFd();
+  return OpenUpper(ref, path, flags);
+}
+
+Result<Overlay::UpperRef> Overlay::AdoptAt(std::string_view path, CopyAside copy) {
+  if (!copy.written_ || IsReadOnly(path)) return UpperRef{};
   auto r = Resolve(path);
   if (!r.ok() || r->entry.in_upper || r->entry.is_dir || r->entry.lower != copy.lower_) {
-    return Status::OK();  // changed meanwhile: the copy is dropped
+    return UpperRef{};  // changed meanwhile: the copy is dropped
   }
   auto dir = ParentOf(*r, path);
   if (!dir.ok()) return CopyUpFailure(dir.status(), path);
-  return Install(dir->get(), StoredName(SplitLast(path).second), std::move(copy));
+  UpperRef installed{std::move(dir).value(), StoredName(SplitLast(path).second)};
+  UCFS_RETURN_IF_ERROR(Install(installed.dir.get(), installed.name, std::move(copy)));
+  return installed;
 }
 
 Result<Overlay::UpperRef> Overlay::PrepareChange(std::string_view path, bool keep_contents) {

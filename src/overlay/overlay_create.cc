@@ -113,10 +113,7 @@ Result<UniqueFd> Overlay::OpenWrite(std::string_view path, int flags, mode_t mod
     } else {
       UCFS_ASSIGN_OR_RETURN(ref, PrepareChange(path, !(flags & O_TRUNC)));
     }
-    auto fd =
-        writer_.OpenAt(ref.dir.get(), ref.name, (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW, 0);
-    if (!fd.ok()) return fd.status().WithFile(path);
-    return fd;
+    return OpenUpper(ref, path, flags);
   }
   if (!(flags & O_CREAT) || found.status().posix_errno() != ENOENT) return found.status();
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path, /*known_missing=*/true));
@@ -125,6 +122,13 @@ Result<UniqueFd> Overlay::OpenWrite(std::string_view path, int flags, mode_t mod
   if (!fd.ok()) return fd.status().WithFile(path);
   UCFS_RETURN_IF_ERROR(FinishNew(ref, path, mode, caller, S_IFREG));
   if (created != nullptr) *created = true;
+  return fd;
+}
+
+Result<UniqueFd> Overlay::OpenUpper(const UpperRef& ref, std::string_view path, int flags) {
+  auto fd = writer_.OpenAt(ref.dir.get(), ref.name,
+                           (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW)) | O_NOFOLLOW, 0);
+  if (!fd.ok()) return fd.status().WithFile(path);
   return fd;
 }
 

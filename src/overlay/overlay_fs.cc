@@ -148,7 +148,8 @@ Result<InodeId> OverlayFs::ViewInodeOf(InodeId inode) {
   return e.in_upper ? 0 : e.lower;
 }
 
-Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless) {
+Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless, UniqueFd* opened,
+                                 int open_flags) {
   std::optional<Overlay::CopyAside> copy;
   // A view file whose names are all gone, open read-only: copied to a file
   // of no name, which its handles go on with (as a file system's unlinked
@@ -180,7 +181,14 @@ Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameles
   }
   auto path = PathOf(inode);  // where it is now: it may have moved meanwhile
   if (!path.ok()) return Status::OK();
-  Status adopted = overlay_->Adopt(*path, std::move(*copy));
+  Status adopted;
+  if (opened != nullptr) {
+    auto fd = overlay_->AdoptAndOpen(*path, std::move(*copy), open_flags);
+    adopted = fd.status();
+    if (fd.ok()) *opened = std::move(fd).value();
+  } else {
+    adopted = overlay_->Adopt(*path, std::move(*copy));
+  }
   NoteCopiedUpDirs();
   FollowCopyUp(inode);
   return adopted;
@@ -207,13 +215,16 @@ void OverlayFs::NoteCopiedUpDirs() {
 }
 
 Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller* caller) {
+  // Buffers come from libfuse, not aligned for O_DIRECT.
+  flags &= ~(O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY);
+  // A view file opened to write is copied up first (unless O_TRUNC makes
+  // its contents moot), and opened where the copy lands.
+  UniqueFd adopted;
   if ((flags & O_ACCMODE) != O_RDONLY && !(flags & O_TRUNC)) {
-    UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true));
+    UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true, false, &adopted, flags));
   }
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  // Buffers come from libfuse, not aligned for O_DIRECT.
-  flags &= ~(O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY);
   Handle handle;
   if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC)) {
     UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
@@ -242,10 +253,13 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller
     return handle;
   }
   if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
-  auto opened = overlay_->OpenWrite(path, flags, 0);
-  NoteCopiedUpDirs();
-  UCFS_ASSIGN_OR_RETURN(UniqueFd fd, std::move(opened));
-  FollowCopyUp(inode);
+  UniqueFd fd = std::move(adopted);
+  if (!fd) {
+    auto opened = overlay_->OpenWrite(path, flags, 0);
+    NoteCopiedUpDirs();
+    UCFS_ASSIGN_OR_RETURN(fd, std::move(opened));
+    FollowCopyUp(inode);
+  }
   // The truncation FUSE_CAP_ATOMIC_O_TRUNC leaves to us, with what it
   // clears.
   if ((flags & O_TRUNC) && caller != nullptr) {

@@ -238,6 +238,10 @@ class Overlay {
   // view file it copied; else drops it (renamed, removed or copied up
   // meanwhile: the change then goes on as if it had not been made).
   Status Adopt(std::string_view path, CopyAside copy);
+  // Adopt, and the adopted file opened for writing with `flags` (as
+  // OpenWrite opens an upper file) from where Adopt put it, without
+  // walking to it again; no fd where the copy was dropped.
+  Result<UniqueFd> AdoptAndOpen(std::string_view path, CopyAside copy, int flags);
 
   // Makes the directory `path` (and its parents) exist in the upper
   // directory, as the view shows them; a no-op where it does.
@@ -289,6 +293,11 @@ class Overlay {
   // The upper directory the walk `r` of `path` ended in, or (where it ended
   // in the view) made as the view shows it.
   Result<UniqueFd> ParentOf(Resolved& r, std::string_view path);
+  // Adopt: where the copy was installed, or a ref with no `dir` where it
+  // was dropped.
+  Result<UpperRef> AdoptAt(std::string_view path, CopyAside copy);
+  // The upper file at `ref` (the entry at `path`) opened for writing.
+  Result<UniqueFd> OpenUpper(const UpperRef& ref, std::string_view path, int flags);
   // `path`'s view file copied up as `name` in `dir`.
   Status CopyUp(int dir, std::string_view name, std::string_view path, InodeId lower,
                 bool keep_contents);

@@ -197,8 +197,10 @@ class OverlayFs {
   // gigabytes holds no other operation up; a no-op for anything else.
   // `nameless`: a view file whose names are all gone is copied for its
   // open handles (ViewFile), to a file of no name.
-  Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false)
-      UCFS_EXCLUDES(mu_);
+  // `opened`: a copy adopted is opened for writing with `open_flags` where
+  // it landed, not walked to again (*opened stays empty otherwise).
+  Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false,
+                        UniqueFd* opened = nullptr, int open_flags = 0) UCFS_EXCLUDES(mu_);
   Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
   // `s` (a failed call on an open file of `inode`) about the file's path.
   Status AboutFile(InodeId inode, const Status& s) UCFS_EXCLUDES(mu_);
