@@ -284,6 +284,13 @@ std::string FreshTempDir(const std::string& name) {
   return dir;
 }
 
+std::string FreshTestDir(const std::string& prefix) {
+  const std::string dir =
+      FreshTempDir(prefix + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 std::vector<double> FloatValues(const std::string& bytes, DType dtype) {
   std::vector<double> out;
   const uint32_t es = Info(dtype).element_size;

@@ -123,6 +123,8 @@ BinContents ReadBin(const std::string& file);
 
 // A fresh (removed) directory path under the test temp dir.
 std::string FreshTempDir(const std::string& name);
+// A fresh directory, made, named `prefix` and the running test's name.
+std::string FreshTestDir(const std::string& prefix);
 
 }  // namespace ucfs::testing
 

@@ -19,10 +19,7 @@ namespace fs = std::filesystem;
 class WriteEnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_path_ =
-        testing::FreshTempDir(std::string("write_env_") +
-                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_path_);
+    dir_path_ = testing::FreshTestDir("write_env_");
     dir_ = UniqueFd(::open(dir_path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     ASSERT_TRUE(dir_);
   }

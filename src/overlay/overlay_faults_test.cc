@@ -61,8 +61,7 @@ constexpr const char* kShard = "global_step1/mp_rank_00_model_states.pt";
 class OverlayFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base_ = testing::FreshTempDir(std::string("overlay_faults_") +
-                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    base_ = testing::FreshTestDir("overlay_faults_");
     src_ = base_ + "/src";
     fs::create_directories(src_ + "/global_step1");
     fs::create_directories(src_ + "/old");
@@ -91,6 +90,31 @@ class OverlayFaultsTest : public ::testing::Test {
     EXPECT_TRUE(overlay.ok()) << overlay.status().ToString();
     if (!overlay.ok()) return nullptr;
     return std::make_unique<OverlayFs>(std::move(overlay).value(), view_);
+  }
+
+  // Runs `body(c, mount, upper)` for each case `c` (named `c.name`), with a
+  // mount of its own over the upper directory `upper`, the disk mended.
+  template <typename Case, typename Body>
+  void ForEachCase(const std::vector<Case>& cases, Body body) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(cases[i].name);
+      const std::string upper = base_ + "/upper" + std::to_string(i);
+      faults_.Heal();
+      auto mount = Mount(upper);
+      ASSERT_TRUE(mount);
+      body(cases[i], std::move(mount), upper);
+    }
+  }
+
+  // The mount shows `expected`, and so does a new one over its upper
+  // directory once it is gone.
+  void ExpectShownAfterRemount(std::unique_ptr<OverlayFs> mount, const std::string& upper,
+                               const Tree& expected) {
+    EXPECT_EQ(Shown(*mount), expected);
+    mount.reset();
+    auto remounted = Mount(upper, /*faulty=*/false);
+    ASSERT_TRUE(remounted);
+    EXPECT_EQ(Shown(*remounted), expected);
   }
 
   // The bytes of `inode`, read through a handle as the adapter would.
@@ -195,13 +219,8 @@ TEST_F(OverlayFaultsTest, AFailedCopyUpLeavesTheViewFileAsItWas) {
        [](auto& f) { f.Inject({.op = Op::kSetTimes, .path_contains = "/global_step1"}); }, EIO},
       {"short writes", [](auto& f) { f.ShortWrites(100000); }, 0},
   };
-  for (size_t i = 0; i < failures.size(); ++i) {
-    const Failure& failure = failures[i];
-    SCOPED_TRACE(failure.name);
-    const std::string upper = base_ + "/upper" + std::to_string(i);
-    faults_.Heal();
-    auto mount = Mount(upper);
-    ASSERT_TRUE(mount);
+  ForEachCase(failures, [&](const Failure& failure, std::unique_ptr<OverlayFs> mount,
+                            const std::string& upper) {
     const Tree before = Shown(*mount);
     const InodeId shard = Find(*mount, kShard);
     failure.arm(faults_);
@@ -211,9 +230,9 @@ TEST_F(OverlayFaultsTest, AFailedCopyUpLeavesTheViewFileAsItWas) {
       ASSERT_TRUE(h.ok()) << h.status().ToString();
       mount->Release(shard, *h);
       EXPECT_GT(faults_.calls(Op::kWrite), 90u);  // 9 MiB in writes of 100 kB
-      EXPECT_EQ(Shown(*mount), before);
       EXPECT_EQ(UpperFiles(upper), std::vector<std::string>{kShard});
-      continue;
+      ExpectShownAfterRemount(std::move(mount), upper, before);
+      return;
     }
     ASSERT_FALSE(h.ok());
     ExpectFailure(h.status(), failure.err, kShard);
@@ -223,12 +242,8 @@ TEST_F(OverlayFaultsTest, AFailedCopyUpLeavesTheViewFileAsItWas) {
     auto again = mount->Open(shard, O_RDWR);
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     mount->Release(shard, *again);
-    EXPECT_EQ(Shown(*mount), before);
-    mount.reset();
-    auto remounted = Mount(upper, /*faulty=*/false);
-    ASSERT_TRUE(remounted);
-    EXPECT_EQ(Shown(*remounted), before);
-  }
+    ExpectShownAfterRemount(std::move(mount), upper, before);
+  });
 }
 
 // A trainer's save as torch.save and DeepSpeed's and Hugging Face's
@@ -249,13 +264,8 @@ TEST_F(OverlayFaultsTest, AFailedSaveLosesNothingSavedBefore) {
   };
   const std::string saved = Pattern(200000, 2);  // the earlier save
   const std::string next = Pattern(1000000, 3);  // what this one writes
-  for (size_t i = 0; i < failures.size(); ++i) {
-    const Failure& failure = failures[i];
-    SCOPED_TRACE(failure.name);
-    const std::string upper = base_ + "/upper" + std::to_string(i);
-    faults_.Heal();
-    auto mount = Mount(upper);
-    ASSERT_TRUE(mount);
+  ForEachCase(failures, [&](const Failure& failure, std::unique_ptr<OverlayFs> mount,
+                            const std::string& upper) {
     const InodeId dir = Find(*mount, "global_step1");
     // The earlier save, complete.
     auto earlier = mount->Create(dir, "optim_states.pt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -297,21 +307,17 @@ TEST_F(OverlayFaultsTest, AFailedSaveLosesNothingSavedBefore) {
       ASSERT_TRUE(second.ok()) << second.ToString();
       expected["global_step1/optim_states.pt"] = Digest(next);
       expected[kShard] = Digest(next);
-      EXPECT_EQ(Shown(*mount), expected);
-      continue;
+      ExpectShownAfterRemount(std::move(mount), upper, expected);
+      return;
     }
     ExpectFailure(first, failure.err, "global_step1/optim_states.pt");
     // The temporary is the trainer's to remove; everything else is as it was.
     for (const auto& [path, contents] : Shown(*mount)) {
       if (path.ends_with(".tmp")) expected[path] = contents;
     }
-    EXPECT_EQ(Shown(*mount), expected);
-    mount.reset();
-    auto remounted = Mount(upper, /*faulty=*/false);
-    ASSERT_TRUE(remounted);
-    EXPECT_EQ(Shown(*remounted), expected);
+    ExpectShownAfterRemount(std::move(mount), upper, expected);
     EXPECT_EQ(testing::ReadFile(upper + "/global_step1/optim_states.pt"), saved);
-  }
+  });
 }
 
 // A rename, an unlink or an rmdir that fails leaves both names as they
@@ -359,13 +365,8 @@ TEST_F(OverlayFaultsTest, FailedRenamesAndRemovalsChangeNothing) {
        [](OverlayFs& fs) { return fs.RemoveDir(kRootInode, "old"); },
        "old"},
   };
-  for (size_t i = 0; i < changes.size(); ++i) {
-    const Change& change = changes[i];
-    SCOPED_TRACE(change.name);
-    const std::string upper = base_ + "/upper" + std::to_string(i);
-    faults_.Heal();
-    auto mount = Mount(upper);
-    ASSERT_TRUE(mount);
+  ForEachCase(changes, [&](const Change& change, std::unique_ptr<OverlayFs> mount,
+                           const std::string& upper) {
     // The state each change starts from: the shard changed (copied up), a
     // directory of the mount's own, the view's `old` removed and made again
     // (opaque: its file stays hidden), and a view directory `removed`
@@ -388,12 +389,8 @@ TEST_F(OverlayFaultsTest, FailedRenamesAndRemovalsChangeNothing) {
     faults_.Heal();
     ASSERT_FALSE(s.ok());
     ExpectFailure(s, change.fault.err, change.path);
-    EXPECT_EQ(Shown(*mount), before);
-    mount.reset();
-    auto remounted = Mount(upper, /*faulty=*/false);
-    ASSERT_TRUE(remounted);
-    EXPECT_EQ(Shown(*remounted), before);
-  }
+    ExpectShownAfterRemount(std::move(mount), upper, before);
+  });
 }
 
 }  // namespace
