@@ -1,6 +1,7 @@
 #include "test_support.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -194,6 +195,19 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
   return out;
 }
 
+std::map<std::string, FileState> FilesBelow(const std::string& dir) {
+  std::map<std::string, FileState> out;
+  if (!std::filesystem::exists(dir)) return out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string rel = std::filesystem::relative(e.path(), dir).string();
+    struct stat st {};
+    EXPECT_EQ(::lstat(e.path().c_str(), &st), 0) << e.path();
+    out[rel] =
+        S_ISREG(st.st_mode) ? FileState{ReadFile(e.path()), NanosOf(st.st_mtim)} : FileState{};
+  }
+  return out;
+}
+
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -268,6 +282,13 @@ std::shared_ptr<View> SmallView() {
 std::string FreshTempDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/ucfs_" + name;
   std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::string FreshTestDir(const std::string& prefix) {
+  const std::string dir =
+      FreshTempDir(prefix + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::create_directories(dir);
   return dir;
 }
 

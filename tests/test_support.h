@@ -39,6 +39,16 @@ std::vector<std::string> FlatGroupFixtureNames();
 std::vector<std::string> TorchFilesBelow(const std::string& dir);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
+// A file's bytes and modification time: what a test that must leave it
+// untouched compares.
+struct FileState {
+  std::string bytes;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileState&) const = default;
+};
+// Every entry below `dir` by its path relative to `dir`: a regular file's
+// state, an empty one for anything else.
+std::map<std::string, FileState> FilesBelow(const std::string& dir);
 // The fixture's ORACLE.json, parsed once per process.
 const nlohmann::json& Oracle(const std::string& fixture);
 // A tensor- or pipeline-parallel fixture's ORACLE.json, parsed once.
@@ -118,6 +128,8 @@ BinContents ReadBin(const std::string& file);
 
 // A fresh (removed) directory path under the test temp dir.
 std::string FreshTempDir(const std::string& name);
+// A fresh directory, made, named `prefix` and the running test's name.
+std::string FreshTestDir(const std::string& prefix);
 
 // An OverlayFs over `view` (a writable mount without the kernel), writing
 // into the fresh temporary directory `prefix` + the running test's name,

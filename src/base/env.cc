@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "ucfs/base/write_env.h"
+
 namespace ucfs {
 
 Status RandomAccessFile::ReadExact(uint64_t offset, size_t n, char* buf) const {
@@ -55,6 +57,8 @@ Result<std::string> Env::RealPath(const std::string& path) {
 Result<std::shared_ptr<Env>> Env::Confine(const std::string& dir) {
   return Status::NotSupported(dir + ": this Env confines to no directory");
 }
+
+WriteEnv* Env::Writer() { return WriteEnv::Posix(); }
 
 Result<bool> Env::MakeDir(const std::string& path, uint32_t, int64_t) {
   return Status::NotSupported(path + ": this Env makes no directories");

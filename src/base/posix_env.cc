@@ -13,6 +13,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/unique_fd.h"
+#include "ucfs/base/write_env.h"
 
 namespace ucfs {
 
@@ -188,14 +189,15 @@ class PosixEnv final : public Env {
   }
 
   Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override {
-    if (::mkdir(path.c_str(), mode) != 0) {
-      if (errno == EEXIST) return false;
-      return Status::LastErrno(path);
+    WriteEnv& writer = *Writer();
+    if (Status made = writer.MakeDirAt(AT_FDCWD, path, mode); !made.ok()) {
+      if (made.posix_errno() == EEXIST) return false;
+      return made.WithFile(path);
     }
     // Exactly `mode`, whatever the umask took from it.
-    if (::chmod(path.c_str(), mode) != 0) return Status::LastErrno(path);
+    UCFS_RETURN_IF_ERROR(writer.ChmodAt(AT_FDCWD, path, mode).WithFile(path));
     const timespec times[2] = {TimespecOf(mtime_ns), TimespecOf(mtime_ns)};
-    if (::utimensat(AT_FDCWD, path.c_str(), times, 0) != 0) return Status::LastErrno(path);
+    UCFS_RETURN_IF_ERROR(writer.SetTimesAt(AT_FDCWD, path, times, 0).WithFile(path));
     return true;
   }
 };

@@ -345,7 +345,8 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse
 void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offset,
               struct fuse_file_info* fi) {
   Server& s = Of(req);  // req is gone once replied to
-  auto target = s.fs->StartWrite(HandleOf(fi), CallerOf(req));
+  const Handle& handle = HandleOf(fi);
+  auto target = s.fs->StartWrite(handle, CallerOf(req));
   if (!target.ok()) {
     fuse_reply_err(req, ErrnoOf(target.status()));
     return;
@@ -354,12 +355,26 @@ void WriteBuf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec* in, off_t offs
   // The kernel's cached mode is stale: what asks again (stat, permission
   // checks) gets the new one.
   if (told) fuse_lowlevel_notify_inval_inode(s.session, ino, -1, 0);
-  fuse_bufvec out = FdBuffer(target->fd, offset, fuse_buf_size(in));
-  const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
-  if (written < 0) {
-    fuse_reply_err(req, static_cast<int>(-written));
+  const fuse_buf& first = in->buf[0];
+  if (in->count == 1 && (first.flags & FUSE_BUF_IS_FD) == 0) {
+    // Bytes in memory: written through the file system (its WriteEnv).
+    auto written = s.fs->Write(ino, handle, {static_cast<const char*>(first.mem), first.size},
+                               static_cast<uint64_t>(offset));
+    if (written.ok()) {
+      fuse_reply_write(req, *written);
+    } else {
+      fuse_reply_err(req, ErrnoOf(written.status()));
+    }
   } else {
-    fuse_reply_write(req, static_cast<size_t>(written));
+    // Bytes the kernel left in a pipe (FUSE_CAP_SPLICE_READ): spliced fd
+    // to fd, the one write the overlay's WriteEnv does not see.
+    fuse_bufvec out = FdBuffer(target->fd, offset, fuse_buf_size(in));
+    const ssize_t written = fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
+    if (written < 0) {
+      fuse_reply_err(req, static_cast<int>(-written));
+    } else {
+      fuse_reply_write(req, static_cast<size_t>(written));
+    }
   }
   // Some checks read the cached mode without asking (hard-link protection,
   // on the way to a link): the file's names are dropped from the kernel's

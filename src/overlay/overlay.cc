@@ -51,22 +51,31 @@ mode_t ModeAfterWrite(mode_t mode, gid_t gid, const Overlay::Caller& caller) {
 Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
                                                Options options) {
-  const bool made = ::mkdir(upper_dir.c_str(), 0755) == 0;
-  if (!made && errno != EEXIST) return Status::LastErrno(upper_dir);
+  WriteEnv& writer = options.writer != nullptr ? *options.writer : *env.Writer();
+  const Status mkdir = writer.MakeDirAt(AT_FDCWD, upper_dir, 0755);
+  if (!mkdir.ok() && mkdir.posix_errno() != EEXIST) return mkdir.WithFile(upper_dir);
+  const bool made = mkdir.ok();
   // The mount's root, shared with its users: 0755 whatever the daemon's
   // umask took from it.
-  if (made && ::chmod(upper_dir.c_str(), 0755) != 0) return Status::LastErrno(upper_dir);
+  if (made) {
+    UCFS_RETURN_IF_ERROR(writer.ChmodAt(AT_FDCWD, upper_dir, 0755).WithFile(upper_dir));
+  }
   int fd = ::open(upper_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Fail(errno == ENOTDIR ? ENOTDIR : errno, upper_dir, "not a directory");
   UniqueFd root(fd);
   // A new upper root is the shown root copied up: its time, not the mount's.
   if (auto shown = lower->GetAttr(kRootInode); made && shown.ok()) {
     const timespec times[2] = {TimespecOf(shown->mtime_ns), TimespecOf(shown->mtime_ns)};
-    ::utimensat(AT_FDCWD, upper_dir.c_str(), times, 0);
+    writer.SetTimesAt(AT_FDCWD, upper_dir, times, 0);  // best effort
   }
-  RemoveStaleCopyUps(root.get(), 0);
+  RemoveStaleCopyUps(writer, root.get(), 0);
   return std::unique_ptr<Overlay>(
       new Overlay(upper_dir, std::move(root), std::move(lower), env, std::move(options)));
+}
+
+Result<std::unique_ptr<Overlay>> Overlay::Open(const std::string& upper_dir,
+                                               std::shared_ptr<View> lower, Env& env) {
+  return Open(upper_dir, std::move(lower), env, Options());
 }
 
 bool Overlay::IsReadOnly(std::string_view path) const {
@@ -228,15 +237,9 @@ Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
       // it is made in: its times are put back (as overlayfs does).
       struct stat parent {};
       const bool stated = ::fstat(cur.get(), &parent) == 0;
-      if (::mkdirat(cur.get(), stored.c_str(), 0700) != 0) return Status::LastErrno(rel);
-      if (can_chown_) {
-        ::fchownat(cur.get(), stored.c_str(), ViewEntryUid(a), ViewEntryGid(a),
-                   AT_SYMLINK_NOFOLLOW);
-      }
-      ::fchmodat(cur.get(), stored.c_str(), ViewEntryMode(a) & 07777, 0);
-      const timespec times[2] = {TimespecOf(a.mtime_ns), TimespecOf(a.mtime_ns)};
-      ::utimensat(cur.get(), stored.c_str(), times, AT_SYMLINK_NOFOLLOW);
-      if (stated) RestoreTimes(cur.get(), parent);
+      Status made = CopyUpDir(cur.get(), stored, a);
+      if (stated) RestoreTimes(writer_, cur.get(), parent);
+      UCFS_RETURN_IF_ERROR(made.WithFile(rel));
       copied_up_dirs_.push_back(rel);
     } else if (!S_ISDIR(st.st_mode)) {
       return Fail(ENOTDIR, rel, "not a directory");
@@ -246,7 +249,28 @@ Result<UniqueFd> Overlay::UpperDir(std::string_view path) {
   return cur;
 }
 
+Status Overlay::CopyUpDir(int dir, const std::string& name, const Attr& a) {
+  UCFS_RETURN_IF_ERROR(writer_.MakeDirAt(dir, name, 0700));
+  // The owner as far as the daemon may set it (a user namespace may map
+  // no such id: the directory is then the daemon's, as a new one is).
+  if (can_chown_) {
+    writer_.ChownAt(dir, name, ViewEntryUid(a), ViewEntryGid(a), AT_SYMLINK_NOFOLLOW);
+  }
+  // A directory shown with another mode or time than the view's would be
+  // a change no one made: it goes again.
+  const timespec times[2] = {TimespecOf(a.mtime_ns), TimespecOf(a.mtime_ns)};
+  Status s = writer_.ChmodAt(dir, name, ViewEntryMode(a) & 07777);
+  if (s.ok()) s = writer_.SetTimesAt(dir, name, times, AT_SYMLINK_NOFOLLOW);
+  if (!s.ok()) writer_.UnlinkAt(dir, name, AT_REMOVEDIR);
+  return s;
+}
+
 Status Overlay::EnsureUpperDir(std::string_view path) { return UpperDir(path).status(); }
+
+Result<UniqueFd> Overlay::ParentOf(Resolved& r, std::string_view path) {
+  if (r.ref.dir) return std::move(r.ref.dir);
+  return UpperDir(SplitLast(path).first);
+}
 
 bool Overlay::ViewHas(std::string_view path) {
   auto [parent, name] = SplitLast(path);
@@ -263,8 +287,9 @@ Result<Overlay::UpperRef> Overlay::LocateUpper(std::string_view path) {
 Result<UniqueFd> Overlay::OpenRead(std::string_view path, int flags) {
   UCFS_ASSIGN_OR_RETURN(Resolved r, Resolve(path));
   if (!r.entry.in_upper) return Fail(ENOENT, path, "not in the upper directory");
-  UniqueFd fd(::openat(r.ref.dir.get(), r.ref.name.c_str(),
-                       (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC));
+  // A read: nothing made (OpenWrite makes and writes, through the WriteEnv).
+  const int read_flags = flags & ~(O_CREAT | O_EXCL);
+  UniqueFd fd(::openat(r.ref.dir.get(), r.ref.name.c_str(), read_flags | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return Status::LastErrno(path);
   return fd;
 }

@@ -22,18 +22,14 @@ Status Overlay::FinishCreate(int dir, const std::string& name, mode_t mode, cons
   if (is_dir && setgid_parent) mode |= S_ISGID;
   if (caller != nullptr && can_chown_) {
     const gid_t gid = setgid_parent ? static_cast<gid_t>(-1) : caller->gid;
-    if (::fchownat(dir, name.c_str(), caller->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
-      return Status::LastErrno(name);
-    }
+    UCFS_RETURN_IF_ERROR(writer_.ChownAt(dir, name, caller->uid, gid, AT_SYMLINK_NOFOLLOW));
   }
   if (is_symlink) return Status::OK();
   // The daemon's own umask (and a chown's clearing of set-id bits) may have
   // changed the mode; it is set to what was asked.
   struct stat st {};
   if (!StatAt(dir, name, &st)) return Status::LastErrno(name);
-  if ((st.st_mode & 07777) != mode && ::fchmodat(dir, name.c_str(), mode, 0) != 0) {
-    return Status::LastErrno(name);
-  }
+  if ((st.st_mode & 07777) != mode) UCFS_RETURN_IF_ERROR(writer_.ChmodAt(dir, name, mode));
   return Status::OK();
 }
 
@@ -54,50 +50,48 @@ Result<Overlay::UpperRef> Overlay::PrepareNew(std::string_view path, bool known_
   return ref;
 }
 
-void Overlay::Created(const UpperRef& ref, std::string_view name, bool is_dir) {
+Status Overlay::Created(const UpperRef& ref, std::string_view name, bool is_dir) {
   // Where a deleted view entry stood, its whiteout goes; a directory made
-  // there must not show the old directory's contents.
-  if (RemoveWhiteout(ref.dir.get(), name) && is_dir) MarkOpaque(ref.dir.get(), ref.name);
+  // there must not show the old directory's contents, so it is marked
+  // before the whiteout goes.
+  if (is_dir && StatAt(ref.dir.get(), WhiteoutName(name))) {
+    UCFS_RETURN_IF_ERROR(MarkOpaque(writer_, ref.dir.get(), ref.name));
+  }
+  RemoveWhiteout(ref.dir.get(), name);
+  return Status::OK();
+}
+
+Status Overlay::FinishNew(const UpperRef& ref, std::string_view path, mode_t mode,
+                          const Caller* caller, mode_t type) {
+  const bool is_dir = S_ISDIR(type);
+  Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, is_dir, S_ISLNK(type));
+  if (s.ok()) s = Created(ref, SplitLast(path).second, is_dir);
+  if (!s.ok()) {
+    writer_.UnlinkAt(ref.dir.get(), ref.name, is_dir ? AT_REMOVEDIR : 0);  // best effort
+    return s.WithFile(path);
+  }
+  return Status::OK();
 }
 
 Status Overlay::MakeDir(std::string_view path, mode_t mode, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
   if (caller != nullptr) mode &= ~caller->umask;
-  if (::mkdirat(ref.dir.get(), ref.name.c_str(), mode & 07777) != 0) return Status::LastErrno(path);
-  Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, true, false);
-  if (!s.ok()) {
-    ::unlinkat(ref.dir.get(), ref.name.c_str(), AT_REMOVEDIR);
-    return s;
-  }
-  Created(ref, SplitLast(path).second, true);
-  return Status::OK();
+  UCFS_RETURN_IF_ERROR(writer_.MakeDirAt(ref.dir.get(), ref.name, mode & 07777).WithFile(path));
+  return FinishNew(ref, path, mode, caller, S_IFDIR);
 }
 
 Status Overlay::MakeNode(std::string_view path, mode_t mode, dev_t rdev, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
   if (caller != nullptr) mode &= ~caller->umask;
-  if (::mknodat(ref.dir.get(), ref.name.c_str(), mode, rdev) != 0) return Status::LastErrno(path);
-  Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, false, false);
-  if (!s.ok()) {
-    ::unlinkat(ref.dir.get(), ref.name.c_str(), 0);
-    return s;
-  }
-  Created(ref, SplitLast(path).second, false);
-  return Status::OK();
+  UCFS_RETURN_IF_ERROR(writer_.MakeNodeAt(ref.dir.get(), ref.name, mode, rdev).WithFile(path));
+  return FinishNew(ref, path, mode, caller, mode & S_IFMT);
 }
 
 Status Overlay::Symlink(std::string_view target, std::string_view path, const Caller* caller) {
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path));
-  if (::symlinkat(std::string(target).c_str(), ref.dir.get(), ref.name.c_str()) != 0) {
-    return Status::LastErrno(path);
-  }
-  Status s = FinishCreate(ref.dir.get(), ref.name, 0777, caller, false, true);
-  if (!s.ok()) {
-    ::unlinkat(ref.dir.get(), ref.name.c_str(), 0);
-    return s;
-  }
-  Created(ref, SplitLast(path).second, false);
-  return Status::OK();
+  UCFS_RETURN_IF_ERROR(
+      writer_.SymlinkAt(std::string(target), ref.dir.get(), ref.name).WithFile(path));
+  return FinishNew(ref, path, 0777, caller, S_IFLNK);
 }
 
 Result<UniqueFd> Overlay::OpenWrite(std::string_view path, int flags, mode_t mode,
@@ -119,24 +113,22 @@ Result<UniqueFd> Overlay::OpenWrite(std::string_view path, int flags, mode_t mod
     } else {
       UCFS_ASSIGN_OR_RETURN(ref, PrepareChange(path, !(flags & O_TRUNC)));
     }
-    UniqueFd fd(::openat(ref.dir.get(), ref.name.c_str(),
-                         (flags & ~(O_CREAT | O_EXCL)) | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) return Status::LastErrno(path);
-    return fd;
+    return OpenUpper(ref, path, flags);
   }
   if (!(flags & O_CREAT) || found.status().posix_errno() != ENOENT) return found.status();
   UCFS_ASSIGN_OR_RETURN(UpperRef ref, PrepareNew(path, /*known_missing=*/true));
   if (caller != nullptr) mode &= ~caller->umask;
-  UniqueFd fd(::openat(ref.dir.get(), ref.name.c_str(), flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       mode & 07777));
-  if (!fd) return Status::LastErrno(path);
-  Status s = FinishCreate(ref.dir.get(), ref.name, mode, caller, false, false);
-  if (!s.ok()) {
-    ::unlinkat(ref.dir.get(), ref.name.c_str(), 0);
-    return s;
-  }
-  Created(ref, SplitLast(path).second, false);
+  auto fd = writer_.OpenAt(ref.dir.get(), ref.name, flags | O_EXCL | O_NOFOLLOW, mode & 07777);
+  if (!fd.ok()) return fd.status().WithFile(path);
+  UCFS_RETURN_IF_ERROR(FinishNew(ref, path, mode, caller, S_IFREG));
   if (created != nullptr) *created = true;
+  return fd;
+}
+
+Result<UniqueFd> Overlay::OpenUpper(const UpperRef& ref, std::string_view path, int flags) {
+  auto fd = writer_.OpenAt(ref.dir.get(), ref.name,
+                           (flags & ~(O_CREAT | O_EXCL | O_NOFOLLOW)) | O_NOFOLLOW, 0);
+  if (!fd.ok()) return fd.status().WithFile(path);
   return fd;
 }
 
@@ -146,12 +138,11 @@ Status Overlay::Link(std::string_view from, std::string_view to) {
   if (src.is_dir) return Fail(EPERM, from, "hard links to directories are not allowed");
   UCFS_ASSIGN_OR_RETURN(UpperRef target, PrepareNew(to));
   UCFS_ASSIGN_OR_RETURN(UpperRef source, PrepareChange(from));
-  if (::linkat(source.dir.get(), source.name.c_str(), target.dir.get(), target.name.c_str(), 0) !=
-      0) {
-    return Status::LastErrno(to);
-  }
-  Created(target, SplitLast(to).second, false);
-  return Status::OK();
+  UCFS_RETURN_IF_ERROR(
+      writer_.LinkAt(source.dir.get(), source.name, target.dir.get(), target.name, 0).WithFile(to));
+  // Removing a whiteout cannot fail in a way that matters: a whiteout left
+  // beside an upper entry hides nothing it shows.
+  return Created(target, SplitLast(to).second, false);
 }
 
 }  // namespace ucfs

@@ -11,7 +11,10 @@
 namespace ucfs {
 
 OverlayFs::OverlayFs(std::unique_ptr<Overlay> overlay, std::shared_ptr<View> view)
-    : overlay_(std::move(overlay)), view_(std::move(view)), upper_dir_(overlay_->upper_dir()) {
+    : overlay_(std::move(overlay)),
+      view_(std::move(view)),
+      upper_dir_(overlay_->upper_dir()),
+      writer_(overlay_->writer()) {
   nodes_[kRootInode].paths = {""};
   nodes_[kRootInode].lookups = 1;
   by_path_[""] = kRootInode;
@@ -29,8 +32,14 @@ Result<bool> OverlayFs::BeforeWrite(int fd, const Caller& caller) {
   if (::fstat(fd, &st) != 0) return Status::LastErrno("fstat");
   const mode_t mode = ModeAfterWrite(st.st_mode, st.st_gid, caller);
   if (mode == st.st_mode) return false;
-  if (::fchmod(fd, mode & 07777) != 0) return Status::LastErrno("fchmod");
+  UCFS_RETURN_IF_ERROR(writer_.ChmodAt(fd, "", mode & 07777));
   return true;
+}
+
+Status OverlayFs::AboutFile(InodeId inode, const Status& s) {
+  MutexLock lock(mu_);
+  auto path = PathOf(inode);
+  return s.WithFile(path.ok() ? *path : "inode " + std::to_string(inode));
 }
 
 Result<struct stat> OverlayFs::Lookup(InodeId parent, std::string_view name) {
@@ -112,7 +121,8 @@ Result<InodeId> OverlayFs::ViewInodeOf(InodeId inode) {
   return e.in_upper ? 0 : e.lower;
 }
 
-Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless) {
+Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless, UniqueFd* opened,
+                                 int open_flags) {
   std::optional<Overlay::CopyAside> copy;
   // A view file whose names are all gone, open read-only: copied to a file
   // of no name, which its handles go on with (as a file system's unlinked
@@ -144,7 +154,14 @@ Status OverlayFs::CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameles
   }
   auto path = PathOf(inode);  // where it is now: it may have moved meanwhile
   if (!path.ok()) return Status::OK();
-  Status adopted = overlay_->Adopt(*path, std::move(*copy));
+  Status adopted;
+  if (opened != nullptr) {
+    auto fd = overlay_->AdoptAndOpen(*path, std::move(*copy), open_flags);
+    adopted = fd.status();
+    if (fd.ok()) *opened = std::move(fd).value();
+  } else {
+    adopted = overlay_->Adopt(*path, std::move(*copy));
+  }
   NoteCopiedUpDirs();
   FollowCopyUp(inode);
   return adopted;
@@ -171,13 +188,16 @@ void OverlayFs::NoteCopiedUpDirs() {
 }
 
 Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller* caller) {
+  // Buffers come from libfuse, not aligned for O_DIRECT.
+  flags &= ~(O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY);
+  // A view file opened to write is copied up first (unless O_TRUNC makes
+  // its contents moot), and opened where the copy lands.
+  UniqueFd adopted;
   if ((flags & O_ACCMODE) != O_RDONLY && !(flags & O_TRUNC)) {
-    UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true));
+    UCFS_RETURN_IF_ERROR(CopyUpUnlocked(inode, true, false, &adopted, flags));
   }
   MutexLock lock(mu_);
   UCFS_ASSIGN_OR_RETURN(std::string path, PathOf(inode));
-  // Buffers come from libfuse, not aligned for O_DIRECT.
-  flags &= ~(O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY);
   Handle handle;
   if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_TRUNC)) {
     UCFS_ASSIGN_OR_RETURN(Overlay::Entry e, overlay_->Lookup(path));
@@ -206,10 +226,13 @@ Result<OverlayFs::Handle> OverlayFs::Open(InodeId inode, int flags, const Caller
     return handle;
   }
   if (overlay_->IsReadOnly(path)) return Status::Posix(EROFS, path + ": read-only");
-  auto opened = overlay_->OpenWrite(path, flags, 0);
-  NoteCopiedUpDirs();
-  UCFS_ASSIGN_OR_RETURN(UniqueFd fd, std::move(opened));
-  FollowCopyUp(inode);
+  UniqueFd fd = std::move(adopted);
+  if (!fd) {
+    auto opened = overlay_->OpenWrite(path, flags, 0);
+    NoteCopiedUpDirs();
+    UCFS_ASSIGN_OR_RETURN(fd, std::move(opened));
+    FollowCopyUp(inode);
+  }
   // The truncation FUSE_CAP_ATOMIC_O_TRUNC leaves to us, with what it
   // clears.
   if ((flags & O_TRUNC) && caller != nullptr) {
@@ -403,22 +426,24 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     FollowCopyUp(inode);
   }
   const std::string what = path.ok() ? *path : "inode " + std::to_string(inode);
-  const char* name = ref.name.c_str();
+  // The entry changed: the open file `fd`, or `ref.name` in `ref.dir`.
+  const int at = fd >= 0 ? fd : ref.dir.get();
+  const std::string name = fd >= 0 ? "" : ref.name;
   auto stat_now = [&](struct stat* st) {
-    return fd >= 0 ? ::fstat(fd, st) : ::fstatat(ref.dir.get(), name, st, AT_SYMLINK_NOFOLLOW);
+    return fd >= 0 ? ::fstat(fd, st)
+                   : ::fstatat(ref.dir.get(), name.c_str(), st, AT_SYMLINK_NOFOLLOW);
   };
-  auto chmod_to = [&](mode_t mode) {
-    return fd >= 0 ? ::fchmod(fd, mode & 07777) : ::fchmodat(ref.dir.get(), name, mode & 07777, 0);
-  };
+  auto chmod_to = [&](mode_t mode) { return writer_.ChmodAt(at, name, mode & 07777); };
   if (request.size) {
-    const off_t size = static_cast<off_t>(*request.size);
     UniqueFd opened;
     int w = fd;
     if (w < 0) {
-      opened = UniqueFd(::openat(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+      auto file = writer_.OpenAt(ref.dir.get(), name, O_WRONLY | O_NOFOLLOW, 0);
+      if (!file.ok()) return file.status().WithFile(what);
+      opened = std::move(file).value();
       w = opened.get();
     }
-    if (w < 0 || ::ftruncate(w, size) != 0) return Status::LastErrno(what);
+    UCFS_RETURN_IF_ERROR(writer_.Truncate(w, *request.size).WithFile(what));
   }
   const bool nothing = !request.size && !request.uid && !request.gid && !request.mode &&
                        !request.atime && !request.mtime;
@@ -431,9 +456,7 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     if (stat_now(&before) != 0) return Status::LastErrno(what);
     const uid_t uid = request.uid.value_or(static_cast<uid_t>(-1));
     const gid_t gid = request.gid.value_or(static_cast<gid_t>(-1));
-    const int rc = fd >= 0 ? ::fchown(fd, uid, gid)
-                           : ::fchownat(ref.dir.get(), name, uid, gid, AT_SYMLINK_NOFOLLOW);
-    if (rc != 0) return Status::LastErrno(what);
+    UCFS_RETURN_IF_ERROR(writer_.ChownAt(at, name, uid, gid, AT_SYMLINK_NOFOLLOW).WithFile(what));
     // An empty setattr is also what a write's clearing of S_ISGID (the
     // caller outside the file's group, the group not executing it) comes
     // as when the kernel leaves that to us: for the owner, chown(f, -1,
@@ -443,7 +466,7 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
   }
   // After a chown, which may have cleared the set-id bits a chmod of the
   // same call sets.
-  if (request.mode && chmod_to(*request.mode) != 0) return Status::LastErrno(what);
+  if (request.mode) UCFS_RETURN_IF_ERROR(chmod_to(*request.mode).WithFile(what));
   // A truncation or chown clears what a write by the same caller would
   // (for a chown, by the group the file had). The kernel sends what it
   // clears itself as a mode in the same request, S_ISGID without group
@@ -453,15 +476,13 @@ Result<struct stat> OverlayFs::SetAttr(InodeId inode, const SetAttrRequest& requ
     if (stat_now(&now) != 0) return Status::LastErrno(what);
     const gid_t gid = owners_changed ? before.st_gid : now.st_gid;
     const mode_t mode = ModeAfterWrite(now.st_mode, gid, *caller);
-    if (mode != now.st_mode && chmod_to(mode) != 0) return Status::LastErrno(what);
+    if (mode != now.st_mode) UCFS_RETURN_IF_ERROR(chmod_to(mode).WithFile(what));
   }
   if (request.atime || request.mtime) {
     timespec times[2];
     times[0] = request.atime.value_or(timespec{0, UTIME_OMIT});
     times[1] = request.mtime.value_or(timespec{0, UTIME_OMIT});
-    const int rc = fd >= 0 ? ::futimens(fd, times)
-                           : ::utimensat(ref.dir.get(), name, times, AT_SYMLINK_NOFOLLOW);
-    if (rc != 0) return Status::LastErrno(what);
+    UCFS_RETURN_IF_ERROR(writer_.SetTimesAt(at, name, times, AT_SYMLINK_NOFOLLOW).WithFile(what));
   }
   if (!path.ok()) {
     struct stat st {};

@@ -24,6 +24,15 @@ Result<FileSystem::WriteTarget> OverlayFs::StartWrite(const Handle& handle, cons
   return WriteTarget{handle.fd, cleared};
 }
 
+Result<size_t> OverlayFs::Write(InodeId inode, const Handle& handle, std::string_view data,
+                                uint64_t offset) {
+  if (handle.fd < 0) return AboutFile(inode, Status::Posix(EBADF, "not open for writing"));
+  size_t written = 0;
+  Status s = writer_.WriteAll(handle.fd, data, offset, &written);
+  if (!s.ok() && written == 0) return AboutFile(inode, s);
+  return written;
+}
+
 Status OverlayFs::Flush(const Handle& handle) {
   if (handle.fd < 0) return Status::OK();
   // Closed by hand: what close(2) answers is the point (a close that fails
@@ -36,23 +45,22 @@ Status OverlayFs::Flush(const Handle& handle) {
 
 Status OverlayFs::Fsync(const Handle& handle, bool datasync) {
   if (handle.fd < 0) return Status::OK();
-  if ((datasync ? ::fdatasync(handle.fd) : ::fsync(handle.fd)) != 0) {
-    return Status::LastErrno(datasync ? "fdatasync" : "fsync");
-  }
-  return Status::OK();
+  return writer_.Sync(handle.fd, datasync);
 }
 
 Status OverlayFs::Fallocate(const Handle& handle, int mode, off_t offset, off_t length) {
   if (handle.fd < 0) return NoUpperFile();
-  if (::fallocate(handle.fd, mode, offset, length) != 0) return Status::LastErrno("fallocate");
-  return Status::OK();
+  if (offset < 0 || length <= 0) return Status::Posix(EINVAL, "fallocate of a negative range");
+  return writer_.Allocate(handle.fd, mode, static_cast<uint64_t>(offset),
+                          static_cast<uint64_t>(length));
 }
 
 Status OverlayFs::FsyncDir(InodeId) {
+  // Directory changes are made by rename, mkdir and unlink in the upper
+  // directory; syncing its file system covers them.
   const UniqueFd fd(::open(upper_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return Status::LastErrno(upper_dir_);
-  if (::syncfs(fd.get()) != 0) return Status::LastErrno("syncfs");
-  return Status::OK();
+  return writer_.SyncFileSystem(fd.get());
 }
 
 }  // namespace ucfs

@@ -147,8 +147,8 @@ TEST_F(OverlayFsIoTest, WritesAndTruncationsClearSetIdBits) {
     EXPECT_EQ(::fchmod(made->second.fd, mode), 0);
     return made->second;
   };
-  auto cleared = [](int fd, const OverlayFs::Caller& caller) {
-    auto changed = OverlayFs::BeforeWrite(fd, caller);
+  auto cleared = [this](int fd, const OverlayFs::Caller& caller) {
+    auto changed = fs_->BeforeWrite(fd, caller);
     EXPECT_TRUE(changed.ok()) << changed.status().ToString();
     return changed.ok() && *changed;
   };

@@ -90,10 +90,7 @@ Status OverlayFs::SetXattr(InodeId inode, const std::string& name, std::string_v
   UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, std::move(prepared));
   FollowCopyUp(inode);
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  if (::setxattr(p.path.c_str(), name.c_str(), value.data(), value.size(), flags) != 0) {
-    return Status::LastErrno(name);
-  }
-  return Status::OK();
+  return writer_.SetXattr(p.fd.get(), name, value, flags).WithFile(path);
 }
 
 Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
@@ -109,8 +106,7 @@ Status OverlayFs::RemoveXattr(InodeId inode, const std::string& name) {
   }
   UCFS_ASSIGN_OR_RETURN(Overlay::UpperRef ref, overlay_->PrepareChange(path));
   UCFS_ASSIGN_OR_RETURN(ProcPath p, ProcPathOf(ref));
-  if (::removexattr(p.path.c_str(), name.c_str()) != 0) return Status::LastErrno(name);
-  return Status::OK();
+  return writer_.RemoveXattr(p.fd.get(), name).WithFile(path);
 }
 
 }  // namespace ucfs

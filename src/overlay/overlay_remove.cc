@@ -13,36 +13,70 @@
 namespace ucfs {
 
 Status Overlay::AddWhiteout(int dir, std::string_view name) {
-  const std::string wh = WhiteoutName(name);
-  const UniqueFd fd(::openat(dir, wh.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd) return Status::LastErrno(wh);
-  return Status::OK();
+  return MakeMarker(writer_, dir, WhiteoutName(name));
 }
 
 bool Overlay::RemoveWhiteout(int dir, std::string_view name) {
-  return ::unlinkat(dir, WhiteoutName(name).c_str(), 0) == 0;
+  return writer_.UnlinkAt(dir, WhiteoutName(name), 0).ok();
 }
 
-void Overlay::ClearInternal(int dir_fd) {
-  auto names = ListUpper(dir_fd, "upper");
-  if (!names.ok()) return;
-  for (const auto& d : *names) {
-    if (IsOverlayInternalName(d.stored)) ::unlinkat(dir_fd, d.stored.c_str(), 0);
+Result<bool> Overlay::WhiteOutAhead(int dir, std::string_view name, std::string_view path) {
+  if (StatAt(dir, WhiteoutName(name))) return false;
+  UCFS_RETURN_IF_ERROR(AddWhiteout(dir, name).WithFile(path));
+  return true;
+}
+
+void Overlay::UndoWhiteout(int dir, std::string_view name, bool made) {
+  if (made) RemoveWhiteout(dir, name);
+}
+
+Status Overlay::ClearInternal(int dir_fd, std::vector<std::string>* removed) {
+  UCFS_ASSIGN_OR_RETURN(auto names, ListUpper(dir_fd, "upper"));
+  for (const auto& d : names) {
+    if (!IsOverlayInternalName(d.stored)) continue;
+    if (Status s = writer_.UnlinkAt(dir_fd, d.stored, 0); !s.ok()) {
+      RestoreInternal(dir_fd, *removed);
+      return s;
+    }
+    removed->push_back(d.stored);
   }
+  return Status::OK();
 }
 
+void Overlay::RestoreInternal(int dir_fd, const std::vector<std::string>& names) {
+  // Whiteouts and markers are empty files: made again, they are as they were.
+  for (const std::string& name : names) MakeMarker(writer_, dir_fd, name);
+}
+
+Status Overlay::RemoveUpperDir(int dir, const std::string& name, std::string_view path) {
+  // Only ucfs's own entries can be left in it.
+  UCFS_ASSIGN_OR_RETURN(UniqueFd self, OpenDirAt(dir, name, path));
+  std::vector<std::string> removed;
+  UCFS_RETURN_IF_ERROR(ClearInternal(self.get(), &removed).WithFile(path));
+  if (Status s = writer_.UnlinkAt(dir, name, AT_REMOVEDIR); !s.ok()) {
+    RestoreInternal(self.get(), removed);
+    return s.WithFile(path);
+  }
+  return Status::OK();
+}
+
+// The upper entry goes, and the view's entry of that name (if any) must not
+// show through: its whiteout is made first (WhiteOutAhead).
 Status Overlay::Unlink(std::string_view path) {
   if (IsReadOnly(path)) return Fail(EROFS, path, "read-only");
   UCFS_ASSIGN_OR_RETURN(Resolved r, Resolve(path));
   if (r.entry.is_dir) return Fail(EISDIR, path, "is a directory");
-  auto [parent, name] = SplitLast(path);
-  if (r.entry.in_upper) {
-    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), 0) != 0) return Status::LastErrno(path);
-  }
-  // The view's entry of that name must not show through.
+  UCFS_ASSIGN_OR_RETURN(UniqueFd dir, ParentOf(r, path));
+  const std::string_view name = SplitLast(path).second;
+  bool whited = false;
   if (r.entry.covers_view) {
-    UCFS_ASSIGN_OR_RETURN(UniqueFd dir, UpperDir(parent));
-    UCFS_RETURN_IF_ERROR(AddWhiteout(dir.get(), name));
+    UCFS_ASSIGN_OR_RETURN(whited, WhiteOutAhead(dir.get(), name, path));
+  }
+  if (r.entry.in_upper) {
+    if (Status s = writer_.UnlinkAt(dir.get(), r.ref.name, 0); !s.ok()) {
+      UndoWhiteout(dir.get(), name, whited);
+      return s.WithFile(path);
+    }
   }
   return Status::OK();
 }
@@ -54,17 +88,17 @@ Status Overlay::RemoveDir(std::string_view path) {
   if (!r.entry.is_dir) return Fail(ENOTDIR, path, "not a directory");
   UCFS_ASSIGN_OR_RETURN(auto entries, ReadDir(path));
   if (!entries.empty()) return Fail(ENOTEMPTY, path, "not empty");
-  auto [parent, name] = SplitLast(path);
-  if (r.entry.in_upper) {
-    // Only ucfs's own entries can be left in it.
-    UCFS_ASSIGN_OR_RETURN(UniqueFd self, OpenDirAt(r.ref.dir.get(), r.ref.name, path));
-    ClearInternal(self.get());
-    if (::unlinkat(r.ref.dir.get(), r.ref.name.c_str(), AT_REMOVEDIR) != 0)
-      return Status::LastErrno(path);
-  }
+  UCFS_ASSIGN_OR_RETURN(UniqueFd dir, ParentOf(r, path));
+  const std::string_view name = SplitLast(path).second;
+  bool whited = false;
   if (r.entry.covers_view) {
-    UCFS_ASSIGN_OR_RETURN(UniqueFd dir, UpperDir(parent));
-    UCFS_RETURN_IF_ERROR(AddWhiteout(dir.get(), name));
+    UCFS_ASSIGN_OR_RETURN(whited, WhiteOutAhead(dir.get(), name, path));
+  }
+  if (r.entry.in_upper) {
+    if (Status s = RemoveUpperDir(dir.get(), r.ref.name, path); !s.ok()) {
+      UndoWhiteout(dir.get(), name, whited);
+      return s;
+    }
   }
   return Status::OK();
 }
@@ -111,34 +145,46 @@ Status Overlay::Rename(std::string_view from, std::string_view to, unsigned flag
   }
   UCFS_ASSIGN_OR_RETURN(UpperRef source, PrepareChange(from));
   UpperRef target;
+  // An empty directory replaced: only ucfs's entries can be in its upper
+  // part (and a view directory of that name is hidden by the opaque
+  // mark); they go first, and come back if the rename fails.
+  UniqueFd replaced_dir;
+  std::vector<std::string> cleared;
   if (exchange) {
     UCFS_ASSIGN_OR_RETURN(target, PrepareChange(to));
   } else {
     UCFS_ASSIGN_OR_RETURN(target.dir, UpperDir(to_parent));
     target.name = StoredName(to_name);
-    if (dst.ok() && dst->is_dir) {
-      // An empty directory: only ucfs's entries can be in its upper part,
-      // and a view directory of that name is hidden by the opaque mark.
-      if (dst->in_upper) {
-        UCFS_ASSIGN_OR_RETURN(UniqueFd self, OpenDirAt(target.dir.get(), target.name, to));
-        ClearInternal(self.get());
-      }
+    if (dst.ok() && dst->is_dir && dst->in_upper) {
+      UCFS_ASSIGN_OR_RETURN(replaced_dir, OpenDirAt(target.dir.get(), target.name, to));
+      UCFS_RETURN_IF_ERROR(ClearInternal(replaced_dir.get(), &cleared).WithFile(to));
     }
   }
   const bool view_at_target = dst.ok() ? dst->covers_view : ViewHas(to);
-  if (::renameat2(source.dir.get(), source.name.c_str(), target.dir.get(), target.name.c_str(),
-                  exchange ? RENAME_EXCHANGE : 0) != 0) {
-    return Status::LastErrno(to);
+  // What the rename must leave marked is marked before it, so that a
+  // failure of either leaves both names as they were: a directory moved
+  // onto (or, exchanged, back to) a name the view has must not merge with
+  // it, and may be marked opaque where it is (it holds no view entries,
+  // or it could not move); the view's entry of the old name must not show
+  // through again (an upper entry shows over its whiteout).
+  if (src.is_dir && view_at_target) {
+    UCFS_RETURN_IF_ERROR(MarkOpaque(writer_, source.dir.get(), source.name).WithFile(from));
   }
-  // A directory moved onto a name the view has must not merge with it.
-  if (src.is_dir && view_at_target) MarkOpaque(target.dir.get(), target.name);
+  if (exchange && dst->is_dir && src.covers_view) {
+    UCFS_RETURN_IF_ERROR(MarkOpaque(writer_, target.dir.get(), target.name).WithFile(to));
+  }
+  bool whited = false;
+  if (!exchange && src.covers_view) {
+    UCFS_ASSIGN_OR_RETURN(whited, WhiteOutAhead(source.dir.get(), from_name, from));
+  }
+  if (Status s = writer_.RenameAt(source.dir.get(), source.name, target.dir.get(), target.name,
+                                  exchange ? RENAME_EXCHANGE : 0);
+      !s.ok()) {
+    UndoWhiteout(source.dir.get(), from_name, whited);
+    if (replaced_dir) RestoreInternal(replaced_dir.get(), cleared);
+    return s.WithFile(to);
+  }
   RemoveWhiteout(target.dir.get(), to_name);
-  if (exchange) {
-    if (dst->is_dir && src.covers_view) MarkOpaque(source.dir.get(), source.name);
-  } else if (src.covers_view) {
-    // The view's entry of the old name must not show through again.
-    UCFS_RETURN_IF_ERROR(AddWhiteout(source.dir.get(), from_name));
-  }
   return Status::OK();
 }
 

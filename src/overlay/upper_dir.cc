@@ -90,39 +90,42 @@ Status CheckName(std::string_view path, std::string_view name) {
   return Status::OK();
 }
 
-void RemoveStaleCopyUps(int dir, int depth) {
+void RemoveStaleCopyUps(WriteEnv& writer, int dir, int depth) {
   if (depth > 64) return;
   auto entries = ListUpper(dir, "upper");
   if (!entries.ok()) return;
   for (const auto& d : *entries) {
     if (d.is_dir) {
       auto sub = OpenDirAt(dir, d.stored, d.stored);
-      if (sub.ok()) RemoveStaleCopyUps(sub->get(), depth + 1);
+      if (sub.ok()) RemoveStaleCopyUps(writer, sub->get(), depth + 1);
     } else if (d.stored.starts_with(kCopyUpPrefix)) {
-      ::unlinkat(dir, d.stored.c_str(), 0);
+      writer.UnlinkAt(dir, d.stored, 0);  // best effort: the next Open tries again
     }
   }
 }
 
-void MarkOpaque(int dir, const std::string& name) {
-  auto self = OpenDirAt(dir, name, name);
-  if (!self.ok()) return;
+Status MakeMarker(WriteEnv& writer, int dir, const std::string& name) {
+  return writer.OpenAt(dir, name, O_WRONLY | O_CREAT | O_NOFOLLOW, 0644).status();
+}
+
+Status MarkOpaque(WriteEnv& writer, int dir, const std::string& name) {
+  UCFS_ASSIGN_OR_RETURN(UniqueFd self, OpenDirAt(dir, name, name));
   struct stat before {};
-  const bool stated = ::fstat(self->get(), &before) == 0;
-  const UniqueFd marker(::openat(self->get(), std::string(kOpaque).c_str(),
-                                 O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (stated) RestoreTimes(self->get(), before);
+  const bool stated = ::fstat(self.get(), &before) == 0;
+  Status marked = MakeMarker(writer, self.get(), std::string(kOpaque));
+  if (stated) RestoreTimes(writer, self.get(), before);
+  return marked.WithFile(name);
 }
 
 bool IsOpaque(int dir, const std::string& name) {
   return StatAt(dir, name + "/" + std::string(kOpaque));
 }
 
-void RestoreTimes(int fd, const struct stat& before) {
+void RestoreTimes(WriteEnv& writer, int fd, const struct stat& before) {
   const timespec times[2] = {before.st_atim, before.st_mtim};
   // An O_PATH fd's own times are set through its /proc link.
   const std::string self = "/proc/self/fd/" + std::to_string(fd);
-  ::utimensat(AT_FDCWD, self.c_str(), times, 0);
+  writer.SetTimesAt(AT_FDCWD, self, times, 0);  // best effort
 }
 
 }  // namespace ucfs

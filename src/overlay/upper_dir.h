@@ -16,6 +16,7 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/base/unique_fd.h"
+#include "ucfs/base/write_env.h"
 
 namespace ucfs {
 
@@ -56,19 +57,21 @@ struct UpperName {
 // overlay's own looks at a directory are no reading of it.
 Result<std::vector<UpperName>> ListUpper(int dir, std::string_view what, bool touch_atime = false);
 // Copy-up temporaries a crash left behind, anywhere in the upper tree.
-void RemoveStaleCopyUps(int dir, int depth);
+void RemoveStaleCopyUps(WriteEnv& writer, int dir, int depth);
 // Marks the directory `name` in `dir` opaque: the view's directory of the
 // same name no longer shows through it; its times stay (the marker is
-// bookkeeping, not a change of the directory). Best effort, as the entry it
-// marks is already made.
-void MarkOpaque(int dir, const std::string& name);
+// bookkeeping, not a change of the directory).
+Status MarkOpaque(WriteEnv& writer, int dir, const std::string& name);
+// Makes the empty file `name` in `dir` (a whiteout, an opaque marker) if
+// it is not there.
+Status MakeMarker(WriteEnv& writer, int dir, const std::string& name);
 // Whether the upper directory `name` in `dir` is opaque.
 bool IsOpaque(int dir, const std::string& name);
 
 // Puts the atime and mtime of `fd` (any fd, O_PATH ones too) back to
 // `before`'s: the overlay's bookkeeping in a directory is no change of it.
 // Best effort.
-void RestoreTimes(int fd, const struct stat& before);
+void RestoreTimes(WriteEnv& writer, int fd, const struct stat& before);
 
 }  // namespace ucfs
 

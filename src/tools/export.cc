@@ -26,56 +26,53 @@ std::string TempPathFor(const std::string& final_path) {
   return (p.parent_path() / ("." + p.filename().string() + ".ucfs-export")).string();
 }
 
-// Copies [in_off, +length) of `in` to `out` at `out_off`: in the kernel
-// where it can, else through a buffer.
-Status CopyRange(const RandomAccessFile& in, uint64_t in_off, int out, uint64_t out_off,
-                 uint64_t length, const std::string& what) {
+// Whether copy_file_range answered `err` because this kernel or file
+// system pair cannot copy, rather than because the copy failed.
+bool CannotCopyInKernel(int err) {
+  return err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP;
+}
+
+// Copies [in_off, +length) of `in` to `out` at `out_off` (the file of
+// `what`): in the kernel where it can, else through a buffer; short copies
+// and writes are gone on from where they stopped.
+Status CopyRange(WriteEnv& writer, const RandomAccessFile& in, uint64_t in_off, int out,
+                 uint64_t out_off, uint64_t length, const std::string& what) {
   static std::atomic<bool> kernel_copy{true};
   while (length > 0 && in.fd() >= 0 && kernel_copy.load(std::memory_order_relaxed)) {
-    loff_t a = static_cast<loff_t>(in_off), b = static_cast<loff_t>(out_off);
-    const ssize_t n = ::copy_file_range(in.fd(), &a, out, &b, length, 0);
-    if (n > 0) {
-      in_off += static_cast<uint64_t>(n);
-      out_off += static_cast<uint64_t>(n);
-      length -= static_cast<uint64_t>(n);
-      continue;
-    }
-    if (n == 0) return Status::Corruption(what + ": source ends early");
-    if (errno == EINTR) continue;
-    if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
-      kernel_copy = false;  // this kernel or file system pair cannot: buffer instead
+    auto copied = writer.CopyRange(in.fd(), in_off, out, out_off, length);
+    if (!copied.ok() && CannotCopyInKernel(copied.status().posix_errno())) {
+      kernel_copy = false;  // buffer instead
       break;
     }
-    return Status::LastErrno(what);
+    if (!copied.ok()) return copied.status().WithFile(what);
+    if (*copied == 0) return Status::Corruption(what + ": source ends early");
+    in_off += *copied;
+    out_off += *copied;
+    length -= *copied;
   }
-  std::vector<char> buf(std::min<uint64_t>(length, uint64_t{8} << 20));
+  std::string buf(std::min<uint64_t>(length, uint64_t{8} << 20), '\0');
   while (length > 0) {
     const size_t want = std::min<uint64_t>(length, buf.size());
     size_t got = 0;
     UCFS_RETURN_IF_ERROR(in.Read(in_off, want, buf.data(), &got));
     if (got == 0) return Status::Corruption(what + ": source ends early");
-    const auto n = static_cast<ssize_t>(got);
-    for (ssize_t done = 0; done < n;) {
-      const ssize_t w = ::pwrite(out, buf.data() + done, static_cast<size_t>(n - done),
-                                 static_cast<off_t>(out_off) + done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return Status::LastErrno(what);
-      done += w;
-    }
-    in_off += static_cast<uint64_t>(n);
-    out_off += static_cast<uint64_t>(n);
-    length -= static_cast<uint64_t>(n);
+    UCFS_RETURN_IF_ERROR(
+        writer.WriteAll(out, std::string_view(buf).substr(0, got), out_off).WithFile(what));
+    in_off += got;
+    out_off += got;
+    length -= got;
   }
   return Status::OK();
 }
 
-Status WriteAll(int fd, std::string_view bytes, uint64_t at, const std::string& what) {
-  while (!bytes.empty()) {
-    const ssize_t w = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Status::LastErrno(what);
-    bytes.remove_prefix(static_cast<size_t>(w));
-    at += static_cast<uint64_t>(w);
+// Makes directory `dir` and its missing parents (as mkdir -p).
+Status MakeDirs(WriteEnv& writer, const std::filesystem::path& dir) {
+  std::filesystem::path made;
+  for (const auto& part : dir) {
+    made /= part;
+    if (part == "/" || part.empty()) continue;
+    Status s = writer.MakeDirAt(AT_FDCWD, made.string(), 0777);
+    if (!s.ok() && s.posix_errno() != EEXIST) return s.WithFile(made.string());
   }
   return Status::OK();
 }
@@ -106,23 +103,22 @@ bool AlreadyExported(const std::string& final_path, const ExportFile& f) {
 }
 
 // Creates t's directory and opens its temporary beside its final path.
-Status OpenTemporary(Target& t) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(t.final_path).parent_path(), ec);
-  if (ec) return Status::FromErrno(fs::path(t.final_path).parent_path().string(), ec.value());
+Status OpenTemporary(WriteEnv& writer, Target& t) {
+  UCFS_RETURN_IF_ERROR(MakeDirs(writer, std::filesystem::path(t.final_path).parent_path()));
   t.temp_path = TempPathFor(t.final_path);
   // Readable by whom the view's file is, and no one else: an export of a
   // 0600 checkpoint is not left for anyone to read.
-  t.fd.reset(::open(t.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    static_cast<mode_t>(t.file->mode & 0666)));
-  if (!t.fd) return Status::LastErrno(t.temp_path);
+  auto fd = writer.OpenAt(AT_FDCWD, t.temp_path, O_WRONLY | O_CREAT | O_TRUNC,
+                          static_cast<mode_t>(t.file->mode & 0666));
+  if (!fd.ok()) return fd.status().WithFile(t.final_path);
+  t.fd = std::move(fd).value();
   return Status::OK();
 }
 
 // A link as a link (made aside and renamed into place, as files are), or
 // left where an earlier run made it.
-Status ExportLink(const std::string& out_dir, const ExportFile& f, ExportStats* stats) {
+Status ExportLink(WriteEnv& writer, const std::string& out_dir, const ExportFile& f,
+                  ExportStats* stats) {
   namespace fs = std::filesystem;
   const fs::path final_path = fs::path(out_dir) / f.path;
   std::error_code ec;
@@ -130,15 +126,13 @@ Status ExportLink(const std::string& out_dir, const ExportFile& f, ExportStats* 
     ++stats->files_skipped;
     return Status::OK();
   }
-  fs::create_directories(final_path.parent_path(), ec);
-  if (ec) return Status::FromErrno(final_path.parent_path().string(), ec.value());
+  UCFS_RETURN_IF_ERROR(MakeDirs(writer, final_path.parent_path()));
   const std::string temp = TempPathFor(final_path.string());
-  ::unlink(temp.c_str());
-  if (::symlink(f.link->c_str(), temp.c_str()) != 0) return Status::LastErrno(temp);
-  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
-    Status s = Status::LastErrno(final_path.string());
-    ::unlink(temp.c_str());
-    return s;
+  writer.UnlinkAt(AT_FDCWD, temp, 0);  // an earlier run's, if any
+  UCFS_RETURN_IF_ERROR(writer.SymlinkAt(*f.link, AT_FDCWD, temp).WithFile(final_path.string()));
+  if (Status s = writer.RenameAt(AT_FDCWD, temp, AT_FDCWD, final_path.string(), 0); !s.ok()) {
+    writer.UnlinkAt(AT_FDCWD, temp, 0);
+    return s.WithFile(final_path.string());
   }
   ++stats->files_written;
   return Status::OK();
@@ -147,12 +141,13 @@ Status ExportLink(const std::string& out_dir, const ExportFile& f, ExportStats* 
 // A target with its temporary, at its final size, for each of `files` not
 // exported already, and the tasks that copy their chunks. On an error,
 // *targets holds the temporaries made so far.
-Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& files,
-                    const ExportOptions& options, ExportStats* stats,
-                    std::vector<std::unique_ptr<Target>>* targets, std::vector<Task>* tasks) {
+Status StartTargets(WriteEnv& writer, const std::string& out_dir,
+                    const std::vector<ExportFile>& files, const ExportOptions& options,
+                    ExportStats* stats, std::vector<std::unique_ptr<Target>>* targets,
+                    std::vector<Task>* tasks) {
   for (const ExportFile& f : files) {
     if (f.link) {
-      UCFS_RETURN_IF_ERROR(ExportLink(out_dir, f, stats));
+      UCFS_RETURN_IF_ERROR(ExportLink(writer, out_dir, f, stats));
       continue;
     }
     auto t = std::make_unique<Target>();
@@ -163,13 +158,11 @@ Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& f
       if (options.on_bytes) options.on_bytes(f.size);
       continue;
     }
-    UCFS_RETURN_IF_ERROR(OpenTemporary(*t));
+    UCFS_RETURN_IF_ERROR(OpenTemporary(writer, *t));
     targets->push_back(std::move(t));
     Target* target = targets->back().get();
     // Zero pieces are left as holes: the size is set first.
-    if (::ftruncate(target->fd.get(), static_cast<off_t>(f.size)) != 0) {
-      return Status::LastErrno(target->temp_path);
-    }
+    UCFS_RETURN_IF_ERROR(writer.Truncate(target->fd.get(), f.size).WithFile(target->final_path));
     const uint64_t chunks = std::max<uint64_t>(1, (f.size + kChunk - 1) / kChunk);
     target->chunks_left = chunks;
     for (uint64_t c = 0; c < chunks; ++c) {
@@ -180,10 +173,10 @@ Status StartTargets(const std::string& out_dir, const std::vector<ExportFile>& f
 }
 
 // Closes and removes the targets' temporaries, returning `s`.
-Status Abandon(const std::vector<std::unique_ptr<Target>>& targets, Status s) {
+Status Abandon(WriteEnv& writer, const std::vector<std::unique_ptr<Target>>& targets, Status s) {
   for (const auto& t : targets) {
     t->fd.reset();
-    ::unlink(t->temp_path.c_str());
+    writer.UnlinkAt(AT_FDCWD, t->temp_path, 0);
   }
   return s;
 }
@@ -191,7 +184,8 @@ Status Abandon(const std::vector<std::unique_ptr<Target>>& targets, Status s) {
 // Copies a task's chunk of the view's file into its temporary (planned
 // into *pieces, a worker's reused buffer) unless the target failed
 // already; the target's status keeps its first error.
-void CopyChunk(View& view, SourceFiles& sources, const Task& task, std::vector<ReadPiece>* pieces) {
+void CopyChunk(WriteEnv& writer, View& view, SourceFiles& sources, const Task& task,
+               std::vector<ReadPiece>* pieces) {
   Target& t = *task.target;
   Status s;
   {
@@ -204,10 +198,11 @@ void CopyChunk(View& view, SourceFiles& sources, const Task& task, std::vector<R
   for (const ReadPiece& p : *pieces) {
     if (!s.ok()) break;
     if (p.kind == ReadPiece::Kind::kBytes) {
-      s = WriteAll(t.fd.get(), p.bytes, at, t.temp_path);
+      s = writer.WriteAll(t.fd.get(), p.bytes, at).WithFile(t.final_path);
     } else if (p.kind == ReadPiece::Kind::kSource) {
       auto in = sources.Get(p.source);
-      s = in.ok() ? CopyRange(**in, p.offset, t.fd.get(), at, p.length, t.temp_path) : in.status();
+      s = in.ok() ? CopyRange(writer, **in, p.offset, t.fd.get(), at, p.length, t.final_path)
+                  : in.status();
     }
     at += p.length;
   }
@@ -219,21 +214,22 @@ void CopyChunk(View& view, SourceFiles& sources, const Task& task, std::vector<R
 
 // Once every chunk is written: the temporary synced (if asked), given the
 // view's mtime and renamed into place, or removed if anything failed.
-void FinishTarget(Target& t, const ExportOptions& options) {
+void FinishTarget(WriteEnv& writer, Target& t, const ExportOptions& options) {
   Status s;
   {
     std::lock_guard lock(t.mu);
     s = t.status;
   }
-  if (s.ok() && options.sync && ::fsync(t.fd.get()) != 0) s = Status::LastErrno(t.temp_path);
+  if (s.ok() && options.sync) s = writer.Sync(t.fd.get(), false).WithFile(t.final_path);
   if (s.ok()) {
     const timespec times[2] = {{0, UTIME_OMIT}, TimespecOf(t.file->mtime_ns)};
-    if (::futimens(t.fd.get(), times) != 0) s = Status::LastErrno(t.temp_path);
+    s = writer.SetTimesAt(t.fd.get(), "", times, 0).WithFile(t.final_path);
   }
   t.fd.reset();
-  if (s.ok() && ::rename(t.temp_path.c_str(), t.final_path.c_str()) != 0)
-    s = Status::LastErrno(t.final_path);
-  if (!s.ok()) ::unlink(t.temp_path.c_str());
+  if (s.ok()) {
+    s = writer.RenameAt(AT_FDCWD, t.temp_path, AT_FDCWD, t.final_path, 0).WithFile(t.final_path);
+  }
+  if (!s.ok()) writer.UnlinkAt(AT_FDCWD, t.temp_path, 0);
   std::lock_guard lock(t.mu);
   t.status = s;
 }
@@ -273,12 +269,13 @@ Result<std::vector<ExportFile>> ListExport(View& view, const std::vector<std::st
 
 Result<ExportStats> Export(View& view, const std::string& out_dir,
                            const std::vector<ExportFile>& files, const ExportOptions& options) {
+  WriteEnv& writer = options.writer != nullptr ? *options.writer : *Env::Posix()->Writer();
   ExportStats stats;
   std::vector<std::unique_ptr<Target>> targets;
   std::vector<Task> tasks;
   // A failure before the copying starts leaves no temporaries behind.
-  if (Status s = StartTargets(out_dir, files, options, &stats, &targets, &tasks); !s.ok()) {
-    return Abandon(targets, std::move(s));
+  if (Status s = StartTargets(writer, out_dir, files, options, &stats, &targets, &tasks); !s.ok()) {
+    return Abandon(writer, targets, std::move(s));
   }
 
   SourceFiles sources(view);
@@ -290,10 +287,10 @@ Result<ExportStats> Export(View& view, const std::string& out_dir,
   ParallelFor(tasks.size(), threads, [&](size_t i, unsigned worker) {
     const Task& task = tasks[i];
     Target& t = *task.target;
-    CopyChunk(view, sources, task, &plans[worker]);
+    CopyChunk(writer, view, sources, task, &plans[worker]);
     written += task.end - task.begin;
     if (options.on_bytes) options.on_bytes(task.end - task.begin);
-    if (t.chunks_left.fetch_sub(1) == 1) FinishTarget(t, options);
+    if (t.chunks_left.fetch_sub(1) == 1) FinishTarget(writer, t, options);
   });
 
   for (const auto& t : targets) {

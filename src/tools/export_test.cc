@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 #include "test_support.h"
+#include "ucfs/base/fault_injecting_write_env.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/reshard_view.h"
 #include "ucfs/views/torch_pickle_builder.h"
@@ -140,6 +143,90 @@ TEST(Export, FailsCleanlyWhenASourceChanges) {
   ASSERT_FALSE(stats.ok());
   EXPECT_NE(stats.status().message().find(shard), std::string::npos) << stats.status().ToString();
   EXPECT_TRUE(Temporaries(out).empty());
+}
+
+// A full disk, an I/O error or short writes under an export that redoes
+// what an earlier run left (a file lost, one cut short): the error names the
+// file and what failed, with its errno; every file under its final name is
+// as it was or whole, no temporary is left, the source is only read; and
+// once the disk is mended the same export finishes the job.
+TEST(Export, FailsCleanlyWhenTheDiskDoes) {
+  using Op = FaultInjectingWriteEnv::Op;
+  const std::string src = testing::FreshTempDir("export_faults_src");
+  fs::copy(FixtureDir("z3_fp32_ws2") + "/checkpoint", src, fs::copy_options::recursive);
+  const auto source_before = testing::FilesBelow(src);
+  auto c = Open(src);
+  auto view = std::move(BuildReshardView(*Env::Posix(), c, {2, std::nullopt})).value();
+  auto files = ListExport(*view, {"latest", c->files().tag});
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  // The two largest files are the ones to redo.
+  std::vector<const ExportFile*> by_size;
+  for (const ExportFile& f : *files) by_size.push_back(&f);
+  std::sort(by_size.begin(), by_size.end(),
+            [](const ExportFile* a, const ExportFile* b) { return a->size > b->size; });
+  const ExportFile& lost = *by_size[0];
+  const ExportFile& cut = *by_size[1];
+  ASSERT_GT(cut.size, 1000u);
+  struct Failure {
+    std::string name;
+    std::function<void(FaultInjectingWriteEnv&)> arm;
+    int err;  // 0: it does not fail, only writes short
+  };
+  const std::vector<Failure> failures = {
+      {"disk fills up", [&](auto& f) { f.FillUpAfter(lost.size / 2); }, ENOSPC},
+      {"quota", [&](auto& f) { f.FillUpAfter(cut.size / 3, EDQUOT); }, EDQUOT},
+      {"EIO copying", [](auto& f) { f.Inject({.op = Op::kCopy, .after = 1}); }, EIO},
+      {"EIO writing", [](auto& f) { f.Inject({.op = Op::kWrite}); }, EIO},
+      {"EIO on fsync", [](auto& f) { f.Inject({.op = Op::kSync}); }, EIO},
+      {"ENOSPC on rename", [](auto& f) { f.Inject({.op = Op::kRename, .err = ENOSPC}); }, ENOSPC},
+      {"ENOSPC sizing the temporary",
+       [](auto& f) { f.Inject({.op = Op::kTruncate, .err = ENOSPC}); }, ENOSPC},
+      {"EDQUOT making the temporary",
+       [](auto& f) { f.Inject({.op = Op::kOpen, .after = 1, .err = EDQUOT}); }, EDQUOT},
+      {"short writes", [](auto& f) { f.ShortWrites(1000); }, 0},
+  };
+  for (size_t i = 0; i < failures.size(); ++i) {
+    const Failure& failure = failures[i];
+    SCOPED_TRACE(failure.name);
+    const std::string out = testing::FreshTempDir("export_faults_" + std::to_string(i));
+    ASSERT_TRUE(Export(*view, out, *files).ok());
+    fs::remove(out + "/" + lost.path);
+    fs::resize_file(out + "/" + cut.path, 10);
+    const auto before = testing::FilesBelow(out);
+    FaultInjectingWriteEnv faults;
+    failure.arm(faults);
+    ExportOptions options;
+    options.threads = 3;
+    options.writer = &faults;
+    auto stats = Export(*view, out, *files, options);
+    if (failure.err == 0) {
+      ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+      EXPECT_EQ(stats->files_written, 2u);
+      EXPECT_GT(faults.calls(Op::kWrite) + faults.calls(Op::kCopy), 20u);
+      ExpectSameAsView(*view, *files, out);
+      continue;
+    }
+    ASSERT_FALSE(stats.ok());
+    const Status& s = stats.status();
+    EXPECT_EQ(s.posix_errno(), failure.err) << s.ToString();
+    EXPECT_NE(s.message().find(out + "/"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(std::strerror(failure.err)), std::string::npos) << s.ToString();
+    EXPECT_TRUE(Temporaries(out).empty());
+    // Each file is as the earlier run left it, or whole.
+    const auto after = testing::FilesBelow(out);
+    for (const auto& [path, state] : before) EXPECT_TRUE(after.count(path)) << path;
+    for (const ExportFile& f : *files) {
+      auto now = after.find(f.path);
+      if (now == after.end()) continue;
+      auto was = before.find(f.path);
+      if (was == before.end() || !(now->second == was->second)) {
+        EXPECT_EQ(now->second.bytes, ViewBytes(*view, f.inode)) << f.path;
+      }
+    }
+    ASSERT_TRUE(Export(*view, out, *files).ok());
+    ExpectSameAsView(*view, *files, out);
+  }
+  EXPECT_EQ(testing::FilesBelow(src), source_before);
 }
 
 // A source's symbolic link is exported as a link (Lightning's last.ckpt

@@ -71,7 +71,7 @@ Result<FileSystem::Handle> ReadOnlyFs::Open(InodeId inode, int flags, const Call
   if (attr->is_dir) return Status::Posix(EISDIR, "is a directory");
   // The kernel follows links itself; only O_NOFOLLOW opens could name one.
   if (attr->is_symlink) return Status::Posix(ELOOP, "a symbolic link");
-  if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) return Write();
+  if ((flags & O_ACCMODE) != O_RDONLY || (flags & (O_TRUNC | O_CREAT)) != 0) return Refused();
   Handle handle;
   handle.view_inode = inode;
   // Files never change while mounted: their pages may stay cached.

@@ -55,7 +55,7 @@ TEST_F(ReadOnlyFsTest, ErrorsCarryTheErrnoAKernelExpects) {
        {O_WRONLY, O_RDWR, O_RDONLY | O_TRUNC, O_RDONLY | O_CREAT, O_WRONLY | O_APPEND}) {
     EXPECT_EQ(fs_.Open(latest, flags).status().posix_errno(), EROFS) << flags;
   }
-  EXPECT_EQ(ReadOnlyFs::Write().posix_errno(), EROFS);
+  EXPECT_EQ(ReadOnlyFs::Refused().posix_errno(), EROFS);
 }
 
 // Every change, through the interface the adapter drives, as the kernel

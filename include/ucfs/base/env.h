@@ -22,6 +22,8 @@
 
 namespace ucfs {
 
+class WriteEnv;  // write_env.h
+
 // What identifies one version of a source file. A file replaced by a
 // rename has another device or inode; one edited in place has another
 // ctime, which — unlike size and mtime, which `touch -r` or a careful
@@ -119,6 +121,12 @@ class Env {
   // `mtime_ns`: true, or false where a directory was there already (left
   // as it was).
   virtual Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns);
+
+  // What writes where this Env reads (write_env.h says why it is an
+  // interface of its own): by default the real file system's, since
+  // every Env's writing (MakeDir; the overlay over a mount's upper
+  // directory, export's output) is to real directories.
+  virtual WriteEnv* Writer();
 
   // A whole small file (`latest`, `ds_config.json`); fails past max_bytes.
   Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);

@@ -20,7 +20,9 @@
 // Every operation on the upper directory is made relative to directory
 // fds, walked down one component at a time from the upper root
 // (openat/mkdirat/renameat2/...): paths inside the mount may be as long as
-// the kernel allows, whatever the upper directory's own path.
+// the kernel allows, whatever the upper directory's own path. Every change
+// is made through a WriteEnv (Options::writer), so that tests can fail any
+// of them; one that fails leaves the mount showing what it showed before.
 //
 // Paths are relative to the mount root, '/'-separated, no leading slash;
 // "" is the root. Errors carry the errno a file system would answer with
@@ -43,6 +45,7 @@
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/base/unique_fd.h"
+#include "ucfs/base/write_env.h"
 #include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/view.h"
 
@@ -95,6 +98,9 @@ class Overlay {
     // did, and the overlay then looks again. Runs under the OverlayFs lock,
     // so it must not call into the Overlay.
     std::function<bool(const std::string& path, const std::string& upper_dir)> on_upper_dir;
+    // What the upper directory is changed through; null: the Env's
+    // (Env::Writer(), the real file system).
+    WriteEnv* writer = nullptr;
   };
 
   // Creates `upper_dir` if needed (0755 whatever the umask: a shared
@@ -102,7 +108,11 @@ class Overlay {
   // files of copy-ups a crash interrupted.
   static Result<std::unique_ptr<Overlay>> Open(const std::string& upper_dir,
                                                std::shared_ptr<View> lower, Env& env,
-                                               Options options = {});
+                                               Options options);
+  // With the default Options (a default argument cannot be: Options is
+  // not complete until the class is).
+  static Result<std::unique_ptr<Overlay>> Open(const std::string& upper_dir,
+                                               std::shared_ptr<View> lower, Env& env);
 
   // A directory of the view that an upper directory of the same name merges
   // with (`lower` set) shows through it unless that one is opaque: a
@@ -186,14 +196,17 @@ class Overlay {
    private:
     friend class Overlay;
     CopyAside() = default;
+    Status Copy();
     Status RunForLink(const Attr& attr);
     UniqueFd root_;               // the upper root (a dup: independent of the Overlay)
+    std::string path_;            // the view file's path, for messages
     UniqueFd file_;               // the copy (a regular file's), nameless or at temp_
     std::string temp_;            // its temporary name in the root, if it has one
     struct stat root_before_ {};  // the root's stat before temp_ was made,
     struct stat root_after_ {};   // and after
     std::shared_ptr<View> view_;
     Env* env_ = nullptr;
+    WriteEnv* writer_ = nullptr;
     InodeId lower_ = 0;
     bool keep_contents_ = true;
     bool can_chown_ = false;
@@ -210,6 +223,10 @@ class Overlay {
   // view file it copied; else drops it (renamed, removed or copied up
   // meanwhile: the change then goes on as if it had not been made).
   Status Adopt(std::string_view path, CopyAside copy);
+  // Adopt, and the adopted file opened for writing with `flags` (as
+  // OpenWrite opens an upper file) from where Adopt put it, without
+  // walking to it again; no fd where the copy was dropped.
+  Result<UniqueFd> AdoptAndOpen(std::string_view path, CopyAside copy, int flags);
 
   // Makes the directory `path` (and its parents) exist in the upper
   // directory, as the view shows them; a no-op where it does.
@@ -224,6 +241,8 @@ class Overlay {
   std::vector<std::string> TakeCopiedUpDirs() { return std::exchange(copied_up_dirs_, {}); }
 
   const std::string& upper_dir() const { return upper_; }
+  // What every change of the upper directory goes through.
+  WriteEnv& writer() const { return writer_; }
 
  private:
   struct Resolved {
@@ -236,6 +255,7 @@ class Overlay {
         root_(std::move(root)),
         lower_(std::move(lower)),
         env_(env),
+        writer_(options.writer != nullptr ? *options.writer : *env.Writer()),
         options_(std::move(options)),
         can_chown_(::geteuid() == 0) {}
 
@@ -243,34 +263,65 @@ class Overlay {
   // An O_PATH fd of the upper directory `path`, made (as the view shows it)
   // where missing.
   Result<UniqueFd> UpperDir(std::string_view path);
+  // Makes `name` in `dir` a copy of the view's directory `a` (mode, owner,
+  // times), or nothing.
+  Status CopyUpDir(int dir, const std::string& name, const Attr& a);
   Status AddWhiteout(int dir, std::string_view name);
   // Removes the whiteout of `name` in `dir`; true if there was one.
   bool RemoveWhiteout(int dir, std::string_view name);
-  Status CopyUp(int dir, std::string_view name, InodeId lower, bool keep_contents);
-  // Makes the copy's file (CopyAside).
-  Result<CopyAside> NewCopyAside(InodeId lower, bool keep_contents);
+  // The whiteout of `name` in `dir`, made before the change that takes the
+  // name's upper entry away (an upper entry shows over its whiteout): a
+  // failed change then leaves the entry as it was, not the view's back in
+  // its place. True if it made one, which UndoWhiteout removes.
+  Result<bool> WhiteOutAhead(int dir, std::string_view name, std::string_view path);
+  void UndoWhiteout(int dir, std::string_view name, bool made);
+  // The upper directory the walk `r` of `path` ended in, or (where it ended
+  // in the view) made as the view shows it.
+  Result<UniqueFd> ParentOf(Resolved& r, std::string_view path);
+  // Adopt: where the copy was installed, or a ref with no `dir` where it
+  // was dropped.
+  Result<UpperRef> AdoptAt(std::string_view path, CopyAside copy);
+  // The upper file at `ref` (the entry at `path`) opened for writing.
+  Result<UniqueFd> OpenUpper(const UpperRef& ref, std::string_view path, int flags);
+  // `path`'s view file copied up as `name` in `dir`.
+  Status CopyUp(int dir, std::string_view name, std::string_view path, InodeId lower,
+                bool keep_contents);
+  // Makes the copy's file (CopyAside) of the view file `lower` at `path`.
+  Result<CopyAside> NewCopyAside(InodeId lower, std::string_view path, bool keep_contents);
   // Gives a written copy its name `name` in `dir`, whose times it keeps.
   Status Install(int dir, std::string_view name, CopyAside copy);
   // After `name` was made in `dir` by the daemon: owner and mode as they
   // would be had `caller` made it with `mode` (umask applied by the caller).
   Status FinishCreate(int dir, const std::string& name, mode_t mode, const Caller* caller,
                       bool is_dir, bool is_symlink);
+  // FinishCreate and Created for the new entry `ref` at `path` of file type
+  // `type` (S_IFDIR, S_IFLNK, S_IFREG...): on a failure it goes again.
+  Status FinishNew(const UpperRef& ref, std::string_view path, mode_t mode, const Caller* caller,
+                   mode_t type);
   // The parent of a new entry `path`: it must not exist; EROFS, EEXIST,
   // ENAMETOOLONG or ENOENT/ENOTDIR for a missing parent. `known_missing`:
   // the caller looked `path` up and missed it (it is not looked up again).
   Result<UpperRef> PrepareNew(std::string_view path, bool known_missing = false);
   // A new entry was made at `ref`: its whiteout (if any) goes, and a
-  // directory made where a deleted one stood becomes opaque.
-  void Created(const UpperRef& ref, std::string_view name, bool is_dir);
+  // directory made where a deleted one stood becomes opaque first (or the
+  // directory goes again: it must not show the old one's contents).
+  Status Created(const UpperRef& ref, std::string_view name, bool is_dir);
   // Whether the view has an entry at `path`, shown or not.
   bool ViewHas(std::string_view path);
-  // Removes ucfs's own entries (whiteouts, markers) from an upper directory.
-  void ClearInternal(int dir_fd);
+  // Removes ucfs's own entries (whiteouts, markers) from the empty upper
+  // directory `name` in `dir`, then the directory itself: a failure leaves
+  // it as it was (its markers made again).
+  Status RemoveUpperDir(int dir, const std::string& name, std::string_view path);
+  // Removes ucfs's own entries from the upper directory `dir_fd`: their
+  // names in *removed; a failure puts them back (RestoreInternal).
+  Status ClearInternal(int dir_fd, std::vector<std::string>* removed);
+  void RestoreInternal(int dir_fd, const std::vector<std::string>& names);
 
   std::string upper_;
   UniqueFd root_;
   std::shared_ptr<View> lower_;
   Env& env_;
+  WriteEnv& writer_;
   Options options_;
   const bool can_chown_;
   uint64_t copy_ups_ = 0;

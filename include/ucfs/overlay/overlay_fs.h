@@ -90,6 +90,9 @@ class OverlayFs final : public FileSystem {
   // The handle's upper file, after BeforeWrite. Takes no lock, as writes
   // take none.
   Result<WriteTarget> StartWrite(const Handle& handle, const Caller& caller) override;
+  // Takes no lock, as writes take none, but to name the file of an error.
+  Result<size_t> Write(InodeId inode, const Handle& handle, std::string_view data,
+                       uint64_t offset) override;
   // Reports what closing the upper file would (as NFS and passthrough_ll
   // do), without giving it up; nothing for a view file.
   Status Flush(const Handle& handle) override;
@@ -117,7 +120,7 @@ class OverlayFs final : public FileSystem {
   // set-id bits such a write clears, cleared (ModeAfterWrite); true if
   // there were any (behind the kernel's back: it is to be told). Takes no
   // lock, as writes take none.
-  static Result<bool> BeforeWrite(int fd, const Caller& caller);
+  Result<bool> BeforeWrite(int fd, const Caller& caller);
 
   // The names of `inode` the table knows.
   std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId inode) override;
@@ -161,9 +164,13 @@ class OverlayFs final : public FileSystem {
   // gigabytes holds no other operation up; a no-op for anything else.
   // `nameless`: a view file whose names are all gone is copied for its
   // open handles (ViewFile), to a file of no name.
-  Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false)
-      UCFS_EXCLUDES(mu_);
+  // `opened`: a copy adopted is opened for writing with `open_flags` where
+  // it landed, not walked to again (*opened stays empty otherwise).
+  Status CopyUpUnlocked(InodeId inode, bool keep_contents, bool nameless = false,
+                        UniqueFd* opened = nullptr, int open_flags = 0) UCFS_EXCLUDES(mu_);
   Result<std::string> PathOf(InodeId inode) UCFS_REQUIRES(mu_);
+  // `s` (a failed call on an open file of `inode`) about the file's path.
+  Status AboutFile(InodeId inode, const Status& s) UCFS_EXCLUDES(mu_);
   Result<std::string> ChildPath(InodeId parent, std::string_view name) UCFS_REQUIRES(mu_);
   // The inode of `path`, made if new; `count` lookups added. An upper
   // file with several links is one inode whatever name it is reached by.
@@ -209,6 +216,7 @@ class OverlayFs final : public FileSystem {
   const std::unique_ptr<Overlay> overlay_ UCFS_PT_GUARDED_BY(mu_);
   const std::shared_ptr<View> view_;
   const std::string upper_dir_;
+  WriteEnv& writer_;  // the Overlay's (Overlay::writer), thread-safe
   Mutex mu_;
   InodeId next_inode_ UCFS_GUARDED_BY(mu_) = kRootInode + 1;
   std::unordered_map<InodeId, Node> nodes_ UCFS_GUARDED_BY(mu_);

@@ -8,6 +8,8 @@
 // written as a hidden temporary, synced and renamed into place, so an
 // interrupted export leaves whole files only; running it again skips every
 // file already there with the right size and mtime, and redoes the rest.
+// A failed one (a full disk, an I/O error: every write goes through the
+// WriteEnv seam) leaves no temporary behind and no file but whole ones.
 #ifndef UCFS_TOOLS_EXPORT_H_
 #define UCFS_TOOLS_EXPORT_H_
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "ucfs/base/status.h"
+#include "ucfs/base/write_env.h"
 #include "ucfs/vfs/view.h"
 
 namespace ucfs {
@@ -42,6 +45,9 @@ struct ExportOptions {
   bool sync = true;      // fsync each file before renaming it into place
   // Called (from any thread) as bytes are written or found already there.
   std::function<void(uint64_t bytes)> on_bytes;
+  // What the output is written through (thread-safe); null: the real file
+  // system's (Env::Posix()->Writer()).
+  WriteEnv* writer = nullptr;
 };
 
 struct ExportStats {

@@ -167,6 +167,13 @@ class FileSystem {
   // Before a write by `caller` through `handle`: the checks, and the fd the
   // bytes go to (EBADF for a handle with no real file).
   virtual Result<WriteTarget> StartWrite(const Handle& handle, const Caller& caller) = 0;
+  // After StartWrite: a write of `data` at `offset` through `handle` of
+  // `inode`, all of it (short writes gone on from where they stopped), for
+  // bytes the kernel handed over in memory. Bytes written before an error
+  // are answered, as write(2) answers them (the next write meets the
+  // error). The adapter splices bytes in a pipe into StartWrite's fd itself.
+  virtual Result<size_t> Write(InodeId inode, const Handle& handle, std::string_view data,
+                               uint64_t offset) = 0;
   // close(2) of an opener's fd: what closing the handle's file would report,
   // the handle kept.
   virtual Status Flush(const Handle& handle) = 0;

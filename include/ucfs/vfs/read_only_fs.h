@@ -47,7 +47,7 @@ class ReadOnlyFs final : public FileSystem {
   Result<struct stat> GetAttr(InodeId inode, int fd = -1) override;
   Result<struct stat> SetAttr(InodeId, const SetAttrRequest&, int = -1,
                               const Caller* = nullptr) override {
-    return Write();
+    return Refused();
   }
   // Entries sorted by name, with their inode numbers.
   Result<DirEntries> ReadDir(InodeId dir) override;
@@ -65,46 +65,49 @@ class ReadOnlyFs final : public FileSystem {
   Result<Handle> Open(InodeId inode, int flags, const Caller* caller = nullptr) override;
   Result<std::pair<struct stat, Handle>> Create(InodeId, std::string_view, int, mode_t,
                                                 const Caller* = nullptr) override {
-    return Write();
+    return Refused();
   }
   // The inode itself, with or without an open.
   InodeId ViewFileOf(InodeId inode, const Handle&) override { return inode; }
-  Result<WriteTarget> StartWrite(const Handle&, const Caller&) override { return Write(); }
+  Result<WriteTarget> StartWrite(const Handle&, const Caller&) override { return Refused(); }
+  Result<size_t> Write(InodeId, const Handle&, std::string_view, uint64_t) override {
+    return Refused();
+  }
   // As FsyncDir: ENOSYS, the kernel stops asking.
   Status Flush(const Handle&) override { return Unsupported(); }
   Status Fsync(const Handle&, bool) override { return Unsupported(); }
-  Status Fallocate(const Handle&, int, off_t, off_t) override { return Write(); }
+  Status Fallocate(const Handle&, int, off_t, off_t) override { return Refused(); }
   void Release(InodeId, const Handle&) override {}
 
   Result<struct stat> MakeDir(InodeId, std::string_view, mode_t, const Caller* = nullptr) override {
-    return Write();
+    return Refused();
   }
   Result<struct stat> MakeNode(InodeId, std::string_view, mode_t, dev_t,
                                const Caller* = nullptr) override {
-    return Write();
+    return Refused();
   }
   Result<struct stat> Symlink(std::string_view, InodeId, std::string_view,
                               const Caller* = nullptr) override {
-    return Write();
+    return Refused();
   }
-  Result<struct stat> Link(InodeId, InodeId, std::string_view) override { return Write(); }
-  Status Unlink(InodeId, std::string_view) override { return Write(); }
-  Status RemoveDir(InodeId, std::string_view) override { return Write(); }
+  Result<struct stat> Link(InodeId, InodeId, std::string_view) override { return Refused(); }
+  Status Unlink(InodeId, std::string_view) override { return Refused(); }
+  Status RemoveDir(InodeId, std::string_view) override { return Refused(); }
   Status Rename(InodeId, std::string_view, InodeId, std::string_view, unsigned) override {
-    return Write();
+    return Refused();
   }
 
   // The view's ("user.ucfs.*").
   Result<std::string> GetXattr(InodeId inode, const std::string& name) override;
   Result<std::string> ListXattr(InodeId inode) override;
-  Status SetXattr(InodeId, const std::string&, std::string_view, int) override { return Write(); }
-  Status RemoveXattr(InodeId, const std::string&) override { return Write(); }
+  Status SetXattr(InodeId, const std::string&, std::string_view, int) override { return Refused(); }
+  Status RemoveXattr(InodeId, const std::string&) override { return Refused(); }
 
   std::vector<InodeId> TakeChangedBehind() override { return {}; }
   std::vector<std::pair<InodeId, std::string>> NamesOf(InodeId) override { return {}; }
 
   // What every change answers.
-  static Status Write() { return Status::Posix(EROFS, "read-only file system"); }
+  static Status Refused() { return Status::Posix(EROFS, "read-only file system"); }
 
  private:
   static Status Unsupported() { return Status::Posix(ENOSYS, "nothing to sync"); }
