@@ -1,7 +1,9 @@
 #include "test_support.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -426,6 +428,51 @@ BinContents ReadBin(const std::string& file) {
                          file.substr(rec->data_offset + (*t)->byte_offset(), (*t)->byte_size())};
   }
   return out;
+}
+
+Tree Snapshot(Overlay& o, View& view) {
+  Tree tree;
+  SourceFiles reader(*Env::Posix(), [&](uint32_t i) { return view.source(i); });
+  auto walk = [&](auto&& self, const std::string& dir) -> void {
+    auto entries = o.ReadDir(dir);
+    EXPECT_TRUE(entries.ok()) << dir << ": " << entries.status().ToString();
+    if (!entries.ok()) return;
+    for (const auto& [name, e] : *entries) {
+      const std::string path = dir.empty() ? name : dir + "/" + name;
+      if (e.is_dir) {
+        tree[path] = std::nullopt;
+        self(self, path);
+      } else if (e.in_upper) {
+        tree[path] = ReadFile(e.upper_path);
+      } else {
+        std::vector<ReadPiece> pieces;
+        EXPECT_TRUE(view.Plan(e.lower, 0, view.GetAttr(e.lower)->size, &pieces).ok());
+        std::string bytes;
+        EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
+        tree[path] = bytes;
+      }
+    }
+  };
+  walk(walk, "");
+  return tree;
+}
+
+void Write(Overlay& o, const std::string& path, const std::string& text, int flags) {
+  auto fd = o.OpenWrite(path, O_WRONLY | flags, 0644);
+  ASSERT_TRUE(fd.ok()) << path << ": " << fd.status().ToString();
+  if (!(flags & O_TRUNC)) ::lseek(fd->get(), 0, SEEK_END);
+  ASSERT_EQ(::write(fd->get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
+}
+
+struct stat StatOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st;
+}
+
+void SetTimes(const std::string& path, int64_t atime_s, int64_t mtime_s) {
+  const timespec times[2] = {{atime_s, 0}, {mtime_s, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
 }
 
 }  // namespace ucfs::testing

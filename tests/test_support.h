@@ -3,10 +3,13 @@
 #ifndef UCFS_TESTS_TEST_SUPPORT_H_
 #define UCFS_TESTS_TEST_SUPPORT_H_
 
+#include <sys/stat.h>
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "ucfs/vfs/view.h"
 
 namespace ucfs {
+class Overlay;
 class OverlayFs;
 }  // namespace ucfs
 
@@ -136,6 +140,18 @@ std::string FreshTestDir(const std::string& prefix);
 // whose path goes to *upper. Null, with a test failure, if it cannot open.
 std::unique_ptr<OverlayFs> FreshOverlayFs(std::shared_ptr<View> view, const std::string& prefix,
                                           std::string* upper);
+
+// An overlay's whole tree as path -> contents (nullopt for a directory),
+// the view's files read through their pieces.
+using Tree = std::map<std::string, std::optional<std::string>>;
+Tree Snapshot(Overlay& overlay, View& view);
+// Writes `text` to `path` through the overlay (appended unless `flags`
+// holds O_TRUNC).
+void Write(Overlay& overlay, const std::string& path, const std::string& text, int flags);
+// lstat(2) of `path` (a test failure if it fails).
+struct stat StatOf(const std::string& path);
+// Sets the atime and mtime of `path` (not following a symlink).
+void SetTimes(const std::string& path, int64_t atime_s, int64_t mtime_s);
 
 }  // namespace ucfs::testing
 
