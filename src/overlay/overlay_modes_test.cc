@@ -1,3 +1,6 @@
+// The modes and times the overlay keeps: its upper root's, the set-id bits
+// a write clears, a directory made over a removed view directory, the times
+// of directories a copy-up lands in, and the atime only listings move.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,19 +12,10 @@
 #include "test_support.h"
 #include "ucfs/overlay/overlay.h"
 
-// The modes and times the overlay keeps: its upper root's, the set-id bits
-// a write clears, a directory made over a removed view directory, the times
-// of directories a copy-up lands in, and the atime only listings move.
 namespace ucfs {
 namespace {
 
 namespace fs = std::filesystem;
-
-using testing::SetTimes;
-using testing::SmallView;
-using testing::Snapshot;
-using testing::StatOf;
-using testing::Write;
 
 std::string TempUpper(const std::string& name) { return testing::FreshTempDir("overlay_" + name); }
 
@@ -34,10 +28,10 @@ namespace {
 TEST(Overlay, MakesItsUpperRootOpenToAllWhateverTheUmask) {
   const mode_t old = ::umask(077);
   const std::string upper = testing::FreshTempDir("overlay_umask");
-  auto o = Overlay::Open(upper, SmallView(), *Env::Posix());
+  auto o = Overlay::Open(upper, testing::SmallView(), *Env::Posix());
   ::umask(old);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
-  EXPECT_EQ(StatOf(upper).st_mode & 07777, 0755u);
+  EXPECT_EQ(testing::StatOf(upper).st_mode & 07777, 0755u);
 }
 
 // The mode a write or truncation leaves, by who makes it (the kernel's
@@ -69,7 +63,7 @@ TEST(Overlay, ModeAfterWriteClearsWhatTheKernelWould) {
 // A directory made where a view directory was removed holds nothing of the
 // view: it is no merge, and renames like any new one.
 TEST(Overlay, ADirectoryReplacingARemovedViewDirectoryIsItsOwn) {
-  auto view = SmallView();
+  auto view = testing::SmallView();
   auto o = Overlay::Open(TempUpper("replaced_dir"), view, *Env::Posix());
   ASSERT_TRUE(o.ok());
   ASSERT_TRUE((*o)->Unlink("d/x").ok());
@@ -80,11 +74,11 @@ TEST(Overlay, ADirectoryReplacingARemovedViewDirectoryIsItsOwn) {
   EXPECT_TRUE(d->in_upper);
   EXPECT_TRUE(d->covers_view);
   EXPECT_EQ(d->lower, 0u);
-  Write(**o, "d/mine", "m", O_CREAT);
+  testing::Write(**o, "d/mine", "m", O_CREAT);
   ASSERT_TRUE((*o)->Rename("d", "moved").ok());
-  EXPECT_EQ(Snapshot(**o, *view).count("d"), 0u);  // the view's stays hidden
-  EXPECT_EQ(*Snapshot(**o, *view).at("moved/mine"), "m");
-  EXPECT_EQ(Snapshot(**o, *view).count("moved/x"), 0u);
+  EXPECT_EQ(testing::Snapshot(**o, *view).count("d"), 0u);  // the view's stays hidden
+  EXPECT_EQ(*testing::Snapshot(**o, *view).at("moved/mine"), "m");
+  EXPECT_EQ(testing::Snapshot(**o, *view).count("moved/x"), 0u);
   // A directory holding the view's entries still cannot move.
   EXPECT_EQ((*o)->Rename("t", "t2").posix_errno(), EXDEV);
 }
@@ -101,25 +95,25 @@ TEST(Overlay, CopyUpKeepsTheTimesOfTheDirectoriesItLandsIn) {
   const std::string upper = TempUpper("copy_up_parent_times");
   auto o = Overlay::Open(upper, view, *Env::Posix());
   ASSERT_TRUE(o.ok());
-  SetTimes(upper, 1000, 2000);
+  testing::SetTimes(upper, 1000, 2000);
   // Two directories made on the way, each as the view shows it.
   ASSERT_TRUE((*o)->PrepareChange("t/u/f").ok());
-  EXPECT_EQ(StatOf(upper).st_mtim.tv_sec, 2000);
-  EXPECT_EQ(StatOf(upper).st_atim.tv_sec, 1000);
-  EXPECT_EQ(StatOf(upper + "/t").st_mtim.tv_sec, 1600000000);
-  EXPECT_EQ(StatOf(upper + "/t/u").st_mtim.tv_sec, 1600000000);
+  EXPECT_EQ(testing::StatOf(upper).st_mtim.tv_sec, 2000);
+  EXPECT_EQ(testing::StatOf(upper).st_atim.tv_sec, 1000);
+  EXPECT_EQ(testing::StatOf(upper + "/t").st_mtim.tv_sec, 1600000000);
+  EXPECT_EQ(testing::StatOf(upper + "/t/u").st_mtim.tv_sec, 1600000000);
   EXPECT_EQ((*o)->TakeCopiedUpDirs(), (std::vector<std::string>{"t", "t/u"}));
   EXPECT_TRUE((*o)->TakeCopiedUpDirs().empty());
   // Into a directory already there, by a copy written apart.
-  SetTimes(upper + "/t", 3000, 4000);
+  testing::SetTimes(upper + "/t", 3000, 4000);
   auto copy = (*o)->PrepareCopyAside("t/g");
   ASSERT_TRUE(copy.ok() && copy->has_value());
   ASSERT_TRUE((*copy)->Run().ok());
   ASSERT_TRUE((*o)->Adopt("t/g", std::move(**copy)).ok());
   EXPECT_TRUE((*o)->Lookup("t/g")->in_upper);
-  EXPECT_EQ(StatOf(upper + "/t").st_mtim.tv_sec, 4000);
-  EXPECT_EQ(StatOf(upper + "/t").st_atim.tv_sec, 3000);
-  EXPECT_EQ(StatOf(upper).st_mtim.tv_sec, 2000);
+  EXPECT_EQ(testing::StatOf(upper + "/t").st_mtim.tv_sec, 4000);
+  EXPECT_EQ(testing::StatOf(upper + "/t").st_atim.tv_sec, 3000);
+  EXPECT_EQ(testing::StatOf(upper).st_mtim.tv_sec, 2000);
   for (const auto& e : fs::directory_iterator(upper)) {
     EXPECT_FALSE(e.path().filename().string().starts_with(".wh.")) << e.path();
   }
@@ -127,36 +121,37 @@ TEST(Overlay, CopyUpKeepsTheTimesOfTheDirectoriesItLandsIn) {
   ASSERT_TRUE(view->AddFile(t, "e", std::make_shared<InlineContent>("E")).ok());
   auto fd = (*o)->OpenWrite("t/e", O_WRONLY | O_TRUNC, 0);
   ASSERT_TRUE(fd.ok());
-  EXPECT_EQ(StatOf(upper + "/t/e").st_atim.tv_sec, 1600000000);
-  EXPECT_EQ(StatOf(upper + "/t/e").st_size, 0);
+  EXPECT_EQ(testing::StatOf(upper + "/t/e").st_atim.tv_sec, 1600000000);
+  EXPECT_EQ(testing::StatOf(upper + "/t/e").st_size, 0);
 }
 
 // The overlay's own looks into a directory (is it empty? what is there to
 // clear?) are no reading of it: its atime stays. A listing asked for moves
 // it as the upper file system moves a read directory's.
 TEST(Overlay, OnlyListingsAskedForMoveADirectorysAtime) {
-  auto view = SmallView();
+  auto view = testing::SmallView();
   const std::string upper = TempUpper("listing_atime");
   auto o = Overlay::Open(upper, view, *Env::Posix());
   ASSERT_TRUE(o.ok());
   ASSERT_TRUE((*o)->MakeDir("e", 0755).ok());
-  Write(**o, "e/f", "f", O_CREAT);
-  auto old_atime = [&] { SetTimes(upper + "/e", 1000, 2000); };
+  testing::Write(**o, "e/f", "f", O_CREAT);
+  auto old_atime = [&] { testing::SetTimes(upper + "/e", 1000, 2000); };
   old_atime();
   ASSERT_TRUE((*o)->Lookup("e/f").ok());
   EXPECT_EQ((*o)->RemoveDir("e").posix_errno(), ENOTEMPTY);
   ASSERT_TRUE((*o)->ReadDir("e").ok());
-  EXPECT_EQ(StatOf(upper + "/e").st_atim.tv_sec, 1000);
+  EXPECT_EQ(testing::StatOf(upper + "/e").st_atim.tv_sec, 1000);
   // Whether this file system moves atimes at all (relatime: an atime
   // older than the mtime moves).
   {
     auto listed = fs::directory_iterator(upper + "/e");
     (void)listed;
   }
-  if (StatOf(upper + "/e").st_atim.tv_sec == 1000) GTEST_SKIP() << "atimes do not move here";
+  if (testing::StatOf(upper + "/e").st_atim.tv_sec == 1000)
+    GTEST_SKIP() << "atimes do not move here";
   old_atime();
   ASSERT_TRUE((*o)->ReadDir("e", /*reading=*/true).ok());
-  EXPECT_NE(StatOf(upper + "/e").st_atim.tv_sec, 1000);
+  EXPECT_NE(testing::StatOf(upper + "/e").st_atim.tv_sec, 1000);
 }
 
 }  // namespace
