@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/unserved_layouts.h"
+
 namespace ucfs {
 namespace {
 
@@ -189,6 +191,7 @@ Result<RankFilesFound> FindRankFiles(Env& env, const std::string& tag_dir) {
   UCFS_ASSIGN_OR_RETURN(auto entries, env.ListDir(tag_dir));
   RankFilesFound found;
   for (const auto& e : entries) {
+    UCFS_RETURN_IF_ERROR(RefuseUnservedTagEntry(tag_dir, e));
     if (e.is_dir) continue;
     if (auto mp = ParseSharedModelFileName(e.name)) {
       found.shared_model.emplace(*mp, JoinPath(tag_dir, e.name));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_builder.h"
+#include "checkpoint/unserved_layouts.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/partition.h"
 
@@ -35,20 +36,12 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
   if (groups == 0) return tf.Error("no trainable parameters: param_shapes is empty");
 
   // base_optimizer_state is torch's optimizer.state_dict() ({'state': {k:
-  // ...}, 'param_groups': [...]}), or with elastic_checkpoint a list of
-  // each group's state without its padding.
+  // ...}, 'param_groups': [...]}); with elastic_checkpoint a list of each
+  // group's state, refused (unserved_layouts.h).
   const NodeId base = doc.Get(osd, "base_optimizer_state");
-  std::vector<NodeId> group_states;
-  if (doc.MappingItems(base)) {
-    group_states = StatesByGroup(doc, doc.Get(base, "state"), groups);
-  } else {
-    auto elastic_items = doc.SequenceItems(base);
-    if (!elastic_items) return tf.Error("no 'base_optimizer_state' dict or list");
-    group_states.assign(groups, pickle::kNoNode);
-    for (size_t k = 0; k < groups && k < elastic_items->size(); ++k) {
-      group_states[k] = (*elastic_items)[k];
-    }
-  }
+  if (doc.SequenceItems(base)) return RefuseElasticCheckpoint(tf.path());
+  if (!doc.MappingItems(base)) return tf.Error("no 'base_optimizer_state' dict");
+  const std::vector<NodeId> group_states = StatesByGroup(doc, doc.Get(base, "state"), groups);
   if (rank == 0) {
     UCFS_ASSIGN_OR_RETURN(TensorRef flat0,
                           tf.RequireTensor((*flats)[0], "single_partition_of_fp32_groups[0]"));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_builder.h"
+#include "checkpoint/unserved_layouts.h"
 #include "ucfs/base/checked_math.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/partition.h"
@@ -159,6 +160,7 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
     }
   }
   const NodeId ds_config = doc.Get(root, "ds_config");
+  UCFS_RETURN_IF_ERROR(RefuseUnservedConfig(doc, ds_config, tf.path()));
   // A positive whole number, else unknown (HF's "auto" left unfilled).
   auto count = [&doc, ds_config](const char* key) -> std::optional<int64_t> {
     auto v = doc.AsNumber(doc.Get(ds_config, key));

@@ -1074,6 +1074,43 @@ def _(tag, root):
          lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "round_robin_gradients", True))
 
 
+# ------------------------------------------------------------------ layouts ucfs refuses by name
+# (src/checkpoint/unserved_layouts.h): each refused at open, naming its file.
+
+@case("unserved", "zenflow", "zero_optimization.zenflow set: ZenFlow's transposed flat buffers", STAGE12)
+def _(tag, root):
+    edit(os.path.join(tag, SHARED_MODEL),
+         lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "zenflow",
+                               tv.Dct([(tv.Str("topk_ratio"), 0.1)])))
+
+
+@case("unserved", "mics", "zero_optimization.mics_shard_size 1: MiCS's shard-group optimizer files")
+def _(tag, root):
+    edit(model(tag), lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "mics_shard_size", 1))
+
+
+@case("unserved", "nvme_offload", "<tag>/offloaded_tensors/rank0: states in NVMe swap files")
+def _(tag, root):
+    os.makedirs(os.path.join(tag, "offloaded_tensors", "rank0"))
+
+
+@case("unserved", "split_rank_file", "rank 1's optimizer file in two parts (FastCheckpointEngine)")
+def _(tag, root):
+    data = read(optim(tag, 1))
+    os.remove(optim(tag, 1))
+    write(optim(tag, 1) + "-0.2", data[:len(data) // 2])
+    write(optim(tag, 1) + "-1.2", data[len(data) // 2:])
+
+
+@case("unserved", "elastic_checkpoint", "base_optimizer_state a list of each group's states", STAGE12)
+def _(tag, root):
+    def fn(t, _):
+        base = osd(t).get("base_optimizer_state")
+        dict_set(osd(t), "base_optimizer_state", tv.Lst([v for _, v in base.get("state").items]))
+    for r in range(2):
+        edit(optim(tag, r), fn)
+
+
 # ------------------------------------------------------------------ tensor and pipeline parallel
 # The TP/PP fixtures (tests/data/tp_fixtures, beside the fixtures). ucfs
 # serves their universal view and their view at a new D: each broken one

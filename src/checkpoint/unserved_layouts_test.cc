@@ -1,0 +1,137 @@
+// Each layout ucfs refuses (unserved_layouts.h) made from a real
+// checkpoint with the one thing that shows it, refused by name, naming the
+// file, at open — before any view could serve a byte of it.
+#include "checkpoint/unserved_layouts.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "test_support.h"
+#include "ucfs/base/env.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/codec/pickle.h"
+
+namespace ucfs {
+namespace {
+
+using pickle::NodeId;
+
+class UnservedLayoutTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(env_.CopyTreeFrom(testing::FixtureDir(GetParam()) + "/checkpoint", "/ck").ok());
+  }
+  bool flat_groups() const { return GetParam().starts_with("z2"); }
+  static std::string Tag() { return "/ck/global_step4"; }
+  static std::string Optim(int rank) {
+    return Tag() + "/zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_optim_states.pt";
+  }
+  // The model-states file whose ds_config the checkpoint reads.
+  std::string Model() const {
+    return Tag() + (flat_groups() ? "/mp_rank_00_model_states.pt"
+                                  : "/zero_pp_rank_0_mp_rank_00_model_states.pt");
+  }
+  void Edit(const std::string& file, const std::function<void(pickle::Document*)>& edit) {
+    env_.WriteFile(file, testing::RepackTorchFile(*env_.Contents(file), edit));
+  }
+  // zero_optimization of the model states' ds_config gains key = value.
+  void SetZeroConfig(const std::string& key,
+                     const std::function<NodeId(pickle::Document*)>& value) {
+    Edit(Model(), [&](pickle::Document* d) {
+      const NodeId zero = d->Get(d->Get(d->root(), "ds_config"), "zero_optimization");
+      d->AppendPair(zero, d->AddStr(key), value(d));
+    });
+  }
+  // Open is refused as NotSupported naming `file` and saying `what`.
+  void ExpectRefused(const std::string& file, const std::string& what) {
+    Status s = Checkpoint::Open(env_, "/ck").status();
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+    EXPECT_EQ(s.file(), file) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("refuses it rather than serve"), std::string::npos);
+  }
+  MemEnv env_;
+};
+
+TEST_P(UnservedLayoutTest, TheFixtureItselfOpens) {
+  EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
+}
+
+TEST_P(UnservedLayoutTest, ZenFlow) {
+  SetZeroConfig("zenflow", [](pickle::Document* d) {
+    return d->AddDict({d->AddStr("topk_ratio"), d->AddFloat(0.1)});
+  });
+  ExpectRefused(Model(), "a ZenFlow run (zero_optimization.zenflow");
+}
+
+TEST_P(UnservedLayoutTest, ZenFlowOffIsNoZenFlow) {
+  SetZeroConfig("zenflow", [](pickle::Document* d) { return d->AddNone(); });
+  EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
+}
+
+TEST_P(UnservedLayoutTest, MiCS) {
+  SetZeroConfig("mics_shard_size", [](pickle::Document* d) { return d->AddInt(2); });
+  ExpectRefused(Model(), "a MiCS run (zero_optimization.mics_shard_size 2");
+}
+
+TEST_P(UnservedLayoutTest, MiCSOffIsNoMiCS) {
+  // DeepSpeed's default, -1.
+  SetZeroConfig("mics_shard_size", [](pickle::Document* d) { return d->AddInt(-1); });
+  EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
+}
+
+TEST_P(UnservedLayoutTest, OptimizerOffloadedToNvme) {
+  ASSERT_TRUE(env_.MakeDir(Tag() + "/offloaded_tensors", 0755, 0).ok());
+  ExpectRefused(Tag() + "/offloaded_tensors", "offloaded to NVMe");
+}
+
+TEST_P(UnservedLayoutTest, RankFilesWrittenInParts) {
+  const std::string whole = *env_.Contents(Optim(1));
+  ASSERT_TRUE(env_.RemoveFile(Optim(1)));
+  env_.WriteFile(Optim(1) + "-0.2", whole.substr(0, whole.size() / 2));
+  env_.WriteFile(Optim(1) + "-1.2", whole.substr(whole.size() / 2));
+  ExpectRefused(Optim(1) + "-0.2", "written in parts by FastCheckpointEngine");
+}
+
+TEST_P(UnservedLayoutTest, NamesLikePartsOfNoRankFileAreLeftAlone) {
+  env_.WriteFile(Tag() + "/notes.pt-0.2", "x");
+  env_.WriteFile(Tag() + "/zero_pp_rank_0_mp_rank_00_optim_states.pt-x.2", "x");
+  EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, UnservedLayoutTest,
+                         ::testing::Values("z2_tricky_fp32_ws2", "z3_fp32_ws2"));
+
+// ZeRO-1/2 with elastic_checkpoint: base_optimizer_state is a list of each
+// group's states.
+TEST(UnservedLayout, ElasticCheckpoint) {
+  MemEnv env;
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  const std::string optim0 = "/ck/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  env.WriteFile(optim0, testing::RepackTorchFile(*env.Contents(optim0), [](pickle::Document* d) {
+                  const NodeId osd = d->Get(d->root(), "optimizer_state_dict");
+                  const NodeId base = d->Get(osd, "base_optimizer_state");
+                  const NodeId state = d->Get(base, "state");
+                  const auto items = d->MappingItems(state);
+                  std::vector<NodeId> groups;
+                  for (const auto& [k, v] : *items) groups.push_back(v);
+                  pickle::Node& n = d->mutable_node(osd);
+                  for (size_t i = 0; i + 1 < n.items.size(); i += 2) {
+                    if (d->AsStr(n.items[i]) == "base_optimizer_state") {
+                      n.items[i + 1] = d->AddList(groups);
+                    }
+                  }
+                }));
+  Status s = Checkpoint::Open(env, "/ck").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.file(), optim0) << s.ToString();
+  EXPECT_NE(s.message().find("elastic_checkpoint save"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace ucfs
