@@ -189,6 +189,30 @@ ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
   return FromShards(std::move(files), {std::move(checkpoint)}, std::move(supplied));
 }
 
+namespace {
+
+// DeepSpeed 0.19.x's AutoTP records each param's slices as an affine map
+// (src/design/modern-layouts.md), which its converter takes before every
+// merge rule and writes without cat_dim: until ucfs lays the map out, the
+// universal layout (and the merged weights) of a param it covers are
+// refused, naming the file and the param; the view at a new D needs no
+// merge and is served.
+Status RefuseAffineMap(const pickle::Document& doc, const std::string& file) {
+  const pickle::NodeId info = doc.Get(doc.root(), "universal_checkpoint_info");
+  auto params = doc.MappingItems(doc.Get(doc.Get(info, "affine_map"), "params"));
+  if (!params || params->empty()) return Status::OK();
+  auto first = doc.AsStr(params->front().first);
+  return Status::NotSupported(
+             file + ": an AutoTP checkpoint (universal_checkpoint_info.affine_map, " +
+             std::to_string(params->size()) + " params, the first '" +
+             Printable(first ? std::string(*first) : doc.Repr(params->front().first, 40)) +
+             "'): its universal files are laid out from the map, which ucfs does not yet do; "
+             "its view at a new data-parallel size (--world-size) serves it")
+      .WithFile(file);
+}
+
+}  // namespace
+
 std::shared_ptr<const ParallelCheckpoint> ParallelCheckpoint::SharedOfDataParallel(
     std::shared_ptr<const Checkpoint> checkpoint) {
   return std::make_shared<const ParallelCheckpoint>(OfDataParallel(std::move(checkpoint)));
@@ -202,6 +226,7 @@ Status ParallelCheckpoint::MakeNameTable() {
   auto info = ResolveUniversalInfo(first.rank0_model(), first_model, c.supplied_info_.get());
   c.has_universal_info_ = !info.ok() || info->has_value();
   if (!info.ok()) return info.status();
+  UCFS_RETURN_IF_ERROR(RefuseAffineMap(first.rank0_model(), first_model));
   if (info->has_value()) c.unsafe_ = UnsafeAtAnotherTensorDegree(**info, tp);
   if (!info->has_value() && tp > 1) {
     return Status::NotSupported(

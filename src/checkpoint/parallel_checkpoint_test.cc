@@ -94,6 +94,39 @@ TEST_F(BrokenParallelCheckpointTest, APatternNoParamMatchesIsRefused) {
       << s.ToString();
 }
 
+// DeepSpeed 0.19.x's AutoTP affine map: the shard groups open (the view at
+// a new D needs no merge); the universal layout is refused, naming the
+// file and the map, until ucfs lays maps out (src/design/modern-layouts.md).
+TEST_F(BrokenParallelCheckpointTest, AnAffineMapIsRefusedForTheUniversalLayoutOnly) {
+  EditInfo([](pickle::Document* d, pickle::NodeId info) {
+    const pickle::NodeId entry = d->AddDict({d->AddStr("logical_shape"), d->AddList({})});
+    d->AppendPair(info, d->AddStr("affine_map"),
+                  d->AddDict({d->AddStr("version"), d->AddInt(1), d->AddStr("params"),
+                              d->AddDict({d->AddStr("^language_model.x$"), entry})}));
+  });
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Status& s = c->merge_status();
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.file(), kModel0);
+  EXPECT_NE(s.message().find("an AutoTP checkpoint (universal_checkpoint_info.affine_map, 1 "
+                             "params, the first '^language_model.x$')"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(c->params().empty());
+}
+
+TEST_F(BrokenParallelCheckpointTest, AnEmptyAffineMapIsNoMap) {
+  EditInfo([](pickle::Document* d, pickle::NodeId info) {
+    d->AppendPair(
+        info, d->AddStr("affine_map"),
+        d->AddDict({d->AddStr("version"), d->AddInt(1), d->AddStr("params"), d->AddDict({})}));
+  });
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->merge_status().ok()) << c->merge_status().ToString();
+}
+
 // DeepSpeed >= 0.19.5's checkpoint_parallel_dimensions in every model-states
 // file: the degrees the file names make, or an error naming the file.
 void AddParallelDimensions(MemEnv& env, const std::string& file, int64_t pp, int64_t tp) {

@@ -82,4 +82,43 @@ Status RefuseElasticCheckpoint(const std::string& file) {
                 "checkpoint written by DeepSpeed to check against");
 }
 
+Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
+                                    const std::string& file) {
+  // stage_1_and_2.py: round_robin_bit16_padding, a list per param group of
+  // each param's padding (0 unless zero_optimization.parameter_alignment).
+  if (auto groups = doc.SequenceItems(doc.Get(osd, "param_alignment_paddings"))) {
+    for (size_t k = 0; k < groups->size(); ++k) {
+      auto paddings = doc.SequenceItems((*groups)[k]);
+      if (!paddings) continue;
+      for (pickle::NodeId p : *paddings) {
+        if (doc.AsInt(p).value_or(0) == 0) continue;
+        return Refuse(file,
+                      "parameter alignment (zero_optimization.parameter_alignment: "
+                      "param_alignment_paddings of param group " +
+                          std::to_string(k) + " are not all 0)",
+                      "each param of the flat buffer starts at an aligned offset, after padding "
+                      "ucfs does not yet lay out");
+      }
+    }
+  }
+  // stage3.py: written only where a sub-group holds AutoEP experts.
+  const pickle::NodeId groups = doc.Get(osd, "ds_zero_partition_groups");
+  if (groups != pickle::kNoNode && doc.node(groups).kind != pickle::Kind::kNone) {
+    return Refuse(file, "AutoEP experts at ZeRO-3 (ds_zero_partition_groups)",
+                  "expert sub-groups are partitioned over the expert-parallel group's ranks, not "
+                  "over every data-parallel rank");
+  }
+  return Status::OK();
+}
+
+Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file) {
+  const pickle::NodeId layers = doc.Get(doc.root(), "ds_autoep_layers");
+  if (layers != pickle::kNoNode && doc.node(layers).kind != pickle::Kind::kNone) {
+    return Refuse(file, "an AutoEP run (ds_autoep_layers)",
+                  "its experts are placed over expert-parallel ranks in layer files of their "
+                  "own, which ucfs does not yet merge");
+  }
+  return Status::OK();
+}
+
 }  // namespace ucfs

@@ -16,6 +16,11 @@
 //   ZeRO-1/2 elastic_checkpoint (base_optimizer_state a list)
 //                                         each group's states without
 //                                         their padding
+//   parameter alignment (param_alignment_paddings not all 0, 0.19.x)
+//                                         padding inside the flat buffers
+//   AutoEP (ds_autoep_layers, ds_zero_partition_groups)
+//                                         expert params partitioned over
+//                                         fewer ranks than the others
 //
 // Private to src/checkpoint/.
 #ifndef UCFS_CHECKPOINT_UNSERVED_LAYOUTS_H_
@@ -41,6 +46,14 @@ Status RefuseUnservedTagEntry(const std::string& tag_dir, const DirEntry& entry)
 
 // ZeRO-1/2's optimizer file `file` saved with elastic_checkpoint.
 Status RefuseElasticCheckpoint(const std::string& file);
+
+// From an optimizer file's optimizer_state_dict (`osd`): parameter
+// alignment's paddings and AutoEP's partition groups.
+Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
+                                    const std::string& file);
+
+// From a model-states file: AutoEP's ds_autoep_layers.
+Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file);
 
 }  // namespace ucfs
 

@@ -102,6 +102,22 @@ TEST_P(UnservedLayoutTest, NamesLikePartsOfNoRankFileAreLeftAlone) {
   EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
 }
 
+TEST_P(UnservedLayoutTest, AutoEpLayers) {
+  Edit(Model(), [](pickle::Document* d) {
+    d->AppendPair(d->root(), d->AddStr("ds_autoep_layers"),
+                  d->AddList({d->AddDict({d->AddStr("ep_size"), d->AddInt(2)})}));
+  });
+  ExpectRefused(Model(), "an AutoEP run (ds_autoep_layers)");
+}
+
+TEST_P(UnservedLayoutTest, NoAutoEpLayersIsNoAutoEp) {
+  // DeepSpeed 0.19.8 saves None where no layer is AutoEP's.
+  Edit(Model(), [](pickle::Document* d) {
+    d->AppendPair(d->root(), d->AddStr("ds_autoep_layers"), d->AddNone());
+  });
+  EXPECT_TRUE(Checkpoint::Open(env_, "/ck").ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, UnservedLayoutTest,
                          ::testing::Values("z2_tricky_fp32_ws2", "z3_fp32_ws2"));
 
@@ -131,6 +147,61 @@ TEST(UnservedLayout, ElasticCheckpoint) {
   EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
   EXPECT_EQ(s.file(), optim0) << s.ToString();
   EXPECT_NE(s.message().find("elastic_checkpoint save"), std::string::npos) << s.ToString();
+}
+
+// The optimizer_state_dict of `file` in `env` gains key = value.
+void AddToOptimizerState(MemEnv& env, const std::string& file, const std::string& key,
+                         const std::function<NodeId(pickle::Document*)>& value) {
+  env.WriteFile(file, testing::RepackTorchFile(*env.Contents(file), [&](pickle::Document* d) {
+                  d->AppendPair(d->Get(d->root(), "optimizer_state_dict"), d->AddStr(key),
+                                value(d));
+                }));
+}
+
+// 0.19.x's ZeRO-1/2 files list each param's padding inside its group's
+// flat buffer (zeros unless zero_optimization.parameter_alignment).
+TEST(UnservedLayout, ParameterAlignment) {
+  MemEnv env;
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  const std::string optim0 = "/ck/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  auto paddings = [](std::vector<int64_t> group1) {
+    return [group1](pickle::Document* d) {
+      std::vector<NodeId> second;
+      for (int64_t p : group1) second.push_back(d->AddInt(p));
+      return d->AddList({d->AddList({d->AddInt(0), d->AddInt(0)}), d->AddList(second)});
+    };
+  };
+  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings({0, 0, 0}));
+  EXPECT_TRUE(Checkpoint::Open(env, "/ck").ok());
+  ASSERT_TRUE(
+      env.CopyTreeFrom(testing::FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings({0, 3, 0}));
+  Status s = Checkpoint::Open(env, "/ck").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.file(), optim0) << s.ToString();
+  EXPECT_NE(s.message().find("param_alignment_paddings of param group 1 are not all 0"),
+            std::string::npos)
+      << s.ToString();
+}
+
+// 0.19.x's ZeRO-3 files describe sub-groups partitioned over the expert
+// group's ranks where AutoEP placed experts.
+TEST(UnservedLayout, AutoEpPartitionGroups) {
+  MemEnv env;
+  ASSERT_TRUE(env.CopyTreeFrom(testing::FixtureDir("z3_fp32_ws2") + "/checkpoint", "/ck").ok());
+  const std::string optim1 = "/ck/global_step4/zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  AddToOptimizerState(env, optim1, "ds_zero_partition_groups", [](pickle::Document* d) {
+    return d->AddList({d->AddDict({d->AddStr("partition_count"), d->AddInt(1)})});
+  });
+  Status s = Checkpoint::Open(env, "/ck").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.file(), optim1) << s.ToString();
+  EXPECT_NE(s.message().find("AutoEP experts at ZeRO-3 (ds_zero_partition_groups)"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace

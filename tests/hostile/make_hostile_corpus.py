@@ -1111,6 +1111,18 @@ def _(tag, root):
         edit(optim(tag, r), fn)
 
 
+@case("unserved", "parameter_alignment", "param_alignment_paddings [[0, 0], [0, 3, 0]]", STAGE12)
+def _(tag, root):
+    for r in range(2):
+        edit(optim(tag, r), lambda t, _: dict_set(osd(t), "param_alignment_paddings",
+                                                   tv.Lst([tv.Lst([0, 0]), tv.Lst([0, 3, 0])])))
+
+
+@case("unserved", "autoep_layers", "ds_autoep_layers in rank 0's model states")
+def _(tag, root):
+    edit(model(tag), lambda t, _: dict_set(t, "ds_autoep_layers", tv.Lst([tv.Dct([(tv.Str("ep_size"), 2)])])))
+
+
 # ------------------------------------------------------------------ tensor and pipeline parallel
 # The TP/PP fixtures (tests/data/tp_fixtures, beside the fixtures). ucfs
 # serves their universal view and their view at a new D: each broken one
@@ -1191,6 +1203,13 @@ def _(tag, root):
 def _(tag, root):
     edit_info(tag, lambda info: info.get("vocabulary_parameter_patterns").items.append(
         tv.Str("language_model.encoder.final_layernorm.bias")))
+
+
+@case("parallel", "affine_map", "an AutoTP affine_map in universal_checkpoint_info", TP)
+def _(tag, root):
+    entry = tv.Dct([(tv.Str("logical_shape"), tv.Lst([]))])
+    edit_info(tag, lambda info: dict_set(info, "affine_map", tv.Dct([
+        (tv.Str("version"), 1), (tv.Str("params"), tv.Dct([(tv.Str("^language_model.x$"), entry)]))])))
 
 
 @case("parallel", "local_shapes_disagree", "tensor rank 1 lists another local shape", TP)
