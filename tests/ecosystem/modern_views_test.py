@@ -5,8 +5,9 @@ tests/tools/make_modern_fixtures.py), against what DeepSpeed 0.19.8's own tools 
 For each fixture and each of its roots (MODERN.json "roots"), on the host:
   - the universal view with --crc holds exactly the files DeepSpeed 0.19.8's ds_to_universal.py wrote, byte for
     byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not);
-  - inspect and verify succeed, or, for a checkpoint whose optimizer state ucfs cannot partition (Muon), every
-    view, inspect and verify refuse it naming the group and the key;
+  - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (Muon,
+    parameter alignment, AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
+    AutoTP checkpoint's universal view is refused by name, its view at a new D served;
   - the reshard view at N = W - 1 (or 2 at W = 1) and W + 1 lists the rank files DeepSpeed writes at N;
 then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views_loads.py:
   - every file of the universal view loads with torch.load(weights_only=True) exactly where the converter's own
@@ -40,13 +41,29 @@ def ucfs(*args):
     return subprocess.run([UCFS, *args], capture_output=True, text=True)
 
 
-def refused_state(facts):
-    """What ucfs's refusal names, for a fixture whose optimizer state it cannot partition; else None.
+def refusal(facts):
+    """(what ucfs's refusal names, whether it refuses every view or the universal one only) for a fixture whose
+    layout ucfs refuses until it serves it (src/design/modern-layouts.md); None where every view serves it.
 
-    Muon keeps, at ZeRO-1/2, a momentum buffer of the whole params a partition touches in its group (group 0,
-    as DeepSpeed orders them) and no exp_avg: ucfs refuses it until it can serve it (the next issue's)."""
-    if facts["optimizer"].get("ds_config_optimizer", {}).get("type") == "Muon" and facts["zero_stage"] < 3:
-        return "optimizer state[0]['momentum_buffer'] (param group 0)"
+    Muon keeps, at ZeRO-1/2, a momentum buffer of the whole params a partition touches in its group (group 0, as
+    DeepSpeed orders them) and no exp_avg; at ZeRO-3 its momentum is a flat partition of group 0 that the Adam
+    group beside it lacks. Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition
+    experts over fewer ranks. An AutoTP affine map refuses the universal view only: the view at a new D is
+    served."""
+    cfg = facts.get("ds_config", {})
+    zero = cfg.get("zero_optimization", {})
+    if cfg.get("optimizer", {}).get("type") == "Muon":
+        if facts["zero_stage"] < 3:
+            return "optimizer state[0]['momentum_buffer'] (param group 0)", "all"
+        return "no optimizer state[1]['momentum_buffer']", "all"
+    if zero.get("parameter_alignment"):
+        return "parameter alignment (zero_optimization.parameter_alignment", "all"
+    if cfg.get("expert_parallel", {}).get("autoep_size", 1) > 1:
+        return "an AutoEP run (ds_autoep_layers)", "all"
+    if facts.get("ep_size", 1) > 1:
+        return "as MoE expert groups are, are not supported", "all"
+    if cfg.get("tensor_parallel", {}).get("autotp_size", 1) > 1:
+        return "an AutoTP checkpoint (universal_checkpoint_info.affine_map", "universal"
     return None
 
 
@@ -70,31 +87,34 @@ def converted(root):
 def test_root(name, base, facts, root):
     src = os.path.join(base, root["root"])
     label = f"{name}/{root['root']}"
-    refused = refused_state(facts)
+    refused, views = refusal(facts) or (None, None)
+    whole = views == "all"
 
     def inspect_and_verify():
         for command in ("inspect", "verify"):
             r = ucfs(command, src)
-            if refused:
+            if whole:
                 assert r.returncode != 0, (command, r.stdout)
                 assert refused in r.stdout + r.stderr, (command, r.stdout, r.stderr)
             else:
                 assert r.returncode == 0, (command, r.stdout, r.stderr)
-    check(f"{label}: inspect and verify " + ("refuse it, naming " + refused if refused else "pass"),
+    check(f"{label}: inspect and verify " + ("refuse it, naming " + refused if whole else "pass"),
           inspect_and_verify)
     if refused:
         def mount_refused():
             with tempfile.TemporaryDirectory() as mnt:
-                for extra in ((), ("--world-size", str(facts["world_size"] + 1))):
+                for extra in ((), ("--world-size", str(facts["world_size"] + 1))) if whole else ((),):
                     r = ucfs("mount", "--no-cache", *extra, src, mnt)
                     assert r.returncode != 0 and refused in r.stderr, (extra, r.stderr)
-        check(f"{label}: both views refuse it, naming {refused}", mount_refused)
+        check(f"{label}: " + ("both views refuse" if whole else "the universal view refuses") +
+              f" it, naming {refused}", mount_refused)
+    if whole:
         return
 
     loads = []  # (ours, theirs, what) for the in-root checks
     mounts = []
     try:
-        for tag, out in converted(root):
+        for tag, out in ([] if refused else converted(root)):
             m = mount_testing.Mount(UCFS, src, tag + "_universal", "--no-cache", "--crc", "--tag", tag)
             mounts.append(m)
             mine, ref = os.path.join(m.dir, tag + "_universal"), os.path.join(base, out)
@@ -114,7 +134,9 @@ def test_root(name, base, facts, root):
                               "ours_only": extra})
                 loads.append({"ours": os.path.join(fp32, "model.safetensors"), "theirs": z2f,
                               "kind": "safetensors", "ours_only": extra})
-        w = facts["world_size"]
+        # Data-parallel ranks anew; tensor-parallel ranks kept (each writes its rank files at N).
+        tp = facts.get("tp_size", 1)
+        w = facts["world_size"] // tp
         for n in sorted({max(1, w - 1) if w > 1 else 2, w + 1}):
             m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(n))
             mounts.append(m)
@@ -123,7 +145,7 @@ def test_root(name, base, facts, root):
             def rank_files(m=m, n=n, tag=tag):
                 names = sorted(os.listdir(os.path.join(m.dir, tag)))
                 optim = [x for x in names if x.endswith("_optim_states.pt")]
-                assert len(optim) == n, names
+                assert len(optim) == n * tp, names
                 for x in names:
                     assert os.path.getsize(os.path.join(m.dir, tag, x)) > 0, x
             check(f"{label}: the view at N={n} lists {n} ranks' files", rank_files)
@@ -153,7 +175,7 @@ def test_run(name, base, facts):
     down), each converted tag's universal view DeepSpeed's bytes again; writable at N, no extra view anywhere."""
     run = os.path.join(base, "run")
     roots = [r for r in facts.get("roots", []) if r["root"].startswith("run/")]
-    if not roots or refused_state(facts):
+    if not roots or refusal(facts):
         return
     first = os.path.relpath(os.path.join(base, roots[0]["root"]), run)
     m = mount_testing.Mount(UCFS, run, first, "--no-cache", "--crc")
