@@ -109,6 +109,10 @@ fixture("hf_peft_lora_z2_fp32_ws2", kind="hf", W=2, stage=2, dtype="fp32", model
         save_steps=4, last_save=4, save_total_limit=None)
 fixture("accelerate_two_models_z2_bf16_ws2", kind="accelerate", W=2, stage=2, dtype="bf16", steps=4)
 fixture("lightning_z3_bf16_ws2", kind="lightning", W=2, stage=3, dtype="bf16", steps_per_epoch=4)
+# Muon + aux Adam at ZeRO-1/2/3, bf16 masters, parameter_alignment: tests/tools/modern/fixtures_optimizers.py
+sys.path.insert(0, MODERN)
+import fixtures_optimizers  # noqa: E402
+fixtures_optimizers.register(fixture, ds_config, MUON)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -759,12 +763,14 @@ def build_ds(ctx, spec, a):
     muon_layout = None
     if cfg.get("optimizer", {}).get("type") == "Muon":
         pg = tr["param_groups"]
-        muon_layout = muon_facts(os.path.join(ckpt, tag), tr)
+        muon_layout = muon_facts(os.path.join(ckpt, tag), tr) if spec["stage"] < 3 else None
         notes.append("Muon: deepspeed.initialize tags every param use_muon (2-D and the name has neither 'embed' nor "
                      "'lm_head'); the engine splits the one incoming group into " +
                      ", ".join(f"{g.get('name')!r} (use_muon {g.get('use_muon')}: {g['params']})" for g in pg) +
-                     "; the Muon group's state is momentum_buffer only, covering the WHOLE params each rank's "
-                     "partition touches (not a flat partition), the Adam group's exp_avg/exp_avg_sq/step")
+                     ("; the Muon group's state is momentum_buffer only, covering the WHOLE params each rank's "
+                      "partition touches (not a flat partition), the Adam group's exp_avg/exp_avg_sq/step"
+                      if spec["stage"] < 3 else "; ZeRO-3: see live_state.group_state_rank0_view for each "
+                      "sub-group's state keys and shapes"))
     base = {
         "kind": "deepspeed engine.save_checkpoint",
         "world_size": W, "zero_stage": spec["stage"], "dtype": spec["dtype"],
