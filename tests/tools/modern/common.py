@@ -243,12 +243,22 @@ def live_state(engine, values=True, module=None):
     steps = sorted({float(st["step"]) for st in base.state.values() if "step" in st})
     # per basic-optimizer group: its scalar state (step, ...) and the dtype and shape of each tensor state, and of
     # the flat master partitions themselves
-    group_state = []
+    # (ZeRO-3 empties the groups' params between steps: its sub-group flats map to groups by sub_group_to_group_id)
+    owners = {}
     for gi, g in enumerate(base.param_groups):
         for q in g["params"]:
-            st = base.state.get(q, {})
+            owners[id(q)] = (gi, None)
+    flat3, s2g = getattr(opt, "fp32_partitioned_groups_flat", None), getattr(opt, "sub_group_to_group_id", None)
+    if flat3 is not None and s2g is not None:
+        for si, q in enumerate(flat3):
+            owners.setdefault(id(q), (s2g[si], si))
+    group_state = []
+    for q, st in base.state.items():
+        if torch.is_tensor(q):
+            gi, si = owners.get(id(q), (None, None))
+            g = base.param_groups[gi] if gi is not None else {}
             group_state.append({
-                "group": gi, "name": g.get("name"), "use_muon": g.get("use_muon"),
+                "group": gi, "sub_group": si, "name": g.get("name"), "use_muon": g.get("use_muon"),
                 "param": f"{str(q.dtype).removeprefix('torch.')} {list(q.shape)}",
                 "scalars": {k: float(v) for k, v in st.items()
                             if (torch.is_tensor(v) and v.dim() == 0) or isinstance(v, (int, float))},
