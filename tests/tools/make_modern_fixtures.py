@@ -109,6 +109,10 @@ fixture("hf_peft_lora_z2_fp32_ws2", kind="hf", W=2, stage=2, dtype="fp32", model
         save_steps=4, last_save=4, save_total_limit=None)
 fixture("accelerate_two_models_z2_bf16_ws2", kind="accelerate", W=2, stage=2, dtype="bf16", steps=4)
 fixture("lightning_z3_bf16_ws2", kind="lightning", W=2, stage=3, dtype="bf16", steps_per_epoch=4)
+# Muon + aux Adam at ZeRO-1/2/3, bf16 masters, parameter_alignment: tests/tools/modern/fixtures_optimizers.py
+sys.path.insert(0, MODERN)
+import fixtures_optimizers  # noqa: E402
+fixtures_optimizers.register(fixture, ds_config, MUON)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -700,7 +704,9 @@ def build_ds(ctx, spec, a):
              "lr_warmup": 3, "ckpt": ckpt, "result": res_base}
     spec_path = os.path.join(scratch, "spec.json")
     json.dump(wspec, open(spec_path, "w"), indent=1)
-    rc, dt, out, err = launch(ctx, W, "ds_worker.py", ["--spec", spec_path, "--phase", "train"],
+    program = spec.get("program", "ds_worker.py")  # a fixture may name another rank program (same spec, phases)
+    model_definition = spec.get("model_definition") or describe_ds_model()
+    rc, dt, out, err = launch(ctx, W, program, ["--spec", spec_path, "--phase", "train"],
                               os.path.join(scratch, "logs", "train"))
     if rc:
         raise RuntimeError(f"training failed rc={rc}: {error_line(err)}\n{tail(err)}")
@@ -713,7 +719,7 @@ def build_ds(ctx, spec, a):
         rspec = dict(wspec, ckpt=rcopy)
         rspec_path = os.path.join(scratch, "spec_resume.json")
         json.dump(rspec, open(rspec_path, "w"), indent=1)
-        rc, dt, out, err = launch(ctx, W, "ds_worker.py", ["--spec", rspec_path, "--phase", "resume"],
+        rc, dt, out, err = launch(ctx, W, program, ["--spec", rspec_path, "--phase", "resume"],
                                   os.path.join(scratch, "logs", "resume"))
         resume = {"how": "fresh launch at the same W on a copy of checkpoint/: a model initialised with seed 4321, "
                          "deepspeed.initialize as in training, engine.load_checkpoint(dir) (tag from latest), then "
@@ -733,9 +739,9 @@ def build_ds(ctx, spec, a):
     check_tools(fx, roots, live_by_tag, module_by_tag, {("checkpoint", tag): tr["model"]})
     cfg = spec["ds_config"]
     recipe = {
-        **recipe_commands("ds_worker.py", W),
+        **recipe_commands(program, W),
         "spec": dict(wspec, ckpt="<checkpoint dir>", result="<result path prefix>"),
-        "model": describe_ds_model(),
+        "model": model_definition,
         "init": "torch.manual_seed(1234) then TrickyNet(), on every rank (resume: seed 4321, then load_checkpoint)",
         "param_groups": ("two torch groups from models.tricky_param_groups: decay (dim>=2 or 'tri'; weight_decay "
                          "0.1, lr 1e-2) and no-decay (weight_decay 0.0, lr 5e-3); passed as model_parameters"
@@ -759,12 +765,14 @@ def build_ds(ctx, spec, a):
     muon_layout = None
     if cfg.get("optimizer", {}).get("type") == "Muon":
         pg = tr["param_groups"]
-        muon_layout = muon_facts(os.path.join(ckpt, tag), tr)
+        muon_layout = muon_facts(os.path.join(ckpt, tag), tr) if spec["stage"] < 3 else None
         notes.append("Muon: deepspeed.initialize tags every param use_muon (2-D and the name has neither 'embed' nor "
                      "'lm_head'); the engine splits the one incoming group into " +
                      ", ".join(f"{g.get('name')!r} (use_muon {g.get('use_muon')}: {g['params']})" for g in pg) +
-                     "; the Muon group's state is momentum_buffer only, covering the WHOLE params each rank's "
-                     "partition touches (not a flat partition), the Adam group's exp_avg/exp_avg_sq/step")
+                     ("; the Muon group's state is momentum_buffer only, covering the WHOLE params each rank's "
+                      "partition touches (not a flat partition), the Adam group's exp_avg/exp_avg_sq/step"
+                      if spec["stage"] < 3 else "; ZeRO-3: see live_state.group_state_rank0_view for each "
+                      "sub-group's state keys and shapes"))
     base = {
         "kind": "deepspeed engine.save_checkpoint",
         "world_size": W, "zero_stage": spec["stage"], "dtype": spec["dtype"],
@@ -774,7 +782,7 @@ def build_ds(ctx, spec, a):
                       "engine_param_groups": tr["engine_param_groups"], "lr_scheduler": tr["lr_scheduler_class"]},
         "data_types": tr["data_types"],
         "ds_config": cfg,
-        "model": dict(tr["model"], definition=describe_ds_model()),
+        "model": dict(tr["model"], definition=model_definition),
         "recipe": recipe,
         "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
                      "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],

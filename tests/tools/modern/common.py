@@ -126,9 +126,6 @@ def param_groups(optimizer, names=None):
     return out
 
 
-OPT_KEYS = ("exp_avg", "exp_avg_sq", "momentum_buffer")
-
-
 def _full_hp(p, key, opt):
     """(full fp32 tensor or None, error or None) of param p: its fp32 master (key None) or optimizer state `key`.
 
@@ -146,6 +143,8 @@ def _full_hp(p, key, opt):
     buf = torch.zeros(numel, dtype=torch.float32)
     ok = torch.ones(1, dtype=torch.int32)
     m = getattr(p, "_hp_mapping", None)
+    whole = None  # the whole param's state, when this rank's state covers whole params (Muon momentum_buffer)
+    frag = None
     if m is not None:
         try:
             if key is None:
@@ -159,16 +158,35 @@ def _full_hp(p, key, opt):
                     getattr(opt, "fp32_groups_flat_partition")
                 flat = flats[m.param_group_index]
                 st = getattr(opt, "optimizer", opt).state[flat][key]
-                if st.shape != flat.shape:
-                    raise ValueError(f"{key} has shape {list(st.shape)}, not the flat partition's {list(flat.shape)}")
-                ha = m.hp_fragment_address
-                frag = st.narrow(0, ha.start, ha.numel)
-            a = m.lp_fragment_address
-            buf.narrow(0, a.start, a.numel).copy_(frag.detach().float().reshape(-1))
+                touched = list(getattr(opt, "params_in_partition", [[]] * (m.param_group_index + 1))[
+                    m.param_group_index])
+                sizes = [q.numel() for q in touched]
+                if st.shape == flat.shape:
+                    ha = m.hp_fragment_address
+                    frag = st.narrow(0, ha.start, ha.numel)
+                elif st.dim() == 1 and st.numel() == sum(sizes) and any(q is p for q in touched):
+                    # ZeRO-1/2 Muon momentum_buffer: the WHOLE params this rank's partition touches, concatenated
+                    # in params_in_partition order (stage_1_and_2.py get_flat_partition: buffer_idx +=
+                    # tensor.numel()); every rank that touches a param holds all of it
+                    i = next(j for j, q in enumerate(touched) if q is p)
+                    whole = st.narrow(0, sum(sizes[:i]), numel)
+                else:
+                    raise ValueError(f"{key} has shape {list(st.shape)}, neither the flat partition's "
+                                     f"{list(flat.shape)} nor the touched params' [{sum(sizes)}]")
+            if whole is None:
+                a = m.lp_fragment_address
+                buf.narrow(0, a.start, a.numel).copy_(frag.detach().float().reshape(-1))
         except Exception as e:  # noqa: BLE001
             ok.zero_()
             err = f"{type(e).__name__}: {e}"[:300]
     group = getattr(p, "_dp_group", None)
+    # the lowest rank holding a whole-param state gives it alone (the others' copies are replicas)
+    nranks = dist.get_world_size(group=group)
+    me = dist.get_rank(group=group)
+    holder = torch.tensor([me if whole is not None else nranks], dtype=torch.int64)
+    dist.all_reduce(holder, op=dist.ReduceOp.MIN, group=group)
+    if whole is not None and int(holder) == me:
+        buf.copy_(whole.detach().float().reshape(-1))
     dist.all_reduce(buf, group=group)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
     if not int(ok):
@@ -197,9 +215,7 @@ def live_state(engine, values=True, module=None):
         ent = {"fp32": trec(v.float().reshape(shape), values) if v is not None else None}
         if e:
             errors.setdefault("fp32", {})[name] = e
-        for k in OPT_KEYS:
-            if k not in keys:
-                continue
+        for k in sorted(keys):  # every tensor state key the optimizer holds (Adam's, Muon's momentum_buffer, ...)
             v, e = _full_hp(p, k, opt)
             if v is not None:
                 ent[k] = trec(v.float().reshape(shape), values)
@@ -225,10 +241,33 @@ def live_state(engine, values=True, module=None):
             dist.all_gather_object(parts, unlinked)
             unlinked = sorted({n for part in parts for n in part})
     steps = sorted({float(st["step"]) for st in base.state.values() if "step" in st})
+    # per basic-optimizer group: its scalar state (step, ...) and the dtype and shape of each tensor state, and of
+    # the flat master partitions themselves
+    # (ZeRO-3 empties the groups' params between steps: its sub-group flats map to groups by sub_group_to_group_id)
+    owners = {}
+    for gi, g in enumerate(base.param_groups):
+        for q in g["params"]:
+            owners[id(q)] = (gi, None)
+    flat3, s2g = getattr(opt, "fp32_partitioned_groups_flat", None), getattr(opt, "sub_group_to_group_id", None)
+    if flat3 is not None and s2g is not None:
+        for si, q in enumerate(flat3):
+            owners.setdefault(id(q), (s2g[si], si))
+    group_state = []
+    for q, st in base.state.items():
+        if torch.is_tensor(q):
+            gi, si = owners.get(id(q), (None, None))
+            g = base.param_groups[gi] if gi is not None else {}
+            group_state.append({
+                "group": gi, "sub_group": si, "name": g.get("name"), "use_muon": g.get("use_muon"),
+                "param": f"{str(q.dtype).removeprefix('torch.')} {list(q.shape)}",
+                "scalars": {k: float(v) for k, v in st.items()
+                            if (torch.is_tensor(v) and v.dim() == 0) or isinstance(v, (int, float))},
+                "tensors": {k: f"{str(v.dtype).removeprefix('torch.')} {list(v.shape)}" for k, v in st.items()
+                            if torch.is_tensor(v) and v.dim() > 0}})
     groups = [{k: (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
                for k, v in g.items() if k != "params"} for g in opt.param_groups]
     return {"params": out, "optimizer_state_keys": sorted(keys), "adam_steps": steps,
-            "param_groups_hyper": groups, "errors": errors or None,
+            "param_groups_hyper": groups, "group_state_rank0_view": group_state, "errors": errors or None,
             "ds_hp_optim_state_unlinked": unlinked if flats is not None else None}
 
 

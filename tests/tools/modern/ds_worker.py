@@ -70,6 +70,12 @@ def main():
             names = [[n for n, p in model.named_parameters() if p.requires_grad and bool(getattr(p, "use_muon",
                                                                                                  False)) is flag]
                      for flag in [bool(g.get("use_muon")) for g in engine.basic_optimizer.param_groups]]
+            # in the optimizer's order: MuonWithAuxAdam.__init__ sorts a use_muon group's params by size, largest
+            # first (deepspeed/runtime/zero/muon/original_muon.py: sorted(group["params"], key=lambda x: x.size(),
+            # reverse=True)), which is the order of the flat buffer and of param_shapes
+            shapes = {n: torch.Size(common.param_shape(p)) for n, p in model.named_parameters()}  # ZeRO-3: ds_shape
+            names = [sorted(ns, key=lambda n: shapes[n], reverse=True) if g.get("use_muon") else ns
+                     for ns, g in zip(names, engine.basic_optimizer.param_groups)]
         res["param_groups_given"] = names_given
         res["param_groups"] = common.param_groups(engine.basic_optimizer, names)
         res["engine_param_groups"] = [{k: (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
