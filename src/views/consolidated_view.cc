@@ -107,6 +107,18 @@ OtherTensors ZeroToFp32OtherTensors(std::string_view ds_version) {
 
 namespace {
 
+// A run of `numel` saved `from` values, widened to float32 on every read
+// from the bytes `map` names.
+StorageRun WidenedRun(const std::shared_ptr<SourceFiles>& files, DType from, uint64_t numel,
+                      const std::string& name, WidenedToFloat32::MapBytes map) {
+  auto widened = std::make_shared<const WidenedToFloat32>(files, from, numel, name, std::move(map));
+  StorageRun run;
+  run.kind = StorageRun::Kind::kComputed;
+  run.length = widened->size();
+  run.computed = std::move(widened);
+  return run;
+}
+
 // Zero_to_fp32's buffers: tensor rank 0's of each stage, the first stage's
 // where stages share a name.
 Status AddBuffers(const ParallelCheckpoint& c, OtherTensors others,
@@ -157,16 +169,11 @@ Status AddFrozenParams(const ParallelCheckpoint& c, OtherTensors others,
       t.shape = info.shape;
       if (to_fp32 && info.dtype != DType::kFloat32 && IsFloating(info.dtype)) {
         t.dtype = DType::kFloat32;
-        auto widened = std::make_shared<const WidenedToFloat32>(
-            files, info.dtype, info.numel, info.name,
-            [&c, m, f](uint64_t begin, uint64_t end, std::vector<Extent>* extents) {
-              return c.MapShardFrozen(m, f, begin, end, extents);
-            });
-        StorageRun run;
-        run.kind = StorageRun::Kind::kComputed;
-        run.length = widened->size();
-        run.computed = std::move(widened);
-        t.storage.runs.push_back(std::move(run));
+        t.storage.runs.push_back(
+            WidenedRun(files, info.dtype, info.numel, info.name,
+                       [&c, m, f](uint64_t begin, uint64_t end, std::vector<Extent>* extents) {
+                         return c.MapShardFrozen(m, f, begin, end, extents);
+                       }));
       } else {
         t.dtype = info.dtype;
         StorageRun run =
@@ -185,8 +192,10 @@ Status AddFrozenParams(const ParallelCheckpoint& c, OtherTensors others,
 // where zero_to_fp32.py makes the state dict itself (a data-parallel
 // checkpoint) as it makes it, each param its one slice whole (a padded
 // vocabulary keeps its rows; an averaged param is its bytes); else merged
-// at full shape as the universal files merge it. Cast on read where asked.
-Status AddParams(const ParallelCheckpoint& c, const StateDictOptions& options,
+// at full shape as the universal files merge it. Cast on read where asked;
+// 16-bit masters (bf16_master_weights_and_grads) widened to float32 where
+// zero_to_fp32.py of the saving DeepSpeed widens every floating tensor.
+Status AddParams(const ParallelCheckpoint& c, OtherTensors others, const StateDictOptions& options,
                  const std::shared_ptr<SourceFiles>& files, std::vector<ConsolidatedTensor>* out) {
   const uint32_t tp = c.degrees().tp;
   const bool as_zero_to_fp32 = c.degrees().mp() == 1;
@@ -202,13 +211,17 @@ Status AddParams(const ParallelCheckpoint& c, const StateDictOptions& options,
                                   std::string(Info(fp32.dtype).torch_name) +
                                   " master weights (float32 to bfloat16 or float16 only)");
     }
-    if (cast && !as_zero_to_fp32) {
-      return Status::NotSupported("weights cast from a tensor- or pipeline-parallel checkpoint (" +
+    const bool widen =
+        !options.params_dtype && fp32.dtype != DType::kFloat32 && IsFloating(fp32.dtype) &&
+        (others == OtherTensors::kAllToFloat32 || others == OtherTensors::kFloatingToFloat32);
+    if ((cast || widen) && !as_zero_to_fp32) {
+      return Status::NotSupported(std::string(cast ? "weights cast" : "16-bit masters widened") +
+                                  " from a tensor- or pipeline-parallel checkpoint (" +
                                   DescribeDegrees(c.degrees()) + ")");
     }
     ConsolidatedTensor t;
     t.name = param.name;
-    t.dtype = cast ? *options.params_dtype : fp32.dtype;
+    t.dtype = cast ? *options.params_dtype : widen ? DType::kFloat32 : fp32.dtype;
     t.requires_grad = fp32.requires_grad;
     if (as_zero_to_fp32) {
       t.shape = param.local_shape;
@@ -221,6 +234,12 @@ Status AddParams(const ParallelCheckpoint& c, const StateDictOptions& options,
         run.length = computed->size();
         run.computed = std::move(computed);
         t.storage.runs.push_back(std::move(run));
+      } else if (widen) {
+        t.storage.runs.push_back(
+            WidenedRun(files, fp32.dtype, NumelOf(t.shape), param.name,
+                       [&c, m, slice](uint64_t begin, uint64_t end, std::vector<Extent>* extents) {
+                         return c.MapShardState(m, slice, 0, begin, end, extents);
+                       }));
       } else {
         StorageRun run = WholeRun(StorageRun::Kind::kState, slice, 0, NumelOf(t.shape) * es);
         run.shard = m;
@@ -249,7 +268,7 @@ Result<std::vector<ConsolidatedTensor>> ConsolidatedStateDict(Env& env, const Pa
       std::make_shared<SourceFiles>(env, [&c](uint32_t i) { return c.sources()[i]; });
   UCFS_RETURN_IF_ERROR(AddBuffers(c, others, files, &out));
   UCFS_RETURN_IF_ERROR(AddFrozenParams(c, others, files, &out));
-  UCFS_RETURN_IF_ERROR(AddParams(c, options, files, &out));
+  UCFS_RETURN_IF_ERROR(AddParams(c, others, options, files, &out));
   // Tied aliases as each stage lists them, the first stage's where stages
   // list one alias.
   std::vector<TiedParam> tied;
