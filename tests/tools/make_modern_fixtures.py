@@ -109,6 +109,9 @@ fixture("hf_peft_lora_z2_fp32_ws2", kind="hf", W=2, stage=2, dtype="fp32", model
         save_steps=4, last_save=4, save_total_limit=None)
 fixture("accelerate_two_models_z2_bf16_ws2", kind="accelerate", W=2, stage=2, dtype="bf16", steps=4)
 fixture("lightning_z3_bf16_ws2", kind="lightning", W=2, stage=3, dtype="bf16", steps_per_epoch=4)
+sys.path.insert(0, MODERN)
+import fixtures_model_parallel  # noqa: E402 - tests/tools/modern: the AutoTP fixtures, with their own builder
+fixtures_model_parallel.register(fixture)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -919,8 +922,11 @@ def build(name, a):
     sys.path.insert(0, MODERN)
     import builders_runs  # noqa: E402 - tests/tools/modern/builders_runs.py
     builder.update(builders_runs.BUILDERS)
-    body = builder[spec["kind"]](ctx, spec, a) if spec["kind"] == "ds" else \
-        builder[spec["kind"]](ctx, spec, a, sys.modules[__name__])
+    if "builder" in spec:  # a fixture that brings its own builder (called like builders_runs' ones)
+        body = spec["builder"](ctx, spec, a, sys.modules[__name__])
+    else:
+        body = builder[spec["kind"]](ctx, spec, a) if spec["kind"] == "ds" else \
+            builder[spec["kind"]](ctx, spec, a, sys.modules[__name__])
     mj = {"name": name, "generator": "tests/tools/make_modern_fixtures.py",
           "generator_command": f"tests/ecosystem/run.sh python3 tests/tools/make_modern_fixtures.py --only {name}",
           "platform": f"{platform.platform()}; Debian sid root (tests/ecosystem), CPU only, DS_ACCELERATOR=cpu, "
