@@ -49,6 +49,7 @@ def register(fixture):
             ds_config=autotp_config(4, 2, 3, "fp32", {"stage3_param_persistence_threshold": 0}), **common)
     fixture("autotp_uneven_z1_fp32_t2d2", stage=1, dtype="fp32", llama=llama(6, 3, 24, layers=1),
             ds_config=autotp_config(4, 2, 1, "fp32"), **common)
+    register_autoep(fixture)
 
 
 def describe_model(spec):
@@ -83,17 +84,17 @@ def _model_states_facts(g, tag_dir):
     return out, (first[1] if first else None)
 
 
-def build_autotp(ctx, spec, a, g):
+def _train_resume_tools(ctx, spec, a, g, program, wspec, resume_how):
+    """Trains (the rank program on W ranks), resumes from a scratch copy, runs DeepSpeed's tools on checkpoint/ and
+    checks them against the live values: (rank 0's train record, tag, resume_check, roots)."""
     fx, scratch, W = ctx.fx, ctx.scratch, spec["W"]
     ckpt = os.path.join(fx, "checkpoint")
-    res_base = os.path.join(scratch, "result")
-    wspec = {"ds_config": spec["ds_config"], "llama": spec["llama"], "steps": 4, "extra": 2, "ckpt": ckpt,
-             "result": res_base}
+    res_base = wspec["result"]
     spec_path = os.path.join(scratch, "spec.json")
     json.dump(wspec, open(spec_path, "w"), indent=1)
-    rc, dt, out, err = g.launch(ctx, W, "autotp_worker.py", ["--spec", spec_path, "--phase", "train"],
-                                os.path.join(scratch, "logs", "train"),
-                                env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    rc, dt, out, err = g.launch(ctx, W, program, ["--spec", spec_path, "--phase", "train"],
+                                os.path.join(scratch, "logs", "train"), env=env)
     if rc:
         raise RuntimeError(f"training failed rc={rc}: {g.error_line(err)}\n{g.tail(err)}")
     tr = json.load(open(res_base + ".train.json"))
@@ -104,13 +105,9 @@ def build_autotp(ctx, spec, a, g):
         shutil.copytree(ckpt, rcopy, symlinks=True)
         rspec_path = os.path.join(scratch, "spec_resume.json")
         json.dump(dict(wspec, ckpt=rcopy), open(rspec_path, "w"), indent=1)
-        rc, dt, out, err = g.launch(ctx, W, "autotp_worker.py", ["--spec", rspec_path, "--phase", "resume"],
-                                    os.path.join(scratch, "logs", "resume"),
-                                    env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-        resume = {"how": "fresh launch at the same W (same T x D) on a copy of checkpoint/: the model built with "
-                         "seed 4321, deepspeed.initialize as in training (AutoTP shards it again), "
-                         "engine.load_checkpoint(dir) (tag from latest), the live state gathered over TP as at save "
-                         "time, then 2 steps on batches 4 and 5", "rc": rc}
+        rc, dt, out, err = g.launch(ctx, W, program, ["--spec", rspec_path, "--phase", "resume"],
+                                    os.path.join(scratch, "logs", "resume"), env=env)
+        resume = {"how": resume_how, "rc": rc}
         if rc == 0:
             rr = json.load(open(res_base + ".resume.json"))
             resume.update(losses_after=rr["losses_after"], losses_after_per_rank=rr["losses_after_per_rank"],
@@ -123,6 +120,19 @@ def build_autotp(ctx, spec, a, g):
     roots = [g.run_tools(ctx, "checkpoint", "expected", "zero_to_fp32")]
     key = ("checkpoint", tag)
     g.check_tools(fx, roots, {key: tr["live"]}, {key: tr["module"]}, {key: tr["model"]})
+    return tr, tag, resume, roots
+
+
+def build_autotp(ctx, spec, a, g):
+    fx, scratch, W = ctx.fx, ctx.scratch, spec["W"]
+    ckpt = os.path.join(fx, "checkpoint")
+    wspec = {"ds_config": spec["ds_config"], "llama": spec["llama"], "steps": 4, "extra": 2, "ckpt": ckpt,
+             "result": os.path.join(scratch, "result")}
+    tr, tag, resume, roots = _train_resume_tools(
+        ctx, spec, a, g, "autotp_worker.py", wspec,
+        "fresh launch at the same W (same T x D) on a copy of checkpoint/: the model built with seed 4321, "
+        "deepspeed.initialize as in training (AutoTP shards it again), engine.load_checkpoint(dir) (tag from "
+        "latest), the live state gathered over TP as at save time, then 2 steps on batches 4 and 5")
     ms_facts, saved_uci = _model_states_facts(g, os.path.join(ckpt, tag))
     cfg = spec["ds_config"]
     how = tr["live"]["tp_gather"]["how"]
@@ -190,6 +200,136 @@ def build_autotp(ctx, spec, a, g):
         "zero_partition_groups_of_params_rank0": tr["zero_partition_groups_of_params"],
         "file_facts": g.file_facts(os.path.join(ckpt, tag)),
         "model_states_facts": ms_facts,
+        "versions": tr["versions"],
+        "vs_0_14_5": None,
+        "notes": notes,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# AutoEP (expert_parallel.autoep_size) on a tiny Mixtral
+# ------------------------------------------------------------------------------------------------------------------
+def mixtral(experts=4, top_k=2, hidden=16, vocab=61, inter=8, layers=2):
+    return {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
+            "tie_word_embeddings": False, "num_local_experts": experts, "num_experts_per_tok": top_k}
+
+
+def autoep_config(E, stage, dtype):
+    cfg = autotp_config(0, 0, stage, dtype)
+    del cfg["tensor_parallel"]
+    cfg["expert_parallel"] = {"enabled": True, "autoep_size": E, "preset_model": "mixtral"}
+    return cfg
+
+
+def register_autoep(fixture):
+    fixture("autoep_z2_fp32_e2d2", kind="autoep", builder=build_autoep, W=4, E=2, stage=2, dtype="fp32",
+            mixtral=mixtral(), ds_config=autoep_config(2, 2, "fp32"))
+
+
+def describe_mixtral(spec):
+    c = spec["mixtral"]
+    return ("transformers.MixtralForCausalLM(MixtralConfig(" + ", ".join(f"{k}={v}" for k, v in c.items()) +
+            ")), built in-process (no download)")
+
+
+def _autoep_states_facts(g, tag_dir):
+    import glob
+    out = {}
+    for p in sorted(glob.glob(os.path.join(tag_dir, "*model_states.pt"))):
+        ms = g.load(p)
+        b = os.path.basename(p)
+        if b.startswith("layer_"):
+            out[b] = {"keys": sorted(ms) if isinstance(ms, dict) else g.tname(ms),
+                      "tensors": {k: g.tdesc(v) for k, v in ms.items() if hasattr(v, "shape")}
+                      if isinstance(ms, dict) else None}
+            continue
+        out[b] = {k: json.loads(json.dumps(ms.get(k), default=str)) for k in (
+            "num_experts", "ds_autoep_layers", "universal_checkpoint_info", "checkpoint_parallel_dimensions",
+            "mp_world_size", "dp_world_size")}
+        out[b]["module_shapes"] = {k: list(v.shape) for k, v in (ms.get("module") or {}).items()
+                                   if hasattr(v, "shape")}
+    return out
+
+
+def build_autoep(ctx, spec, a, g):
+    fx, scratch, W = ctx.fx, ctx.scratch, spec["W"]
+    ckpt = os.path.join(fx, "checkpoint")
+    wspec = {"ds_config": spec["ds_config"], "mixtral": spec["mixtral"], "steps": 4, "extra": 2, "ckpt": ckpt,
+             "result": os.path.join(scratch, "result")}
+    tr, tag, resume, roots = _train_resume_tools(
+        ctx, spec, a, g, "autoep_worker.py", wspec,
+        "fresh launch at the same W (same EP groups) on a copy of checkpoint/: the model built with seed 4321, "
+        "deepspeed.initialize as in training (AutoEP replaces the MoE blocks again), engine.load_checkpoint(dir) "
+        "(tag from latest), the live state gathered over EP as at save time, then 2 steps on batches 4 and 5")
+    cfg = spec["ds_config"]
+    alias_notes = []
+    for c in roots[0]["converter"]:
+        for d, x in ((c.get("vs_live") or {}).get("other_param_dirs") or {}).items():
+            src = d.replace(".mlp.gate.gate.", ".mlp.router.gate.")
+            if src != d and src in tr["live"]["params"]:
+                got = g.tool_tensor(g.load(os.path.join(fx, c["output"], "zero", d, "fp32.pt")))
+                x["what"] = f"AutoEP alias of {src}"
+                x["vs_fp32_master_of_" + src] = g.compare(got, g.from_rec(tr["live"]["params"][src]["fp32"]))
+                alias_notes.append(f"{d}: model_states 'module' holds it beside {src} (AutoEPMoELayer keeps the "
+                                   f"router's Linear under a second name, `gate`; shared_params is empty), so the "
+                                   f"converter writes zero/{d}/fp32.pt (fp32 only), equal to the live fp32 master "
+                                   f"of {src}: {x['vs_fp32_master_of_' + src]['equal']}")
+    hf_names = [p["name"] for p in tr["model"]["params"]]
+    eng_names = list(tr["engine_params"])
+    notes = [
+        "AutoEP replaced each MixtralSparseMoeBlock (model.layers.N.mlp) by deepspeed.module_inject.auto_ep_layer."
+        "AutoEPMoELayer (router: deepspeed.moe.ep_router.TokenChoiceTopKRouter, experts: deepspeed.moe.ep_experts."
+        "GroupedExperts): the engine's param names are AutoEP's, not transformers': only in the HF model "
+        f"{sorted(set(hf_names) - set(eng_names))}; only in the engine {sorted(set(eng_names) - set(hf_names))} "
+        "(the fused gate_up_proj split into w1/w3; each rank holds num_local_experts / autoep_size experts: "
+        f"{ {n: s for n, s in tr['engine_params'].items() if '.experts.' in n} })",
+        f"ranks: {tr['rank_layout']} (ZeRO partitions dense params over all W ranks and expert params over the "
+        "expert-data-parallel group)",
+        "live values: common.live_state on every rank (dense params whole over all ranks; expert params this rank's "
+        "experts, whole over its expert-data-parallel group), the expert params of an EP group's ranks gathered "
+        "(all_gather_object) and concatenated along dim 0 (experts) in EP-group rank order; model info (model."
+        "params) lists the transformers model's params before AutoEP replaced them",
+        "ds_config has no train_batch_size (DeepSpeed derives it: micro 2 x accumulation 1 x W); rank r takes rows "
+        "[2r, 2r+2) of each step's batch",
+    ] + alias_notes
+    recipe = {
+        **g.recipe_commands("autoep_worker.py", W),
+        "spec": dict(wspec, ckpt="<checkpoint dir>", result="<result path prefix>"),
+        "model": describe_mixtral(spec),
+        "init": "torch.manual_seed(1234) then the model constructor, on every rank (resume: seed 4321, then "
+                "load_checkpoint); deepspeed.initialize(model, model.parameters(), config) with expert_parallel "
+                f"{cfg['expert_parallel']}",
+        "data": "step s: torch.Generator().manual_seed(1000+s); tokens = randint(0, vocab, (2*W, 8)); rank r takes "
+                "rows [2r, 2r+2); input_ids = labels = those rows; loss = the model's causal-LM loss (no router "
+                "aux loss: output_router_logits False)",
+        "steps": "4 steps (batches 0..3), save_checkpoint(checkpoint/) with default tag, then 2 more steps "
+                 "(batches 4, 5) in the same process = losses_after",
+        "tag": tag,
+    }
+    return {
+        "kind": "deepspeed engine.save_checkpoint, AutoEP (expert_parallel.autoep_size)",
+        "world_size": W, "ep_size": spec["E"], "zero_stage": spec["stage"], "dtype": spec["dtype"],
+        "optimizer": {"ds_config_optimizer": cfg.get("optimizer"), "class": tr["optimizer_class"],
+                      "basic_optimizer_class": tr["basic_optimizer_class"], "param_groups": tr["param_groups"]},
+        "data_types": tr["data_types"],
+        "ds_config": cfg,
+        "model": dict(tr["model"], definition=describe_mixtral(spec), engine_params=tr["engine_params"],
+                      module_classes=tr["module_classes"]),
+        "recipe": recipe,
+        "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
+                     "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
+                     "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
+                     "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
+                     "lr_at_save": tr["lr_at_save"],
+                     "note": "losses: mean over all W ranks of each rank's micro-batch loss"},
+        "resume_check": resume,
+        "checkpoint_tag": tag,
+        "roots": roots,
+        "live_state": {"tag": tag, **tr["live"]},
+        "module_values": tr["module"],
+        "file_facts": g.file_facts(os.path.join(ckpt, tag)),
+        "model_states_facts": _autoep_states_facts(g, os.path.join(ckpt, tag)),
         "versions": tr["versions"],
         "vs_0_14_5": None,
         "notes": notes,
