@@ -50,6 +50,7 @@ def register(fixture):
     fixture("autotp_uneven_z1_fp32_t2d2", stage=1, dtype="fp32", llama=llama(6, 3, 24, layers=1),
             ds_config=autotp_config(4, 2, 1, "fp32"), **common)
     register_autoep(fixture)
+    register_moe(fixture)
 
 
 def describe_model(spec):
@@ -323,6 +324,87 @@ def build_autoep(ctx, spec, a, g):
                      "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
                      "lr_at_save": tr["lr_at_save"],
                      "note": "losses: mean over all W ranks of each rank's micro-batch loss"},
+        "resume_check": resume,
+        "checkpoint_tag": tag,
+        "roots": roots,
+        "live_state": {"tag": tag, **tr["live"]},
+        "module_values": tr["module"],
+        "file_facts": g.file_facts(os.path.join(ckpt, tag)),
+        "model_states_facts": _autoep_states_facts(g, os.path.join(ckpt, tag)),
+        "versions": tr["versions"],
+        "vs_0_14_5": None,
+        "notes": notes,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# native DeepSpeed MoE (deepspeed.moe.layer.MoE, ep_size)
+# ------------------------------------------------------------------------------------------------------------------
+MOE_MODEL = ("MoENet (tests/tools/modern/moe_worker.py): embed [61,16] -> deepspeed.moe.layer.MoE(16, Expert, "
+             "num_experts 4, ep_size 2, k 1, use_rts False, drop_tokens False) with gate wg [4,16] and Expert = fc1 "
+             "[16,16]+[16], gelu, fc2 [16,16]+[16] -> residual + LayerNorm [16]+[16] -> head [61,16]+[61]; loss = "
+             "cross-entropy(next token) + 0.01 * l_aux")
+
+
+def register_moe(fixture):
+    fixture("moe_z2_fp32_e2d2", kind="moe", builder=build_moe, W=4, E=2, N=4, stage=2, dtype="fp32",
+            ds_config={k: v for k, v in autoep_config(2, 2, "fp32").items() if k != "expert_parallel"})
+
+
+def build_moe(ctx, spec, a, g):
+    fx, scratch, W = ctx.fx, ctx.scratch, spec["W"]
+    ckpt = os.path.join(fx, "checkpoint")
+    cfg = spec["ds_config"]
+    wspec = {"ds_config": cfg, "ep_size": spec["E"], "num_experts": spec["N"], "steps": 4, "extra": 2,
+             "ckpt": ckpt, "result": os.path.join(scratch, "result")}
+    tr, tag, resume, roots = _train_resume_tools(
+        ctx, spec, a, g, "moe_worker.py", wspec,
+        "fresh launch at the same W (same EP groups) on a copy of checkpoint/: the model built with seed 4321, "
+        "deepspeed.initialize as in training, engine.load_checkpoint(dir) (tag from latest), the live state "
+        "gathered over EP as at save time, then 2 steps on batches 4 and 5")
+    notes = [
+        f"ranks: {tr['rank_layout']} (ZeRO-2 partitions the dense group over all W ranks and the expert group "
+        "(param group 'ep_size_2', moe True, from deepspeed.moe.utils.split_params_into_different_moe_groups_for_"
+        "optimizer) over the expert-data-parallel group)",
+        "live values: common.live_state on every rank (dense params whole over all ranks; expert params this rank's "
+        "local experts deepspeed_experts.0/1, whole over its expert-data-parallel group), renamed to the global "
+        "expert id ep_rank * 2 + local id (the numbering of layer_0_expert_<id>_mp_rank_00_model_states.pt) and "
+        "gathered over the EP group; model.params lists them under those global names",
+        "ds_config has no train_batch_size (DeepSpeed derives it: micro 2 x accumulation 1 x W); rank r takes rows "
+        "[2r, 2r+2) of each step's batch",
+    ]
+    if not all(c["ok"] for r in roots for c in r["converter"]):
+        notes.append("ds_to_universal cannot convert a native DeepSpeed MoE checkpoint (see roots[].converter[]."
+                     "attempts for the error): the live values in live_state are the reference for this fixture")
+    recipe = {
+        **g.recipe_commands("moe_worker.py", W),
+        "spec": dict(wspec, ckpt="<checkpoint dir>", result="<result path prefix>"),
+        "model": MOE_MODEL,
+        "init": "torch.manual_seed(1234) then MoENet(), on every rank after deepspeed.init_distributed (resume: seed "
+                "4321, then load_checkpoint); deepspeed.initialize(model, model_parameters=split_params_into_"
+                "different_moe_groups_for_optimizer({'params': all, 'name': 'all'}), config)",
+        "data": "step s: torch.Generator().manual_seed(1000+s); tokens = randint(0, 61, (2*W, 9)); rank r takes rows "
+                "[2r, 2r+2); inputs tokens[:, :-1], labels tokens[:, 1:]",
+        "steps": "4 steps (batches 0..3), save_checkpoint(checkpoint/) with default tag, then 2 more steps "
+                 "(batches 4, 5) in the same process = losses_after",
+        "tag": tag,
+    }
+    return {
+        "kind": "deepspeed engine.save_checkpoint, native MoE (deepspeed.moe.layer.MoE, ep_size)",
+        "world_size": W, "ep_size": spec["E"], "zero_stage": spec["stage"], "dtype": spec["dtype"],
+        "optimizer": {"ds_config_optimizer": cfg.get("optimizer"), "class": tr["optimizer_class"],
+                      "basic_optimizer_class": tr["basic_optimizer_class"], "param_groups": tr["param_groups"],
+                      "param_groups_given": tr["param_groups_given"]},
+        "data_types": tr["data_types"],
+        "ds_config": cfg,
+        "model": dict(tr["model"], definition=MOE_MODEL),
+        "recipe": recipe,
+        "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
+                     "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
+                     "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
+                     "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
+                     "lr_at_save": tr["lr_at_save"],
+                     "note": "losses: mean over all W ranks of each rank's micro-batch loss (with the 0.01 l_aux)"},
         "resume_check": resume,
         "checkpoint_tag": tag,
         "roots": roots,
