@@ -364,7 +364,8 @@ def tag_summary(tag_dir):
     """The facts of a tag that matter most to a reader, from its rank-0 model-states and optimizer files."""
     ms_files = sorted(glob.glob(os.path.join(tag_dir, "*model_states.pt")))
     opt_files = sorted(glob.glob(os.path.join(tag_dir, "*optim_states.pt")))
-    ms = load(ms_files[0])
+    # not a per-expert layer_<L>_expert_<E>_* file (MoE / AutoEP), which holds only that expert's weights
+    ms = load(next((f for f in ms_files if not os.path.basename(f).startswith("layer_")), ms_files[0]))
     ps = ms.get("param_shapes")
     ps = ps if isinstance(ps, list) else [ps]
     fr = ms.get("frozen_param_shapes")
