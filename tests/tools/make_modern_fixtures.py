@@ -357,7 +357,7 @@ DS_MODEL_STATE_KEYS = {"module", "buffer_names", "optimizer", "param_shapes", "f
                        "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd",
                        "sparse_tensor_module_names", "skipped_steps", "global_steps", "global_samples",
                        "dp_world_size", "mp_world_size", "ds_config", "ds_version", "checkpoint_parallel_dimensions",
-                       "universal_checkpoint_info", "ds_autoep_layers", "compiled_autograd"}
+                       "universal_checkpoint_info", "ds_autoep_layers", "compiled_autograd", "num_experts"}
 
 
 def tag_summary(tag_dir):
