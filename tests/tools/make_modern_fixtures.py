@@ -110,7 +110,7 @@ fixture("hf_peft_lora_z2_fp32_ws2", kind="hf", W=2, stage=2, dtype="fp32", model
 fixture("accelerate_two_models_z2_bf16_ws2", kind="accelerate", W=2, stage=2, dtype="bf16", steps=4)
 fixture("lightning_z3_bf16_ws2", kind="lightning", W=2, stage=3, dtype="bf16", steps_per_epoch=4)
 sys.path.insert(0, MODERN)
-import fixtures_model_parallel  # noqa: E402 - tests/tools/modern: the AutoTP fixtures, with their own builder
+import fixtures_model_parallel  # noqa: E402 - tests/tools/modern: AutoTP, AutoEP, MoE fixtures (own builders)
 fixtures_model_parallel.register(fixture)
 
 
