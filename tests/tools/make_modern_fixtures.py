@@ -113,6 +113,8 @@ fixture("lightning_z3_bf16_ws2", kind="lightning", W=2, stage=3, dtype="bf16", s
 sys.path.insert(0, MODERN)
 import fixtures_optimizers  # noqa: E402
 fixtures_optimizers.register(fixture, ds_config, MUON)
+import fixtures_model_parallel  # noqa: E402 - tests/tools/modern: AutoTP, AutoEP, MoE fixtures (own builders)
+fixtures_model_parallel.register(fixture)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -358,14 +360,15 @@ DS_MODEL_STATE_KEYS = {"module", "buffer_names", "optimizer", "param_shapes", "f
                        "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd",
                        "sparse_tensor_module_names", "skipped_steps", "global_steps", "global_samples",
                        "dp_world_size", "mp_world_size", "ds_config", "ds_version", "checkpoint_parallel_dimensions",
-                       "universal_checkpoint_info", "ds_autoep_layers", "compiled_autograd"}
+                       "universal_checkpoint_info", "ds_autoep_layers", "compiled_autograd", "num_experts"}
 
 
 def tag_summary(tag_dir):
     """The facts of a tag that matter most to a reader, from its rank-0 model-states and optimizer files."""
     ms_files = sorted(glob.glob(os.path.join(tag_dir, "*model_states.pt")))
     opt_files = sorted(glob.glob(os.path.join(tag_dir, "*optim_states.pt")))
-    ms = load(ms_files[0])
+    # not a per-expert layer_<L>_expert_<E>_* file (MoE / AutoEP), which holds only that expert's weights
+    ms = load(next((f for f in ms_files if not os.path.basename(f).startswith("layer_")), ms_files[0]))
     ps = ms.get("param_shapes")
     ps = ps if isinstance(ps, list) else [ps]
     fr = ms.get("frozen_param_shapes")
@@ -927,8 +930,11 @@ def build(name, a):
     sys.path.insert(0, MODERN)
     import builders_runs  # noqa: E402 - tests/tools/modern/builders_runs.py
     builder.update(builders_runs.BUILDERS)
-    body = builder[spec["kind"]](ctx, spec, a) if spec["kind"] == "ds" else \
-        builder[spec["kind"]](ctx, spec, a, sys.modules[__name__])
+    if "builder" in spec:  # a fixture that brings its own builder (called like builders_runs' ones)
+        body = spec["builder"](ctx, spec, a, sys.modules[__name__])
+    else:
+        body = builder[spec["kind"]](ctx, spec, a) if spec["kind"] == "ds" else \
+            builder[spec["kind"]](ctx, spec, a, sys.modules[__name__])
     mj = {"name": name, "generator": "tests/tools/make_modern_fixtures.py",
           "generator_command": f"tests/ecosystem/run.sh python3 tests/tools/make_modern_fixtures.py --only {name}",
           "platform": f"{platform.platform()}; Debian sid root (tests/ecosystem), CPU only, DS_ACCELERATOR=cpu, "
