@@ -50,19 +50,19 @@ def refusal(facts):
     group beside it lacks. Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition
     experts over fewer ranks. An AutoTP affine map refuses the universal view only: the view at a new D is
     served."""
-    cfg = facts.get("ds_config", {})
-    zero = cfg.get("zero_optimization", {})
-    if cfg.get("optimizer", {}).get("type") == "Muon":
+    cfg = facts.get("ds_config") or {}  # None where a trainer made the config
+    zero = cfg.get("zero_optimization") or {}
+    if (cfg.get("optimizer") or {}).get("type") == "Muon":
         if facts["zero_stage"] < 3:
             return "optimizer state[0]['momentum_buffer'] (param group 0)", "all"
         return "no optimizer state[1]['momentum_buffer']", "all"
     if zero.get("parameter_alignment"):
         return "parameter alignment (zero_optimization.parameter_alignment", "all"
-    if cfg.get("expert_parallel", {}).get("autoep_size", 1) > 1:
+    if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1:
         return "an AutoEP run (ds_autoep_layers)", "all"
     if facts.get("ep_size", 1) > 1:
         return "as MoE expert groups are, are not supported", "all"
-    if cfg.get("tensor_parallel", {}).get("autotp_size", 1) > 1:
+    if (cfg.get("tensor_parallel") or {}).get("autotp_size", 1) > 1:
         return "an AutoTP checkpoint (universal_checkpoint_info.affine_map", "universal"
     return None
 
