@@ -200,20 +200,10 @@ def main():
                                  for n, m in engine.module.named_modules() if "layers.1" not in n}
         res["universal_checkpoint_info_live"] = common.finite(
             __import__("json").loads(__import__("json").dumps(uc_info(engine.module), default=str)))
-        engine.save_checkpoint(spec["ckpt"], client_state={"recipe": "tests/tools/modern/autotp_worker.py",
-                                                           "losses": losses})
-        after = [step(s) for s in range(K, K + extra)]
-        res["losses_per_rank"], res["losses"] = common.gather_losses(losses)
-        res["losses_after_per_rank"], res["losses_after"] = common.gather_losses(after)
-        res.update(common.optimizer_classes(engine))
-        res["data_types"] = [str(t) for t in engine.get_data_types()]
+        common.save_and_train_on(engine, spec, "tests/tools/modern/autotp_worker.py", losses, step, K, extra, res)
         res["model"] = info
-        res["versions"] = common.versions()
     else:
-        load_path, client = engine.load_checkpoint(spec["ckpt"])
-        assert load_path is not None, "load_checkpoint found nothing"
-        res["load_path"] = load_path
-        res["client_state_keys"] = sorted(client)
+        common.load_for_resume(engine, spec, res)
         live, mod = full_state(engine, False, tpg, tp_world)
         res["live"], res["module"] = live, mod
         res["global_steps"] = engine.global_steps

@@ -332,6 +332,27 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def save_and_train_on(engine, spec, recipe, losses, step, first, extra, res):
+    """Every engine program's save: the checkpoint (its recipe and losses as client state), then `extra` more
+    steps from batch `first` in the same process; res gains the losses before and after, the optimizer classes,
+    the data types and the versions."""
+    engine.save_checkpoint(spec["ckpt"], client_state={"recipe": recipe, "losses": losses})
+    after = [step(s) for s in range(first, first + extra)]
+    res["losses_per_rank"], res["losses"] = gather_losses(losses)
+    res["losses_after_per_rank"], res["losses_after"] = gather_losses(after)
+    res.update(optimizer_classes(engine))
+    res["data_types"] = [str(t) for t in engine.get_data_types()]
+    res["versions"] = versions()
+
+
+def load_for_resume(engine, spec, res):
+    """Every engine program's resume: load_checkpoint of spec's checkpoint, which must find one."""
+    load_path, client = engine.load_checkpoint(spec["ckpt"])
+    assert load_path is not None, "load_checkpoint found nothing"
+    res["load_path"] = load_path
+    res["client_state_keys"] = sorted(client)
+
+
 def write_result(spec, phase, res):
     """Rank 0's record of the phase, read by the generator: SPEC.result + ".<phase>.json"."""
     if rank() == 0:

@@ -84,21 +84,11 @@ def main():
         res["skipped_steps"] = engine.skipped_steps
         ls = getattr(engine.optimizer, "loss_scaler", None)
         res["loss_scale"] = float(ls.cur_scale) if ls is not None and hasattr(ls, "cur_scale") else None
-        engine.save_checkpoint(spec["ckpt"], client_state={"recipe": "tests/tools/modern/ds_worker.py",
-                                                           "losses": losses})
-        after = [step(s) for s in range(K, K + extra)]
-        res["losses_per_rank"], res["losses"] = common.gather_losses(losses)
-        res["losses_after_per_rank"], res["losses_after"] = common.gather_losses(after)
-        res.update(common.optimizer_classes(engine))
+        common.save_and_train_on(engine, spec, "tests/tools/modern/ds_worker.py", losses, step, K, extra, res)
         res["lr_scheduler_class"] = type(lr_scheduler).__qualname__ if lr_scheduler is not None else None
-        res["data_types"] = [str(t) for t in engine.get_data_types()]
         res["model"] = info
-        res["versions"] = common.versions()
     else:
-        load_path, client = engine.load_checkpoint(spec["ckpt"])
-        assert load_path is not None, "load_checkpoint found nothing"
-        res["load_path"] = load_path
-        res["client_state_keys"] = sorted(client)
+        common.load_for_resume(engine, spec, res)
         res["live"] = common.live_state(engine, values=False)
         res["module"] = common.module_values(engine.module, values=False)
         res["global_steps"] = engine.global_steps

@@ -154,19 +154,9 @@ def main():
         res["param_groups"] = common.param_groups(engine.basic_optimizer)
         res["global_steps"], res["global_samples"] = engine.global_steps, engine.global_samples
         res["skipped_steps"] = engine.skipped_steps
-        engine.save_checkpoint(spec["ckpt"], client_state={"recipe": "tests/tools/modern/moe_worker.py",
-                                                           "losses": losses})
-        after = [step(s) for s in range(K, K + extra)]
-        res["losses_per_rank"], res["losses"] = common.gather_losses(losses)
-        res["losses_after_per_rank"], res["losses_after"] = common.gather_losses(after)
-        res.update(common.optimizer_classes(engine))
-        res["data_types"] = [str(t) for t in engine.get_data_types()]
-        res["versions"] = common.versions()
+        common.save_and_train_on(engine, spec, "tests/tools/modern/moe_worker.py", losses, step, K, extra, res)
     else:
-        load_path, client = engine.load_checkpoint(spec["ckpt"])
-        assert load_path is not None, "load_checkpoint found nothing"
-        res["load_path"] = load_path
-        res["client_state_keys"] = sorted(client)
+        common.load_for_resume(engine, spec, res)
         res["live"], res["module"] = state(False)
         res["global_steps"] = engine.global_steps
         after = [step(s) for s in range(K, K + extra)]
