@@ -7,6 +7,15 @@ import os
 import shutil
 
 
+def training_facts(tr, note):
+    """MODERN.json's "training" of a rank program's train record `tr`."""
+    return {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
+            "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
+            "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
+            "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
+            "lr_at_save": tr["lr_at_save"], "note": note}
+
+
 def llama(heads, kv, hidden, vocab=61, inter=32, layers=2):
     return {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
             "num_attention_heads": heads, "num_key_value_heads": kv, "max_position_embeddings": 32,
@@ -185,13 +194,8 @@ def build_autotp(ctx, spec, a, g):
         "ds_config": cfg,
         "model": dict(tr["model"], definition=describe_model(spec), module_classes=tr["module_classes"]),
         "recipe": recipe,
-        "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
-                     "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
-                     "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
-                     "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
-                     "lr_at_save": tr["lr_at_save"],
-                     "note": "losses: mean over all W ranks of each rank's micro-batch loss (the T ranks of a TP "
-                             "group compute the same loss)"},
+        "training": training_facts(tr, "losses: mean over all W ranks of each rank's micro-batch loss (the T "
+                                       "ranks of a TP group compute the same loss)"),
         "resume_check": resume,
         "checkpoint_tag": tag,
         "roots": roots,
@@ -318,12 +322,7 @@ def build_autoep(ctx, spec, a, g):
         "model": dict(tr["model"], definition=describe_mixtral(spec), engine_params=tr["engine_params"],
                       module_classes=tr["module_classes"]),
         "recipe": recipe,
-        "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
-                     "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
-                     "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
-                     "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
-                     "lr_at_save": tr["lr_at_save"],
-                     "note": "losses: mean over all W ranks of each rank's micro-batch loss"},
+        "training": training_facts(tr, "losses: mean over all W ranks of each rank's micro-batch loss"),
         "resume_check": resume,
         "checkpoint_tag": tag,
         "roots": roots,
@@ -399,12 +398,8 @@ def build_moe(ctx, spec, a, g):
         "ds_config": cfg,
         "model": dict(tr["model"], definition=MOE_MODEL),
         "recipe": recipe,
-        "training": {"losses": tr["losses"], "losses_per_rank": tr["losses_per_rank"],
-                     "losses_after": tr["losses_after"], "losses_after_per_rank": tr["losses_after_per_rank"],
-                     "global_steps": tr["global_steps"], "global_samples": tr["global_samples"],
-                     "skipped_steps": tr["skipped_steps"], "adam_steps": tr["live"]["adam_steps"],
-                     "lr_at_save": tr["lr_at_save"],
-                     "note": "losses: mean over all W ranks of each rank's micro-batch loss (with the 0.01 l_aux)"},
+        "training": training_facts(tr, "losses: mean over all W ranks of each rank's micro-batch loss "
+                                       "(with the 0.01 l_aux)"),
         "resume_check": resume,
         "checkpoint_tag": tag,
         "roots": roots,
