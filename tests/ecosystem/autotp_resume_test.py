@@ -11,6 +11,8 @@ seed, AutoTP sharding it at T, deepspeed.initialize with the recipe's ds_config,
   - global_steps as saved;
   - the recipe's next steps run (losses finite; their values differ from the saving run's: its global batch was
     2 x D rows).
+The same from the universal view with "checkpoint": {"load_universal": true}: DeepSpeed 0.19.8's universal loader
+reading the files ucfs lays out from the affine map.
 usage: autotp_resume_test.py UCFS_BIN [--full] [FIXTURE...]   (default: the CI subset, one D' per fixture)
 Needs root (FUSE) and the modern root (tests/ecosystem/setup.sh). Ends with "N passed, M failed".
 """
@@ -49,14 +51,21 @@ def differing(facts, loaded):
     return bad
 
 
-def resume(ucfs, name, facts, d, results):
+def resume(ucfs, name, facts, d, results, new_tp=None):
     src = os.path.join(MODERN, name, "checkpoint")
-    tp = facts["tp_size"]
-    label = f"{name}: DeepSpeed 0.19.8 resumes natively from the view at T={tp} x D={d}"
+    tp = new_tp or facts["tp_size"]
+    label = (f"{name}: DeepSpeed 0.19.8 resumes natively from the view at T={tp} x D={d}" if new_tp is None else
+             f"{name}: DeepSpeed 0.19.8 resumes at T={tp} x D={d} from the universal view (load_universal)")
     with tempfile.TemporaryDirectory() as scratch:
-        m = mount_testing.Mount(ucfs, src, "latest", "--no-cache", "--world-size", str(d))
+        view = ("--world-size", str(d)) if new_tp is None else ()
+        m = mount_testing.Mount(ucfs, src, "latest", "--no-cache", *view)
         try:
             spec = dict(facts["recipe"]["spec"], ckpt=m.dir, result=os.path.join(scratch, "result"))
+            if new_tp is not None:
+                cfg = json.loads(json.dumps(spec["ds_config"]))
+                cfg["tensor_parallel"] = {"autotp_size": new_tp}
+                cfg["checkpoint"] = {"load_universal": True}
+                spec["ds_config"] = cfg
             spec_path = os.path.join(scratch, "spec.json")
             json.dump(spec, open(spec_path, "w"))
             env = dict(os.environ, UCFS_ECOSYSTEM_MOUNTS=m.dir, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -92,6 +101,11 @@ def main():
         facts = json.load(open(os.path.join(MODERN, name, "MODERN.json")))
         for d in ([1, 3] if full else CI[name]):
             resume(ucfs, name, facts, d, results)
+        # DeepSpeed's universal loader, from ucfs's universal view, at a new D. (A new T: the fixture's
+        # program needs DeepSpeed's TP groups, which AutoTP makes only at T > 1, and T = 4 would split the
+        # model's 2 KV heads.)
+        for d in ([1, 3] if full else [3]):
+            resume(ucfs, name, facts, d, results, new_tp=facts["tp_size"])
     return results.finish()
 
 
