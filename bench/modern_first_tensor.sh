@@ -28,17 +28,19 @@ fixtures=("$@")
 if [ ${#fixtures[@]} -eq 0 ]; then
   for d in "$modern"/*/; do
     f=$(basename "$d")
-    [ -d "$d/checkpoint" ] && [ -d "$d/expected" ] && fixtures+=("$f")
+    [ -f "$d/checkpoint/latest" ] && [ -d "$d/expected" ] && fixtures+=("$f")
   done
 fi
 
-printf '%-28s %10s %10s %8s\n' fixture converter ucfs ratio
+# floor: the same python starting in the root and importing torch, loading nothing (what both pay);
+# bytes: the mount and `cat` of that fp32.pt on the host (no python).
+printf '%-28s %10s %10s %8s %8s %8s\n' fixture converter ucfs ratio floor bytes
 for f in "${fixtures[@]}"; do
   src=$modern/$f/checkpoint
   tag=$(cat "$src/latest")
   inject=$(/usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['roots'][0]['converter'][0]; \
 print('--inject_missing_state' if r['attempts'][-1]['inject_missing_state'] else '')" "$modern/$f/MODERN.json")
-  conv=() ours=()
+  conv=() ours=() floor=() bytes=()
   for _ in $(seq "$rounds"); do
     drop_caches
     t0=$(now)
@@ -56,8 +58,19 @@ print('--inject_missing_state' if r['attempts'][-1]['inject_missing_state'] else
       "$mnt/${tag}_universal/zero/$first/fp32.pt"
     ours+=("$(echo "$(now) - $t0" | bc)")
     fusermount3 -u "$mnt"
+    t0=$(now)
+    "$run" python3 -c "import torch"
+    floor+=("$(echo "$(now) - $t0" | bc)")
+    drop_caches
+    t0=$(now)
+    "$ucfs" mount --no-cache "$src" "$mnt"
+    cat "$mnt/${tag}_universal/zero/$first/fp32.pt" >/dev/null
+    bytes+=("$(echo "$(now) - $t0" | bc)")
+    fusermount3 -u "$mnt"
   done
   c=$(printf '%s\n' "${conv[@]}" | median)
   o=$(printf '%s\n' "${ours[@]}" | median)
-  printf '%-28s %9.2fs %9.2fs %7.1fx\n' "$f" "$c" "$o" "$(echo "$c / $o" | bc -l)"
+  fl=$(printf '%s\n' "${floor[@]}" | median)
+  b=$(printf '%s\n' "${bytes[@]}" | median)
+  printf '%-28s %9.2fs %9.2fs %7.1fx %7.2fs %7.3fs\n' "$f" "$c" "$o" "$(echo "$c / $o" | bc -l)" "$fl" "$b"
 done
