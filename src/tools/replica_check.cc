@@ -48,8 +48,8 @@ class ReplicaCheck {
     for (const MergedParam& p : grid_.params()) {
       if (p.merge.rule != MergeRule::kReplicated) continue;
       const Checkpoint& lead = grid_.shard(p.stage * tp);
-      for (size_t s = 0; s < lead.states().size(); ++s) {
-        for (uint32_t t = 1; t < tp; ++t) ComparePair(p, s, t);
+      for (const SubGroupState& gs : lead.StatesOf(p.slices[0])) {
+        for (uint32_t t = 1; t < tp; ++t) ComparePair(p, gs.state, t);
       }
     }
   }
