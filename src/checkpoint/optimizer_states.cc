@@ -63,8 +63,8 @@ Status CheckpointBuilder::DefineSubGroupStates(const ParsedRankFile& tf, size_t 
       // Adam has 2, the optimizers DeepSpeed knows at most a few; every
       // rank and sub-group is then searched for each by name.
       if (c_.states_.size() > kMaxStates) {
-        return tf.Error("optimizer state has more than " + std::to_string(kMaxStates) +
-                        " per-element states");
+        return tf.Error("optimizer state[" + std::to_string(k) + "] has more than " +
+                        std::to_string(kMaxStates) + " per-element states (of all its buffers)");
       }
       s = c_.states_.size();
       c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
