@@ -69,7 +69,11 @@ Status CheckpointBuilder::DefineSubGroupStates(const ParsedRankFile& tf, size_t 
       s = c_.states_.size();
       c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
     }
-    mine.push_back({static_cast<uint32_t>(*s), layout});
+    // A key pickled twice in one dict is one state (the last value counts).
+    if (std::none_of(mine.begin(), mine.end(),
+                     [&](const SubGroupState& g) { return g.state == *s; })) {
+      mine.push_back({static_cast<uint32_t>(*s), layout});
+    }
   }
   return Status::OK();
 }
