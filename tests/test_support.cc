@@ -30,7 +30,11 @@ namespace fs = std::filesystem;
 std::string TestDataDir() { return UCFS_TEST_DATA; }
 
 std::string FixtureDir(const std::string& name) { return TestDataDir() + "/fixtures/" + name; }
-std::string TpFixtureDir(const std::string& name) { return TestDataDir() + "/tp_fixtures/" + name; }
+std::string TpFixtureDir(const std::string& name) {
+  // A DeepSpeed 0.19.8 fixture of tests/data/modern, named "modern/<name>".
+  if (name.starts_with("modern/")) return TestDataDir() + "/" + name;
+  return TestDataDir() + "/tp_fixtures/" + name;
+}
 
 std::vector<std::string> TpGridFixtureNames() {
   return {"tp_z1_fp32_t2d2",   "pp_bf16opt_p2t2d2",           "z3_tp_fp32_t2d2",

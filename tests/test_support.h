@@ -28,7 +28,8 @@ namespace ucfs::testing {
 std::string TestDataDir();
 // tests/data/fixtures/<name>
 std::string FixtureDir(const std::string& name);
-// A tensor- or pipeline-parallel fixture's directory (tests/data/tp_fixtures).
+// A tensor- or pipeline-parallel fixture's directory (tests/data/tp_fixtures;
+// "modern/<name>": DeepSpeed 0.19.8's AutoTP fixtures in tests/data/modern).
 std::string TpFixtureDir(const std::string& name);
 // The tensor- and pipeline-parallel fixtures (T > 1 or P > 1), and those of
 // them with a correct universal checkpoint in expected/ (all but ZeRO-3

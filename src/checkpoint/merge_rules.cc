@@ -133,6 +133,9 @@ Result<std::optional<UniversalInfo>> ReadUniversalInfo(const Document& doc) {
       info.sub_params.push_back(std::move(s));
     }
   }
+  if (NodeId affine = doc.Get(node, "affine_map"); affine != pickle::kNoNode) {
+    UCFS_ASSIGN_OR_RETURN(info.affine, ReadAffineMaps(doc, affine));
+  }
   return std::optional<UniversalInfo>(std::move(info));
 }
 
@@ -230,6 +233,9 @@ Result<MergeRules> MergeRules::Compile(UniversalInfo info) {
   UCFS_RETURN_IF_ERROR(compile(info.two_sub_params_cat_dim_0, &rules.two_sub_));
   UCFS_RETURN_IF_ERROR(compile(info.row_parallel, &rules.row_));
   UCFS_RETURN_IF_ERROR(compile(info.vocabulary, &rules.vocab_));
+  std::vector<std::string> affine;
+  for (const auto& entry : info.affine.params) affine.push_back(entry.first);
+  UCFS_RETURN_IF_ERROR(compile(affine, &rules.affine_));
   for (const SubParamShape& s : info.sub_params) {
     rules.sub_params_.emplace_back();
     UCFS_RETURN_IF_ERROR(compile(s.patterns, &rules.sub_params_.back()));
@@ -272,26 +278,31 @@ Result<ParamMerge> MergeRules::Decide(std::string_view name) {
       }
     }
   }
-  UCFS_ASSIGN_OR_RETURN(const Pattern* replicated, MatchOne(replicated_, name, "tp_replicated"));
-  if (replicated != nullptr) {
-    merge.rule = MergeRule::kReplicated;
-  } else {
-    UCFS_ASSIGN_OR_RETURN(const Pattern* average, MatchOne(average_, name, "to_average"));
-    if (average != nullptr) {
-      merge.rule = MergeRule::kAverage;
-    } else {
-      UCFS_ASSIGN_OR_RETURN(const Pattern* two, MatchOne(two_sub_, name, "2_sub_params_cat_dim_0"));
-      if (two != nullptr) {
-        merge.rule = MergeRule::kTwoSubParamsDim0;
-      } else if (sub) {
-        merge.rule = MergeRule::kSubParams;
-        merge.sub_param_shape = std::move(sub);
-      } else {
-        UCFS_ASSIGN_OR_RETURN(const Pattern* row, MatchOne(row_, name, "row_parallelism"));
-        merge.rule = MergeRule::kConcat;
-        merge.cat_dim = row != nullptr ? 1 : 0;
-      }
+  UCFS_ASSIGN_OR_RETURN(const Pattern* affine, MatchOne(affine_, name, "affine_map"));
+  if (affine != nullptr) {
+    // An affine map comes first: its geometry replaces the category rule,
+    // whose patterns matching the name count as used (the converter's
+    // consume_superseded_patterns); the vocabulary cut still applies.
+    // A replicated or row-parallel pattern says what the map must agree
+    // with (the name table checks it).
+    UCFS_ASSIGN_OR_RETURN(const Pattern* replicated, MatchOne(replicated_, name, "tp_replicated"));
+    UCFS_ASSIGN_OR_RETURN(const Pattern* row, MatchOne(row_, name, "row_parallelism"));
+    for (const auto& [list, what] :
+         {std::pair{&average_, "to_average"}, {&two_sub_, "2_sub_params_cat_dim_0"}}) {
+      UCFS_RETURN_IF_ERROR(MatchOne(*list, name, what).status());
     }
+    if (replicated != nullptr) {
+      merge.category = MergeRule::kReplicated;
+    } else if (row != nullptr) {
+      merge.category = MergeRule::kConcat;
+      merge.cat_dim = 1;
+    }
+    merge.rule = MergeRule::kAffine;
+    for (const auto& [pattern, map] : info_.affine.params) {
+      if (pattern == affine->text) merge.affine = map;
+    }
+  } else {
+    UCFS_RETURN_IF_ERROR(DecideByCategory(name, std::move(sub), &merge));
   }
   UCFS_ASSIGN_OR_RETURN(const Pattern* vocab, MatchOne(vocab_, name, "vocabulary"));
   merge.vocab = vocab != nullptr;
@@ -300,6 +311,34 @@ Result<ParamMerge> MergeRules::Decide(std::string_view name) {
                               "' is a vocabulary param, but original_vocab_size is missing");
   }
   return merge;
+}
+
+Status MergeRules::DecideByCategory(std::string_view name, std::optional<SubParamShape> sub,
+                                    ParamMerge* merge) {
+  UCFS_ASSIGN_OR_RETURN(const Pattern* replicated, MatchOne(replicated_, name, "tp_replicated"));
+  if (replicated != nullptr) {
+    merge->rule = MergeRule::kReplicated;
+    return Status::OK();
+  }
+  UCFS_ASSIGN_OR_RETURN(const Pattern* average, MatchOne(average_, name, "to_average"));
+  if (average != nullptr) {
+    merge->rule = MergeRule::kAverage;
+    return Status::OK();
+  }
+  UCFS_ASSIGN_OR_RETURN(const Pattern* two, MatchOne(two_sub_, name, "2_sub_params_cat_dim_0"));
+  if (two != nullptr) {
+    merge->rule = MergeRule::kTwoSubParamsDim0;
+    return Status::OK();
+  }
+  if (sub) {
+    merge->rule = MergeRule::kSubParams;
+    merge->sub_param_shape = std::move(sub);
+    return Status::OK();
+  }
+  UCFS_ASSIGN_OR_RETURN(const Pattern* row, MatchOne(row_, name, "row_parallelism"));
+  merge->rule = MergeRule::kConcat;
+  merge->cat_dim = row != nullptr ? 1 : 0;
+  return Status::OK();
 }
 
 bool MergeRules::PipelineReplicated(std::string_view name) const {

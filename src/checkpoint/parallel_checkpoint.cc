@@ -29,6 +29,9 @@ Status MergedShapes(const UniversalInfo& info, uint32_t tp, const std::string& f
     case MergeRule::kReplicated:
     case MergeRule::kAverage:
       break;
+    case MergeRule::kAffine:
+      p->storage_shape = p->merge.affine->logical_shape;
+      break;
     case MergeRule::kTwoSubParamsDim0:
       if (local.empty() || local[0] % 2 != 0) return fail("has no two halves along dim 0");
       p->storage_shape[0] *= tp;
@@ -189,34 +192,41 @@ ParallelCheckpoint ParallelCheckpoint::OfDataParallel(
   return FromShards(std::move(files), {std::move(checkpoint)}, std::move(supplied));
 }
 
-namespace {
-
-// DeepSpeed 0.19.x's AutoTP records each param's slices as an affine map
-// (src/design/modern-layouts.md), which its converter takes before every
-// merge rule and writes without cat_dim: until ucfs lays the map out, the
-// universal layout (and the merged weights) of a param it covers are
-// refused, naming the file and the param; the view at a new D needs no
-// merge and is served.
-Status RefuseAffineMap(const pickle::Document& doc, const std::string& file) {
-  const pickle::NodeId info = doc.Get(doc.root(), "universal_checkpoint_info");
-  auto params = doc.MappingItems(doc.Get(doc.Get(info, "affine_map"), "params"));
-  if (!params || params->empty()) return Status::OK();
-  auto first = doc.AsStr(params->front().first);
-  return Status::NotSupported(
-             file + ": an AutoTP checkpoint (universal_checkpoint_info.affine_map, " +
-             std::to_string(params->size()) + " params, the first '" +
-             Printable(first ? std::string(*first) : doc.Repr(params->front().first, 40)) +
-             "'): its universal files are laid out from the map, which ucfs does not yet do; "
-             "its view at a new data-parallel size (--world-size) serves it")
-      .WithFile(file);
-}
-
-}  // namespace
-
 std::shared_ptr<const ParallelCheckpoint> ParallelCheckpoint::SharedOfDataParallel(
     std::shared_ptr<const Checkpoint> checkpoint) {
   return std::make_shared<const ParallelCheckpoint>(OfDataParallel(std::move(checkpoint)));
 }
+
+namespace {
+
+// The runs of an affine-mapped param, checked against the saved slices and
+// against the category rule a pattern also names (issue 37, item 4).
+Status LayOutAffine(const std::vector<std::vector<int64_t>>& slice_shapes, const std::string& file,
+                    MergedParam* m) {
+  const auto fail = [&](const Status& why) {
+    std::string msg = file + ": param '" + m->name + "': its affine map: " + why.message();
+    return (why.code() == Status::Code::kNotSupported ? Status::NotSupported(std::move(msg))
+                                                      : Status::Corruption(std::move(msg)))
+        .WithFile(file);
+  };
+  auto blocks = LayOutAffineMap(*m->merge.affine, slice_shapes);
+  if (!blocks.ok()) return fail(blocks.status());
+  if (m->merge.category) {
+    const bool replicated = *m->merge.category == MergeRule::kReplicated;
+    if (!AffineLayoutIsCategory(
+            *blocks, slice_shapes, m->merge.affine->logical_shape,
+            replicated ? std::nullopt : std::optional<size_t>(m->merge.cat_dim))) {
+      return fail(Status::Corruption(
+          std::string("disagrees with its ") +
+          (replicated ? "tp_replicated pattern (each slice the whole param)"
+                      : "row-parallel pattern (the slices concatenated along dim 1)")));
+    }
+  }
+  m->affine_blocks = std::make_shared<const std::vector<AffineBlock>>(std::move(blocks).value());
+  return Status::OK();
+}
+
+}  // namespace
 
 Status ParallelCheckpoint::MakeNameTable() {
   ParallelCheckpoint& c = *this;
@@ -226,7 +236,6 @@ Status ParallelCheckpoint::MakeNameTable() {
   auto info = ResolveUniversalInfo(first.rank0_model(), first_model, c.supplied_info_.get());
   c.has_universal_info_ = !info.ok() || info->has_value();
   if (!info.ok()) return info.status();
-  UCFS_RETURN_IF_ERROR(RefuseAffineMap(first.rank0_model(), first_model));
   if (info->has_value()) c.unsafe_ = UnsafeAtAnotherTensorDegree(**info, tp);
   if (!info->has_value() && tp > 1) {
     return Status::NotSupported(
@@ -263,6 +272,10 @@ Status ParallelCheckpoint::MakeNameTable() {
       m.stage = p;
       m.local_shape = param.shape;
       m.slices.push_back(i);
+      auto merge = c.rules_->Decide(param.name);
+      if (!merge.ok()) return merge.status().Annotate(first_model).WithFile(first_model);
+      m.merge = std::move(merge).value();
+      std::vector<std::vector<int64_t>> slice_shapes = {param.shape};
       for (uint32_t t = 1; t < tp; ++t) {
         const Checkpoint& other = *c.shards_[static_cast<size_t>(p) * tp + t];
         const std::string& file = other.files().model_files[0];
@@ -272,17 +285,20 @@ Status ParallelCheckpoint::MakeNameTable() {
                                     "', which tensor-parallel rank 0 of its stage has")
               .WithFile(file);
         }
-        if (other.params()[*j].shape != param.shape) {
+        // Slices differ in shape only where an affine map says how (an
+        // uneven split).
+        if (other.params()[*j].shape != param.shape && m.merge.rule != MergeRule::kAffine) {
           return Status::Corruption(file + ": param '" + param.name + "' has local shape " +
                                     ShapeText(other.params()[*j].shape) + ", rank 0's " +
                                     ShapeText(param.shape))
               .WithFile(file);
         }
         m.slices.push_back(*j);
+        slice_shapes.push_back(other.params()[*j].shape);
       }
-      auto merge = c.rules_->Decide(param.name);
-      if (!merge.ok()) return merge.status().Annotate(first_model).WithFile(first_model);
-      m.merge = std::move(merge).value();
+      if (m.merge.rule == MergeRule::kAffine) {
+        UCFS_RETURN_IF_ERROR(LayOutAffine(slice_shapes, first_model, &m));
+      }
       if (info->has_value()) {
         UCFS_RETURN_IF_ERROR(MergedShapes(c.rules_->info(), tp, lead.files().model_files[0], &m));
       } else {

@@ -94,26 +94,107 @@ TEST_F(BrokenParallelCheckpointTest, APatternNoParamMatchesIsRefused) {
       << s.ToString();
 }
 
-// DeepSpeed 0.19.x's AutoTP affine map: the shard groups open (the view at
-// a new D needs no merge); the universal layout is refused, naming the
-// file and the map, until ucfs lays maps out (src/design/modern-layouts.md).
-TEST_F(BrokenParallelCheckpointTest, AnAffineMapIsRefusedForTheUniversalLayoutOnly) {
-  EditInfo([](pickle::Document* d, pickle::NodeId info) {
-    const pickle::NodeId entry = d->AddDict({d->AddStr("logical_shape"), d->AddList({})});
-    d->AppendPair(info, d->AddStr("affine_map"),
-                  d->AddDict({d->AddStr("version"), d->AddInt(1), d->AddStr("params"),
-                              d->AddDict({d->AddStr("^language_model.x$"), entry})}));
+// DeepSpeed 0.19.8's AutoTP (uneven GQA heads, an odd vocabulary): its
+// affine map, read and checked against the saved slices at open.
+class AffineMapCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(
+        env_.CopyTreeFrom(
+                testing::TpFixtureDir("modern/autotp_uneven_z1_fp32_t2d2") + "/checkpoint", "/ck")
+            .ok());
+  }
+  static constexpr const char* kModel0 = "/ck/global_step4/mp_rank_00_model_states.pt";
+  static constexpr const char* kQ = "^model\\.layers\\.0\\.self_attn\\.q_proj\\.weight$";
+  // Edits rank `rank`'s first piece of `pattern`'s entry in tensor rank 0's
+  // model states (where ucfs reads universal_checkpoint_info).
+  void EditPiece(const char* pattern, int64_t rank,
+                 const std::function<void(pickle::Document*, pickle::NodeId piece)>& edit) {
+    env_.WriteFile(kModel0,
+                   testing::RepackTorchFile(*env_.Contents(kModel0), [&](pickle::Document* d) {
+                     const pickle::NodeId info = d->Get(d->root(), "universal_checkpoint_info");
+                     const pickle::NodeId entry =
+                         d->Get(d->Get(d->Get(info, "affine_map"), "params"), pattern);
+                     const auto ranks = d->MappingItems(d->Get(entry, "ranks"));
+                     for (const auto& [key, value] : *ranks) {
+                       if (d->AsInt(key) != rank) continue;
+                       edit(d, (*d->SequenceItems(d->Get(value, "pieces")))[0]);
+                     }
+                   }));
+  }
+  void SetOffset(pickle::Document* d, pickle::NodeId piece, const char* side, int64_t offset) {
+    d->mutable_node((*d->SequenceItems(d->Get(piece, side)))[0]).scalar = offset;
+  }
+  MemEnv env_;
+};
+
+TEST_F(AffineMapCheckpointTest, UnevenSlicesMergeByTheMap) {
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(c->merge_status().ok()) << c->merge_status().ToString();
+  for (const MergedParam& p : c->params()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.merge.rule, MergeRule::kAffine);
+    ASSERT_NE(p.affine_blocks, nullptr);
+    if (p.name == "model.layers.0.self_attn.q_proj.weight") {
+      EXPECT_EQ(p.shape, (std::vector<int64_t>{24, 24}));
+      EXPECT_EQ(c->shard(1).params()[p.slices[1]].shape, (std::vector<int64_t>{8, 24}));
+    }
+    if (p.name == "lm_head.weight") EXPECT_TRUE(p.merge.vocab);
+    // Replicated by pattern: embed_tokens and the norms, which the map agrees with.
+    EXPECT_EQ(
+        p.merge.category == MergeRule::kReplicated,
+        p.name.find("norm") != std::string::npos || p.name.find("embed") != std::string::npos);
+  }
+}
+
+TEST_F(AffineMapCheckpointTest, AMapOverlappingItsOwnRowsIsCorruptionNamingTheParam) {
+  EditPiece(kQ, 1, [&](pickle::Document* d, pickle::NodeId piece) {
+    SetOffset(d, piece, "source", 24 * 8);  // rank 1's rows start inside rank 0's
   });
   auto c = ParallelCheckpoint::Open(env_, "/ck");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Status& s = c->merge_status();
-  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
   EXPECT_EQ(s.file(), kModel0);
-  EXPECT_NE(s.message().find("an AutoTP checkpoint (universal_checkpoint_info.affine_map, 1 "
-                             "params, the first '^language_model.x$')"),
+  EXPECT_NE(s.message().find("param 'model.layers.0.self_attn.q_proj.weight': its affine map: "
+                             "the pieces do not cover the param of shape [24, 24] exactly once"),
             std::string::npos)
       << s.ToString();
   EXPECT_TRUE(c->params().empty());
+}
+
+TEST_F(AffineMapCheckpointTest, AMapDisagreeingWithAReplicatedPatternIsCorruption) {
+  // Rank 0's copy of embed_tokens [61, 24] read as stored transposed (dest
+  // strides [1, 61]): a valid map, which the tp_replicated pattern naming
+  // the param contradicts.
+  EditPiece("^model\\.embed_tokens\\.weight$", 0, [&](pickle::Document* d, pickle::NodeId piece) {
+    const pickle::NodeId strides = (*d->SequenceItems(d->Get(piece, "dest")))[1];
+    const std::vector<pickle::NodeId> items = *d->SequenceItems(strides);
+    d->mutable_node(items[0]).scalar = 1;
+    d->mutable_node(items[1]).scalar = 61;
+  });
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Status& s = c->merge_status();
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("param 'model.embed_tokens.weight': its affine map: disagrees with "
+                             "its tp_replicated pattern"),
+            std::string::npos)
+      << s.ToString();
+}
+
+TEST_F(AffineMapCheckpointTest, ANewerMapVersionIsNotSupported) {
+  env_.WriteFile(kModel0,
+                 testing::RepackTorchFile(*env_.Contents(kModel0), [&](pickle::Document* d) {
+                   const pickle::NodeId info = d->Get(d->root(), "universal_checkpoint_info");
+                   d->mutable_node(d->Get(d->Get(info, "affine_map"), "version")).scalar = 2;
+                 }));
+  auto c = ParallelCheckpoint::Open(env_, "/ck");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->merge_status().code(), Status::Code::kNotSupported);
+  EXPECT_NE(c->merge_status().message().find("affine_map version 2"), std::string::npos)
+      << c->merge_status().ToString();
 }
 
 TEST_F(BrokenParallelCheckpointTest, AnEmptyAffineMapIsNoMap) {

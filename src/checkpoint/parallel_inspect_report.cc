@@ -26,6 +26,8 @@ const char* RuleName(MergeRule rule) {
       return "sub_params";
     case MergeRule::kConcat:
       return "concat";
+    case MergeRule::kAffine:
+      return "affine_map";
   }
   return "?";
 }
@@ -51,6 +53,16 @@ std::string MergeText(const MergedParam& p, const UniversalInfo& info) {
       out = "cat dim " + std::to_string(p.merge.cat_dim) +
             (p.merge.cat_dim == 1 ? " (row parallel)" : "");
       break;
+    case MergeRule::kAffine: {
+      // AutoTP's geometry: the ranks' shard shapes say the split.
+      out = "affine map";
+      std::string shards;
+      for (const auto& shard : p.merge.affine->shards) {
+        shards += (shards.empty() ? "" : " + ") + ShapeString(shard.shape);
+      }
+      out += ", shards " + shards;
+      break;
+    }
   }
   if (p.merge.vocab && info.original_vocab_size) {
     out += ", vocab rows cut to " + std::to_string(*info.original_vocab_size);
@@ -82,6 +94,11 @@ std::string InfoText(const UniversalInfo& info) {
   if (info.padded_vocab_size) {
     sizes += (sizes.empty() ? "" : ", ") + std::string("padded_vocab_size ") +
              std::to_string(*info.padded_vocab_size);
+  }
+  if (!info.affine.params.empty()) {
+    // AutoTP's geometry, which the converter takes before every pattern.
+    sizes += (sizes.empty() ? "" : ", ") + std::string("AutoTP affine_map of ") +
+             std::to_string(info.affine.params.size()) + " params";
   }
   return sizes.empty() ? out : out + " (" + sizes + ")";
 }

@@ -46,7 +46,10 @@ class ReplicaCheck {
     const uint32_t tp = grid_.degrees().tp;
     if (tp < 2) return;
     for (const MergedParam& p : grid_.params()) {
-      if (p.merge.rule != MergeRule::kReplicated) continue;
+      // Replicated by its rule, or by the affine map its pattern agrees with.
+      if (p.merge.rule != MergeRule::kReplicated && p.merge.category != MergeRule::kReplicated) {
+        continue;
+      }
       const Checkpoint& lead = grid_.shard(p.stage * tp);
       for (const SubGroupState& gs : lead.StatesOf(p.slices[0])) {
         for (uint32_t t = 1; t < tp; ++t) ComparePair(p, gs.state, t);

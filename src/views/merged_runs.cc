@@ -22,6 +22,43 @@ StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset,
   return run;
 }
 
+// T slices' states concatenated along a dimension past the first: chunk 0
+// of slice 0, chunk 0 of slice 1, ..., chunk 0 of slice T-1, chunk 1 of
+// slice 0, ... (`chunk` bytes of a slice: its elements from that dimension
+// on; `chunks` of them in each slice).
+StorageRun InterleavedRun(const MergedParam& p, uint32_t tp, size_t s, uint64_t chunk,
+                          uint64_t chunks, const std::function<uint32_t(uint32_t)>& shard) {
+  auto gather = std::make_shared<Gather>();
+  gather->state = static_cast<uint32_t>(s);
+  for (uint32_t t = 0; t < tp; ++t) {
+    gather->blocks.push_back({shard(t), static_cast<uint32_t>(p.slices[t]), t * chunk, tp * chunk,
+                              0, chunk, chunks, chunk});
+  }
+  StorageRun run;
+  run.kind = StorageRun::Kind::kGathered;
+  run.length = chunk * chunks * tp;
+  run.gather = std::move(gather);
+  return run;
+}
+
+// An affine map's blocks (elements) as the bytes of a gathered run.
+StorageRun AffineRun(const MergedParam& p, size_t s, uint64_t element_size,
+                     const std::function<uint32_t(uint32_t)>& shard) {
+  auto gather = std::make_shared<Gather>();
+  gather->state = static_cast<uint32_t>(s);
+  for (const AffineBlock& b : *p.affine_blocks) {
+    gather->blocks.push_back({shard(b.rank), static_cast<uint32_t>(p.slices[b.rank]),
+                              b.start * element_size, b.period * element_size,
+                              b.slice_start * element_size, b.slice_period * element_size, b.count,
+                              b.length * element_size});
+  }
+  StorageRun run;
+  run.kind = StorageRun::Kind::kGathered;
+  run.length = NumelOf(p.storage_shape) * element_size;
+  run.gather = std::move(gather);
+  return run;
+}
+
 // SubparamShape's merge (ds_to_universal.py merge_tp_slices): each slice
 // viewed as the shape with the partition dimension split T ways; for each
 // sub-param in turn, every slice's part of it concatenated along that
@@ -47,17 +84,9 @@ Status AddSubParamRuns(const MergedParam& p, uint32_t tp, size_t s, uint64_t ele
   const bool equal =
       std::all_of(sizes.begin(), sizes.end(), [&](int64_t size) { return size == sizes.front(); });
   if (outer > 1 && equal) {
-    auto il = std::make_shared<Interleave>();
-    for (uint32_t t = 0; t < tp; ++t) {
-      il->slices.push_back({shard(t), static_cast<uint32_t>(p.slices[t])});
-    }
-    il->state = static_cast<uint32_t>(s);
-    il->chunk = static_cast<uint64_t>(sizes.front()) / tp * inner;
-    StorageRun run;
-    run.kind = StorageRun::Kind::kInterleaved;
-    run.length = outer * rows * inner * tp;
-    run.interleave = std::move(il);
-    runs->push_back(std::move(run));
+    const uint64_t chunk = static_cast<uint64_t>(sizes.front()) / tp * inner;
+    runs->push_back(
+        InterleavedRun(p, tp, s, chunk, chunk ? outer * rows * inner / chunk : 0, shard));
     return Status::OK();
   }
   constexpr uint64_t kMaxRuns = uint64_t{1} << 16;
@@ -106,21 +135,15 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, con
           runs.push_back(StateRun(shard(t), p.slices[t], s, 0, slice_bytes));
         }
       } else {
-        auto il = std::make_shared<Interleave>();
-        for (uint32_t t = 0; t < tp; ++t) {
-          il->slices.push_back({shard(t), static_cast<uint32_t>(p.slices[t])});
-        }
-        il->state = static_cast<uint32_t>(s);
-        il->chunk = element_size;
+        uint64_t chunk = element_size;
         for (size_t d = static_cast<size_t>(p.merge.cat_dim); d < p.local_shape.size(); ++d) {
-          il->chunk *= static_cast<uint64_t>(p.local_shape[d]);
+          chunk *= static_cast<uint64_t>(p.local_shape[d]);
         }
-        StorageRun run;
-        run.kind = StorageRun::Kind::kInterleaved;
-        run.length = slice_bytes * tp;
-        run.interleave = std::move(il);
-        runs.push_back(std::move(run));
+        runs.push_back(InterleavedRun(p, tp, s, chunk, chunk ? slice_bytes / chunk : 0, shard));
       }
+      break;
+    case MergeRule::kAffine:
+      runs.push_back(AffineRun(p, s, element_size, shard));
       break;
     case MergeRule::kAverage: {
       if (files == nullptr || element_size != sizeof(float)) {
@@ -159,6 +182,8 @@ std::vector<StorageRun> FirstBytesOf(std::vector<StorageRun> runs, uint64_t leng
 }
 
 std::vector<UniversalKey> UniversalKeysOf(const ParamMerge& merge) {
+  // An affine map's file is {'param': ...} and at most the vocabulary's key:
+  // the converter writes no category key for it.
   std::vector<UniversalKey> keys;
   if (merge.rule == MergeRule::kConcat) keys.push_back({"cat_dim", merge.cat_dim, false, nullptr});
   if (merge.rule == MergeRule::kTwoSubParamsDim0) {

@@ -19,11 +19,12 @@ namespace ucfs {
 
 // State `state` of `param` merged, over its storage_shape (a vocabulary's
 // padded rows included): a concatenation on dim 0 is the slices' runs one
-// after another, on a later dimension one kInterleaved run, two sub-params
+// after another, on a later dimension one kGathered run, two sub-params
 // the slices' first halves then their second halves, SubparamShape's
 // sub-params each gathered from every slice in turn, a replicated param
 // slice 0, an averaged one a kComputed run (AverageSlices) reading through
-// `files` (null: NotSupported, naming the param).
+// `files` (null: NotSupported, naming the param), an affine map's one
+// kGathered run of its blocks.
 Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c,
                                                 const MergedParam& param, size_t state,
                                                 uint64_t element_size,

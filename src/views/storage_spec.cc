@@ -42,6 +42,56 @@ void AppendSourcePieces(const std::vector<Extent>& extents, std::vector<ReadPiec
   }
 }
 
+namespace {
+
+// Read pieces of bytes [a, b) of a gathered run: the runs of each block
+// that [a, b) covers, in the order of their place in the run.
+Status PlanGather(const StateMapper& mapper, const Gather& gather, uint64_t a, uint64_t b,
+                  std::vector<ReadPiece>* out) {
+  struct Covered {
+    uint64_t at;  // offset in the run
+    const Gather::Block* block;
+    uint64_t from;  // offset in the slice's state
+    uint64_t length;
+  };
+  std::vector<Covered> covered;
+  for (const Gather::Block& block : gather.blocks) {
+    if (block.count == 0 || b <= block.start) continue;
+    // The runs i with start + i * period in [a - length + 1, b).
+    uint64_t first = 0, end = 1;
+    if (block.period > 0) {
+      first =
+          a >= block.start + block.length ? (a - block.start - block.length) / block.period + 1 : 0;
+      end = std::min(block.count, (b - block.start - 1) / block.period + 1);
+    }
+    for (uint64_t i = first; i < end; ++i) {
+      const uint64_t run = block.start + i * block.period;
+      const uint64_t lo = std::max(a, run), hi = std::min(b, run + block.length);
+      if (lo >= hi) continue;
+      covered.push_back(
+          {lo, &block, block.slice_start + i * block.slice_period + (lo - run), hi - lo});
+    }
+  }
+  std::sort(covered.begin(), covered.end(),
+            [](const Covered& x, const Covered& y) { return x.at < y.at; });
+  uint64_t at = a;  // the blocks tile the run (LayOutAffineMap checked it)
+  for (const Covered& c : covered) {
+    if (c.at != at) return Status::Corruption("a gathered run leaves bytes unread or read twice");
+    at += c.length;
+  }
+  if (at != b) return Status::Corruption("a gathered run leaves bytes unread");
+  std::vector<Extent> extents;
+  for (const Covered& c : covered) {
+    extents.clear();
+    UCFS_RETURN_IF_ERROR(mapper.MapShardState(c.block->shard, c.block->param, gather.state, c.from,
+                                              c.from + c.length, &extents));
+    AppendSourcePieces(extents, out);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64_t begin,
                    uint64_t end, std::vector<ReadPiece>* out) {
   std::vector<Extent> extents;
@@ -83,25 +133,9 @@ Status PlanStorage(const StateMapper& mapper, const StorageSpec& storage, uint64
           out->push_back(p);
           break;
         }
-        case StorageRun::Kind::kInterleaved: {
-          const Interleave& il = *run.interleave;
-          const uint64_t t_count = il.slices.size();
-          for (uint64_t at = a - run_start; at < b - run_start;) {
-            const uint64_t k = at / il.chunk;  // the k-th chunk: slice k % T, row k / T
-            const uint64_t within = at - k * il.chunk;
-            const uint64_t take = std::min(il.chunk - within, (b - run_start) - at);
-            const Interleave::Slice& slice = il.slices[k % t_count];
-            const uint64_t from = (k / t_count) * il.chunk + within;
-            extents.clear();
-            UCFS_RETURN_IF_ERROR(mapper.MapShardState(slice.shard, slice.param, il.state, from,
-                                                      from + take, &extents));
-            for (const Extent& e : extents) {
-              out->push_back({ReadPiece::Kind::kSource, {}, e.file, e.offset, e.length, nullptr});
-            }
-            at += take;
-          }
+        case StorageRun::Kind::kGathered:
+          UCFS_RETURN_IF_ERROR(PlanGather(mapper, *run.gather, a - run_start, b - run_start, out));
           break;
-        }
         case StorageRun::Kind::kState:
         case StorageRun::Kind::kFrozen: {
           extents.clear();

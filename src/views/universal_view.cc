@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "ucfs/checkpoint/ds_version.h"
 #include "ucfs/checkpoint/merge_rules.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/partition.h"
@@ -238,9 +239,21 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(
                                 {std::move(storage)}, crc_reader);
 }
 
+// Whether the converter of the saving DeepSpeed writes step.pt: its
+// stage-1/2 path does; its ZeRO-3 path extracts no step. With tensor
+// parallelism at ZeRO-3, the converters before DeepSpeed #8168 (AutoTP
+// ZeRO-3 consolidation, merged after 0.19.2: 0.19.3 is the first release
+// that can hold it [I]) wrote wrong files, and ucfs lays such a merge out as
+// the stage-1/2 path, step.pt included; from it on, the converter merges
+// ZeRO-3 slices itself, without a step.
+bool WritesStep(const ParallelCheckpoint& c) {
+  const Checkpoint& shard0 = c.shard(0);
+  if (shard0.partitioning() != Partitioning::kPerParam) return true;
+  return c.degrees().tp > 1 && !VersionAtLeast(shard0.ds_version(), {0, 19, 3});
+}
+
 // zero/<param>/: a file per state, and the param group's step.pt where the
-// converter's stage-1/2 path writes it (and, with tensor parallelism, at
-// ZeRO-3 too, laid out as that path).
+// converter writes it (WritesStep).
 Status AddParamDirectory(View& view, InodeId zero,
                          const std::shared_ptr<const ParallelCheckpoint>& c, const MergedParam& p,
                          const std::shared_ptr<SourceFiles>& files, SourceFiles* crc_reader) {
@@ -262,7 +275,7 @@ Status AddParamDirectory(View& view, InodeId zero,
     UCFS_RETURN_IF_ERROR(
         view.AddFile(dir, state.name + ".pt", std::move(content), std::move(xattrs)).status());
   }
-  if (FormOf(*c) == StateFileForm::kBare) return Status::OK();
+  if (!WritesStep(*c)) return Status::OK();
   // The step of the param's group, from tensor rank 0 of its stage.
   for (const ScalarState& scalar : lead.scalar_states()[local.sub_group]) {
     if (scalar.name != "step") continue;

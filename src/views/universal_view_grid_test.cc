@@ -54,6 +54,15 @@ TEST_P(ParallelUniversalViewTest, TreeIsByteIdenticalToTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelUniversalViewTest,
                          ::testing::ValuesIn(testing::TpFixturesWithExpected()));
+// DeepSpeed 0.19.8's AutoTP: every param laid out by its affine map (an odd
+// vocabulary split [31, 30], GQA heads split unevenly [16, 8]), each file
+// {'param': ...} as its converter writes it, no step.pt at ZeRO-3.
+INSTANTIATE_TEST_SUITE_P(AutoTp, ParallelUniversalViewTest,
+                         ::testing::Values("modern/autotp_z1_fp32_t2d2",
+                                           "modern/autotp_z2_bf16_t2d2",
+                                           "modern/autotp_z3_fp32_t2d2",
+                                           "modern/autotp_uneven_z1_fp32_t2d2"),
+                         [](const auto& info) { return info.param.substr(7); });
 // The merges Megatron never asks for (make_merge_rules_fixture.py): an
 // averaged param, SubparamShape along dim 0 and, viewed anew, along dim 1.
 INSTANTIATE_TEST_SUITE_P(MergeRules, ParallelUniversalViewTest,
@@ -159,18 +168,21 @@ TEST_P(ParallelReshardViewTest, ExportedAtNItIsTheSameCheckpointAtNRanks) {
     EXPECT_TRUE(b[path] == bytes) << path;
     ++compared;
   }
-  EXPECT_GT(compared, 100u);
+  EXPECT_EQ(compared + 1, a.size());  // every file but optimizer_state.pt
+  EXPECT_GT(compared, 40u);
 }
 
-INSTANTIATE_TEST_SUITE_P(TpFixtures, ParallelReshardViewTest,
-                         ::testing::Values(std::pair<std::string, uint32_t>{"tp_z1_fp32_t2d2", 3},
-                                           std::pair<std::string, uint32_t>{"pp_bf16opt_p2t2d2", 1},
-                                           std::pair<std::string, uint32_t>{"z3_tp_fp32_t2d2", 3},
-                                           std::pair<std::string, uint32_t>{"tp_z1_swiglu_t4d1", 2},
-                                           std::pair<std::string, uint32_t>{
-                                               "pp_z1_fp32_p2d2_nomodelaxis", 3},
-                                           std::pair<std::string, uint32_t>{"tp_z2_bf16_t2d3", 2},
-                                           std::pair<std::string, uint32_t>{"z3_tp_bf16_t2d3", 4}));
+INSTANTIATE_TEST_SUITE_P(
+    TpFixtures, ParallelReshardViewTest,
+    ::testing::Values(std::pair<std::string, uint32_t>{"tp_z1_fp32_t2d2", 3},
+                      std::pair<std::string, uint32_t>{"pp_bf16opt_p2t2d2", 1},
+                      std::pair<std::string, uint32_t>{"z3_tp_fp32_t2d2", 3},
+                      std::pair<std::string, uint32_t>{"tp_z1_swiglu_t4d1", 2},
+                      std::pair<std::string, uint32_t>{"pp_z1_fp32_p2d2_nomodelaxis", 3},
+                      std::pair<std::string, uint32_t>{"tp_z2_bf16_t2d3", 2},
+                      std::pair<std::string, uint32_t>{"z3_tp_bf16_t2d3", 4},
+                      std::pair<std::string, uint32_t>{"modern/autotp_uneven_z1_fp32_t2d2", 3},
+                      std::pair<std::string, uint32_t>{"modern/autotp_z3_fp32_t2d2", 1}));
 
 }  // namespace
 }  // namespace ucfs

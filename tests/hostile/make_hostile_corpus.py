@@ -1205,11 +1205,44 @@ def _(tag, root):
         tv.Str("language_model.encoder.final_layernorm.bias")))
 
 
-@case("parallel", "affine_map", "an AutoTP affine_map in universal_checkpoint_info", TP)
+def affine_info(info, entry):
+    dict_set(info, "affine_map", tv.Dct([(tv.Str("version"), 1), (tv.Str("params"), entry)]))
+
+
+@case("parallel", "affine_map", "an AutoTP affine_map entry without ranks", TP)
 def _(tag, root):
     entry = tv.Dct([(tv.Str("logical_shape"), tv.Lst([]))])
-    edit_info(tag, lambda info: dict_set(info, "affine_map", tv.Dct([
-        (tv.Str("version"), 1), (tv.Str("params"), tv.Dct([(tv.Str("^language_model.x$"), entry)]))])))
+    edit_info(tag, lambda info: affine_info(info, tv.Dct([(tv.Str("^language_model.x$"), entry)])))
+
+
+def first_param_map(tree, rank1_source, rank1_strides=None):
+    """An affine map of the first param (local [a, b]) as two row blocks of a [2a, b] param, rank 1's at
+    source offset `rank1_source` with source strides `rank1_strides` (row major by default)."""
+    name, size = shapes(tree).dictitems[0]
+    a, b = [int(v) for v in size.args.items[0].items]
+
+    def piece(rank, source, strides):
+        return tv.Dct([(tv.Str("shape"), tv.Lst([a, b])), (tv.Str("source"), tv.Lst([source, tv.Lst(strides)])),
+                       (tv.Str("dest"), tv.Lst([0, tv.Lst([b, 1])])), (tv.Str("locations"), tv.Lst([rank]))])
+
+    ranks = tv.Dct([(t, tv.Dct([(tv.Str("shard_shape"), tv.Lst([a, b])),
+                               (tv.Str("pieces"), tv.Lst([piece(t, 0 if t == 0 else rank1_source,
+                                                                [b, 1] if t == 0 else rank1_strides or [b, 1])]))]))
+                    for t in (0, 1)])
+    entry = tv.Dct([(tv.Str("logical_shape"), tv.Lst([2 * a, b])), (tv.Str("ranks"), ranks)])
+    return tv.Dct([(tv.Str("^" + name.v.replace(".", "\\.") + "$"), entry)])
+
+
+@case("parallel", "affine_map_overlap", "an affine map whose rank 1 rows overlap rank 0's", TP)
+def _(tag, root):
+    edit(os.path.join(tag, TP_MODEL0), lambda t, _: affine_info(
+        t.get("universal_checkpoint_info"), first_param_map(t, 1)))
+
+
+@case("parallel", "affine_map_huge_strides", "an affine map of strides near 2**63", TP)
+def _(tag, root):
+    edit(os.path.join(tag, TP_MODEL0), lambda t, _: affine_info(
+        t.get("universal_checkpoint_info"), first_param_map(t, 2**62, [2**62 + 1, 2**61])))
 
 
 @case("parallel", "local_shapes_disagree", "tensor rank 1 lists another local shape", TP)

@@ -16,8 +16,10 @@
 //   parameter_with_row_parallelism_patterns concatenated on dim 1
 //   (none)                                  concatenated on dim 0
 // and, whatever the rule, vocabulary_parameter_patterns cut the merged rows
-// to original_vocab_size. Two patterns of one list matching one name is an
-// error, as is (strictly) a pattern no name used.
+// to original_vocab_size. DeepSpeed 0.19.x's converter takes a param's
+// affine map (affine_map.h) before all of these: its geometry replaces the
+// rule, and the category patterns matching the name count as used. Two patterns of one list
+// matching one name is an error, as is (strictly) a pattern no name used.
 #ifndef UCFS_CHECKPOINT_MERGE_RULES_H_
 #define UCFS_CHECKPOINT_MERGE_RULES_H_
 
@@ -32,6 +34,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
+#include "ucfs/checkpoint/affine_map.h"
 #include "ucfs/codec/pickle.h"
 
 namespace ucfs {
@@ -63,6 +66,7 @@ struct UniversalInfo {
   std::vector<SubParamShape> sub_params;
   std::vector<std::string> row_parallel;
   std::vector<std::string> vocabulary;
+  AffineMaps affine;  // AutoTP's affine_map (DeepSpeed >= 0.19)
 };
 
 // The `universal_checkpoint_info` of a model-states pickle; nullopt where
@@ -99,13 +103,24 @@ Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document
 std::optional<std::string> UnsafeAtAnotherTensorDegree(const UniversalInfo& info,
                                                        uint32_t saved_tp);
 
-enum class MergeRule : uint8_t { kReplicated, kAverage, kTwoSubParamsDim0, kSubParams, kConcat };
+enum class MergeRule : uint8_t {
+  kReplicated,
+  kAverage,
+  kTwoSubParamsDim0,
+  kSubParams,
+  kConcat,
+  kAffine,
+};
 
 struct ParamMerge {
   MergeRule rule = MergeRule::kConcat;
   int cat_dim = 0;  // kConcat: 1 for row parallel; kTwoSubParamsDim0: 0
   std::optional<SubParamShape> sub_param_shape;  // kSubParams
   bool vocab = false;                            // rows cut to original_vocab_size
+  std::shared_ptr<const ParamAffineMap> affine;  // kAffine
+  // kAffine: the rule a replicated (kReplicated) or row-parallel (kConcat,
+  // cat_dim 1) pattern also names, which the map must agree with.
+  std::optional<MergeRule> category;
 };
 
 class MergeRules {
@@ -136,9 +151,12 @@ class MergeRules {
   // The one pattern of `list` that matches `name`, or null.
   Result<const Pattern*> MatchOne(const List& list, std::string_view name, const char* what);
   static bool Matches(const Pattern& p, std::string_view name);
+  // The category rule of `name` (no affine map), `sub` its SubparamShape.
+  Status DecideByCategory(std::string_view name, std::optional<SubParamShape> sub,
+                          ParamMerge* merge);
 
   UniversalInfo info_;
-  List pipeline_, replicated_, average_, two_sub_, row_, vocab_;
+  List pipeline_, replicated_, average_, two_sub_, row_, vocab_, affine_;
   std::vector<List> sub_params_;  // by info_.sub_params
   std::set<std::string> used_;
 };

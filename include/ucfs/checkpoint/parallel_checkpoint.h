@@ -21,6 +21,7 @@
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
+#include "ucfs/checkpoint/affine_map.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/merge_rules.h"
@@ -35,7 +36,7 @@ struct MergedParam {
   // By tensor-parallel rank t: the param's index in the params() of shard
   // group stage * T + t.
   std::vector<size_t> slices;
-  std::vector<int64_t> local_shape;  // every slice's (they agree)
+  std::vector<int64_t> local_shape;  // every slice's (they agree but under an affine map)
   // The merged tensor's storage (a vocabulary's padded rows included), and
   // the shape the universal file gives it (a vocabulary cut to
   // original_vocab_size rows, which the storage keeps, as torch.save keeps
@@ -44,6 +45,9 @@ struct MergedParam {
   std::vector<int64_t> shape;
   // Later stages holding a copy (a tied embedding): not merged.
   std::vector<uint32_t> copies_on;
+  // kAffine: the runs of elements, by rank (LayOutAffineMap), that make the
+  // merged storage.
+  std::shared_ptr<const std::vector<AffineBlock>> affine_blocks;
 };
 
 // DeepSpeed >= 0.19.5 saves the grid's degrees in every model-states file

@@ -25,12 +25,12 @@ class ComputedBytes;
 // A contiguous part of a storage's bytes.
 struct StorageRun {
   enum class Kind : uint8_t {
-    kState,        // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
-    kSource,       // bytes [source_offset, +length) of a source file
-    kZeros,        // padding
-    kFrozen,       // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
-    kComputed,     // `computed`: values ucfs computes range by range, on every read
-    kInterleaved,  // `interleave`: chunks of T slices' states in turn (a row-parallel merge)
+    kState,     // bytes [state_offset, +length) of a param's full state (Checkpoint::MapState)
+    kSource,    // bytes [source_offset, +length) of a source file
+    kZeros,     // padding
+    kFrozen,    // bytes [state_offset, +length) of frozen param `param`'s full value (MapFrozen)
+    kComputed,  // `computed`: values ucfs computes range by range, on every read
+    kGathered,  // `gather`: runs of T slices' states, periodic (a row-parallel merge)
   };
   Kind kind = Kind::kZeros;
   uint64_t length = 0;
@@ -41,22 +41,30 @@ struct StorageRun {
   uint32_t source = 0;
   uint64_t source_offset = 0;
   std::shared_ptr<const ComputedBytes> computed;
-  std::shared_ptr<const struct Interleave> interleave;
+  std::shared_ptr<const struct Gather> gather;
 };
 
-// T tensor-parallel slices concatenated along a dimension past the first:
-// the merged tensor is chunk 0 of slice 0, chunk 0 of slice 1, ..., chunk 0
-// of slice T-1, chunk 1 of slice 0, ... where a chunk is `chunk` bytes of
-// a slice's state (its elements from the concatenated dimension on). One
-// run for the whole tensor; a read maps only the chunks it covers.
-struct Interleave {
-  struct Slice {
-    uint32_t shard = 0;
+// Runs of tensor-parallel slices' states repeated with a period: the
+// merged storage of a param whose slices interleave (concatenated along a
+// dimension past the first, equal sub-params past dim 0, an affine map).
+// Block b's run i is bytes [start + i * period, + length) of the run's
+// storage, from bytes [slice_start + i * slice_period, + length) of its
+// slice's state. The blocks' runs tile the storage; a read maps only the
+// runs it covers, so a row-parallel weight is a few blocks, not a run per
+// row.
+struct Gather {
+  struct Block {
+    uint32_t shard = 0;  // the slice: its shard group (StateMapper), its param there
     uint32_t param = 0;
+    uint64_t start = 0;
+    uint64_t period = 0;
+    uint64_t slice_start = 0;
+    uint64_t slice_period = 0;
+    uint64_t count = 0;
+    uint64_t length = 0;
   };
-  std::vector<Slice> slices;
   uint32_t state = 0;
-  uint64_t chunk = 0;
+  std::vector<Block> blocks;
 };
 
 // Bytes computed from source bytes for each read, never kept: a param's

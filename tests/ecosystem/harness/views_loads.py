@@ -4,13 +4,16 @@
     views_loads.py SPEC.json
 
 SPEC.json: a list of {"ours": path in a ucfs mount, "theirs": the file DeepSpeed 0.19.8's tool wrote, "kind":
-"universal" | "fp32" | "safetensors" | "live", "ours_only": names only ours holds (the frozen params zero_to_fp32.py
-drops at ZeRO-1), left out of the comparison, which they must not be}.
+"universal" | "fp32" | "safetensors" | "live" | "live_file", "ours_only": names only ours holds (the frozen params
+zero_to_fp32.py drops at ZeRO-1), left out of the comparison, which they must not be}.
   universal, fp32: torch.load(weights_only=True) (torch >= 2.6's default) succeeds on ours exactly when it does on
                    theirs; then both (loaded as theirs loads) are equal: the same structure, keys in the same order,
                    tensors of the same dtype, shape, requires_grad and bits.
   safetensors:     ours loads with safetensors and holds theirs' (a pytorch_model.bin's) tensors.
-  live:            where no converter wrote a universal file (Muon: ds_to_universal fails), ours loads with
+  live:            where no tool of DeepSpeed's wrote a reference ("theirs" is the fixture's MODERN.json): ours (a
+                   pytorch_model.bin or model.safetensors) holds every trainable param's fp32 master as the
+                   training process held it at save time (live_state.params, gathered whole), bit for bit.
+  live_file:       where no converter wrote a universal file (Muon: ds_to_universal fails), ours loads with
                    weights_only=True and its tensor (bare, or a dict's 'param') is exactly the live value saved in
                    MODERN.json: {"b64", "dtype", "shape", "flat"?} in "live" (base64 of the little-endian bytes, C
                    order; "flat": ours is 1-D, as ZeRO-3's universal files are), or {"value"} for a step.
@@ -61,12 +64,37 @@ def check_live(ours, live):
     assert raw == want, f"bytes differ from the live value ({len(raw)} against {len(want)} bytes)"
 
 
+def live_params(modern_json):
+    """{name: fp32 master} of a fixture's MODERN.json (live_state.params)."""
+    import base64
+    out = {}
+    for name, states in json.load(open(modern_json))["live_state"]["params"].items():
+        fp32 = states["fp32"]
+        raw = bytearray(base64.b64decode(fp32["b64"]))
+        out[name] = torch.frombuffer(raw, dtype=getattr(torch, fp32["dtype"])).reshape(fp32["shape"])
+    return out
+
+
 def check(entry):
     ours, theirs, kind = entry["ours"], entry.get("theirs"), entry["kind"]
-    if kind == "live":
+    if kind == "live_file":
         check_live(ours, entry["live"])
         return
     ours_only = entry.get("ours_only", [])
+    if kind == "live":
+        if ours.endswith(".safetensors"):
+            from safetensors.torch import load_file
+            got = load_file(ours)
+        else:
+            got, err = load(ours, True)
+            assert err is None, f"ours does not load with weights_only=True: {err}"
+        want = live_params(theirs)
+        assert want, "MODERN.json has no live params"
+        for name, t in want.items():
+            assert name in got, f"ours lacks {name}"
+            assert got[name].dtype == t.dtype and got[name].shape == t.shape, (name, got[name].dtype, got[name].shape)
+            assert torch.equal(got[name], t), f"{name} differs from the live master"
+        return
     if kind == "safetensors":
         from safetensors.torch import load_file
         got = without(load_file(ours), ours_only, ours)
