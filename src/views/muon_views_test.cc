@@ -101,6 +101,28 @@ TEST_P(MuonViewsTest, UniversalFilesAreTheLiveValues) {
   EXPECT_EQ(compared, 2 * 4 + 3 * 10 - (GetParam() == "z2_muon_fp32_ws2" ? 4 : 0));
 }
 
+// <tag>_fp32/pytorch_model.bin holds zero_to_fp32.py's tensors (the
+// fixture's zero_to_fp32/), byte for byte; at ZeRO-1 ucfs keeps the frozen
+// params zero_to_fp32.py leaves out, from the model states.
+TEST_P(MuonViewsTest, ConsolidatedIsZeroToFp32s) {
+  Env& env = *Env::Posix();
+  auto c = Open(env, ModernDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c);
+  auto view = BuildUniversalView(env, c);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  const testing::BinContents ours = testing::ReadBin(testing::ReadViewFile(
+      env, **view, testing::ResolvePath(**view, "global_step4_fp32/pytorch_model.bin")));
+  const testing::BinContents theirs = testing::ReadBin(
+      testing::ReadFile(ModernDir(GetParam()) + "/zero_to_fp32/pytorch_model.bin"));
+  ASSERT_FALSE(theirs.tensors.empty());
+  for (const auto& [name, tensor] : theirs.tensors) {
+    ASSERT_TRUE(ours.tensors.count(name)) << name;
+    EXPECT_EQ(ours.tensors.at(name).second, tensor.second) << name;
+  }
+  const size_t frozen = ModernFacts(GetParam())["zero_stage"].get<int>() == 1 ? 2 : 0;
+  EXPECT_EQ(ours.tensors.size(), theirs.tensors.size() + frozen);
+}
+
 // At every N from 1 to 7, and at 64 (where the last ranks' partitions are
 // padding only, and hold no momentum buffer, as DeepSpeed makes none), the
 // rank files read back as a checkpoint whose every state of every param
