@@ -86,6 +86,44 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+std::string ModernDir(const std::string& name) { return TestDataDir() + "/modern/" + name; }
+
+const nlohmann::json& ModernFacts(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, nlohmann::json> parsed;  // elements never move (as Oracle's)
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = parsed.find(name);
+  if (it == parsed.end()) {
+    it = parsed.emplace(name, nlohmann::json::parse(ReadFile(ModernDir(name) + "/MODERN.json")))
+             .first;
+  }
+  return it->second;
+}
+
+std::string LiveBytes(const nlohmann::json& record) {
+  // Decoded here, not by ucfs: the reference must not share its code.
+  const std::string in = record.at("b64").get<std::string>();
+  std::string out;
+  uint32_t bits = 0;
+  int have = 0;
+  for (char ch : in) {
+    int v = -1;
+    if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+    if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+    if (ch == '+') v = 62;
+    if (ch == '/') v = 63;
+    if (v < 0) continue;  // '=' padding
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    have += 6;
+    if (have >= 8) {
+      have -= 8;
+      out.push_back(static_cast<char>((bits >> have) & 0xff));
+    }
+  }
+  return out;
+}
+
 const nlohmann::json& Oracle(const std::string& fixture) {
   // Every test binary lists the fixtures at static initialisation, once per
   // INSTANTIATE_TEST_SUITE_P, and ctest starts one process per test case:

@@ -56,6 +56,13 @@ struct FileState {
 std::map<std::string, FileState> FilesBelow(const std::string& dir);
 // The fixture's ORACLE.json, parsed once per process.
 const nlohmann::json& Oracle(const std::string& fixture);
+// tests/data/modern/<name>: a fixture written by DeepSpeed 0.19.8, and its
+// MODERN.json (parsed once).
+std::string ModernDir(const std::string& name);
+const nlohmann::json& ModernFacts(const std::string& name);
+// The bytes of a MODERN.json tensor record ({"b64": base64 of its
+// little-endian bytes, C order, ...}).
+std::string LiveBytes(const nlohmann::json& record);
 // A tensor- or pipeline-parallel fixture's ORACLE.json, parsed once.
 const nlohmann::json& TpOracle(const std::string& fixture);
 

@@ -49,6 +49,23 @@ std::optional<size_t> Checkpoint::FindState(std::string_view name) const {
   return std::nullopt;
 }
 
+const std::vector<SubGroupState>& Checkpoint::StatesOf(size_t param) const {
+  return group_states_[params_[param].sub_group];
+}
+
+std::optional<StateLayout> Checkpoint::LayoutOf(size_t param, size_t state) const {
+  if (param >= params_.size()) return std::nullopt;
+  for (const SubGroupState& s : StatesOf(param)) {
+    if (s.state == state) return s.layout;
+  }
+  return std::nullopt;
+}
+
+uint64_t Checkpoint::WholeParamsNumel(size_t k, uint32_t rank) const {
+  const size_t i = k * world_size() + rank;
+  return i < whole_rank_numel_.size() ? whole_rank_numel_[i] : 0;
+}
+
 std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
   for (size_t i = 0; i < frozen_.size(); ++i) {
     if (frozen_[i].name == name) return i;
@@ -127,17 +144,66 @@ Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t
     return Status::InvalidArgument("no such parameter or state");
   }
   const ParamInfo& p = params_[param];
+  const std::optional<StateLayout> layout = LayoutOf(param, state);
+  if (!layout) {
+    return Status::NotFound("parameter '" + Printable(p.name) + "' has no state '" +
+                            Printable(states_[state].name) + "' (its flat buffer " +
+                            std::to_string(p.sub_group) + " keeps other states)");
+  }
   const uint32_t es = Info(states_[state].dtype).element_size;
   UCFS_ASSIGN_OR_RETURN(auto elements, ElementsCovering(p.numel, es, begin, end));
   if (begin == end) return Status::OK();
+  const size_t stride = sub_groups_.size() * states_.size();
+  const Slot* slots = &flat_slots_[p.sub_group * states_.size() + state];
+  if (*layout == StateLayout::kWholeParams) {
+    // The whole param, from the lowest rank holding it (whole_params.h).
+    const std::vector<RankPiece> piece = {{whole_first_rank_[param], elements.first,
+                                           elements.second - elements.first, elements.first}};
+    return MapPieces(es, whole_offset_[param], slots, stride, begin, end, piece, out);
+  }
   const bool per_param = partitioning_ == Partitioning::kPerParam;
   // Rank r's slot is flat_slots_[(r * groups + sub_group) * states + state].
-  const size_t stride = sub_groups_.size() * states_.size();
-  return MapPieces(es, per_param ? p.offset : 0, &flat_slots_[p.sub_group * states_.size() + state],
-                   stride, begin, end,
+  return MapPieces(es, per_param ? p.offset : 0, slots, stride, begin, end,
                    PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset,
                                  elements.first, elements.second),
                    out);
+}
+
+std::vector<uint32_t> Checkpoint::WholeParamRanks(size_t param) const {
+  std::vector<uint32_t> ranks;
+  if (param >= params_.size() || params_[param].numel == 0 ||
+      partitioning_ != Partitioning::kFlatGroup) {
+    return ranks;
+  }
+  for (const RankPiece& piece : PlaceElements(params_[param].numel, params_[param].partition_numel,
+                                              params_[param].offset, 0, params_[param].numel)) {
+    if (piece.rank < world_size()) ranks.push_back(piece.rank);
+  }
+  return ranks;
+}
+
+Status Checkpoint::MapWholeParamCopy(size_t param, size_t state, uint32_t rank, uint64_t begin,
+                                     uint64_t end, std::vector<Extent>* out) const {
+  if (param >= params_.size() || state >= states_.size() ||
+      LayoutOf(param, state) != StateLayout::kWholeParams) {
+    return Status::InvalidArgument("not a whole-params state of a parameter");
+  }
+  const std::vector<uint32_t> ranks = WholeParamRanks(param);
+  if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) {
+    return Status::InvalidArgument("rank " + std::to_string(rank) + " holds no copy of '" +
+                                   Printable(params_[param].name) + "'");
+  }
+  const ParamInfo& p = params_[param];
+  const uint32_t es = Info(states_[state].dtype).element_size;
+  UCFS_ASSIGN_OR_RETURN(auto elements, ElementsCovering(p.numel, es, begin, end));
+  if (begin == end) return Status::OK();
+  // On every rank but its first the param starts before the partition, so
+  // it comes first in that rank's buffer.
+  const uint64_t at = rank == whole_first_rank_[param] ? whole_offset_[param] : 0;
+  const std::vector<RankPiece> piece = {
+      {rank, elements.first, elements.second - elements.first, elements.first}};
+  return MapPieces(es, at, &flat_slots_[p.sub_group * states_.size() + state],
+                   sub_groups_.size() * states_.size(), begin, end, piece, out);
 }
 
 std::vector<uint64_t> Checkpoint::ElementsPerRank(size_t param) const {

@@ -83,19 +83,25 @@ class CheckpointBuilder {
   Status ReadWholeFrozenParams(const ParsedRankFile& model0);
 
   // --- every optimizer file's flat buffers (optimizer_states.cc)
-  // The per-element states, from rank 0's first flat buffer.
-  Status DefineStates(const ParsedRankFile& tf, const TensorRef& flat, pickle::NodeId state0,
-                      uint64_t min_numel, uint64_t max_numel);
+  // State 0, the master weights, from rank 0's first flat buffer.
+  void DefineMasterState(const TensorRef& flat);
+  // Flat buffer k's states, from rank 0's state dict of it (`muon_group`: a
+  // ZeRO-1/2 Muon group, whose momentum_buffer holds whole params).
+  Status DefineSubGroupStates(const ParsedRankFile& tf, size_t k, pickle::NodeId state,
+                              uint64_t min_numel, uint64_t max_numel, bool muon_group);
+  // ZeRO-1/2: where each param lies whole on the ranks (whole_params.h).
+  void PlaceWholeParamBuffers();
   Status AllocateSlots(const ParsedRankFile& tf);
   // Rank `rank`'s copy of every flat buffer: `flats[k]` holds the fp32
   // weights of buffer k, `group_states[k]` the optimizer's state of it.
   Status ReadFlatBuffers(uint32_t rank, const ParsedRankFile& tf,
                          const std::vector<pickle::NodeId>& flats, const std::string& flats_name,
                          const std::vector<pickle::NodeId>& group_states);
-  Status SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k, size_t s, const TensorRef& t,
-                 const std::string& what);
+  Status SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k, SubGroupState s,
+                 const TensorRef& t, const std::string& what);
   Status ReadScalars(const ParsedRankFile& tf, size_t k, pickle::NodeId group_state);
-  // Flat buffer k's state holds no tensor but scalars and the states defined.
+  // Flat buffer k's state holds no tensor but scalars and the states defined
+  // for it.
   Status CheckNoOtherTensorStates(const ParsedRankFile& tf, size_t k, pickle::NodeId group_state);
 
   // --- ZeRO-3 (zero3_partitions.cc)
@@ -107,6 +113,8 @@ class CheckpointBuilder {
   // Which optimizer at which stage wrote rank `rank`'s file.
   Status ReadFlatGroupOptimizer(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
   Status CheckFlatGroupPartitionCounts(const ParsedRankFile& tf, pickle::NodeId osd);
+  // Which param groups are Muon's (their saved param_group's use_muon).
+  std::vector<bool> MuonGroups(const pickle::Document& doc, pickle::NodeId base) const;
 
   Env& env_;
   TorchFileSource& source_;

@@ -45,13 +45,34 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
   if (rank == 0) {
     UCFS_ASSIGN_OR_RETURN(TensorRef flat0,
                           tf.RequireTensor((*flats)[0], "single_partition_of_fp32_groups[0]"));
-    const SubGroupInfo& g0 = c_.sub_groups_[0];
-    UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, group_states[0],
-                                      FlatValidNumel(g0.numel, c_.world_size(), 0),
-                                      g0.partition_numel));
+    DefineMasterState(flat0);
+    PlaceWholeParamBuffers();
+    const std::vector<bool> muon = MuonGroups(doc, base);
+    c_.group_states_.resize(groups);
+    for (size_t k = 0; k < groups; ++k) {
+      const SubGroupInfo& g = c_.sub_groups_[k];
+      UCFS_RETURN_IF_ERROR(DefineSubGroupStates(tf, k, group_states[k],
+                                                FlatValidNumel(g.numel, c_.world_size(), 0),
+                                                g.partition_numel, muon[k]));
+    }
     UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
   }
   return ReadFlatBuffers(rank, tf, *flats, "single_partition_of_fp32_groups", group_states);
+}
+
+// DeepSpeedZeroOptimizer keeps a Muon group's momentum as whole params
+// (_is_muon_group: its params are use_muon, which the engine's split into
+// 'muon-params' and 'adam-params' records in each param group).
+std::vector<bool> CheckpointBuilder::MuonGroups(const Document& doc, NodeId base) const {
+  std::vector<bool> muon(c_.sub_groups_.size(), false);
+  if (auto groups = doc.SequenceItems(doc.Get(base, "param_groups"))) {
+    for (size_t k = 0; k < groups->size() && k < muon.size(); ++k) {
+      const NodeId use = doc.Get((*groups)[k], "use_muon");
+      muon[k] = use != pickle::kNoNode && doc.node(use).kind == pickle::Kind::kBool &&
+                doc.node(use).scalar != 0;
+    }
+  }
+  return muon;
 }
 
 Status CheckpointBuilder::ReadFlatGroupOptimizer(uint32_t rank, const ParsedRankFile& tf,

@@ -6,15 +6,46 @@
 namespace ucfs::inspect {
 
 std::string FormatStep(const Checkpoint& c) {
-  for (const auto& s :
-       c.scalar_states().empty() ? std::vector<ScalarState>{} : c.scalar_states()[0]) {
-    if (s.name == "step") {
+  for (const auto& group : c.scalar_states()) {
+    for (const auto& s : group) {
+      if (s.name != "step") continue;
       char buf[32];
       std::snprintf(buf, sizeof buf, "%g", s.value);
       return buf;
     }
   }
   return "-";
+}
+
+std::string StatesText(const Checkpoint& c) {
+  auto names = [&c](size_t k) {
+    std::string out;
+    for (const SubGroupState& s : c.sub_group_states(k)) {
+      out += (out.empty() ? "" : ", ") + Printable(c.states()[s.state].name);
+      if (s.layout == StateLayout::kWholeParams) out += " (whole params per rank)";
+    }
+    return out;
+  };
+  const size_t groups = c.sub_groups().size();
+  bool uniform = true;
+  for (size_t k = 1; k < groups; ++k) uniform = uniform && names(k) == names(0);
+  if (uniform) return groups == 0 ? std::string() : names(0);
+  // Per param group: its first sub-group's (ZeRO-3's sub-groups of one
+  // group keep the same states).
+  std::string out;
+  std::vector<bool> seen(c.param_group_count() + 1, false);
+  for (size_t k = 0; k < groups; ++k) {
+    const uint32_t g = c.sub_groups()[k].param_group;
+    if (g < seen.size() && seen[g]) continue;
+    if (g < seen.size()) seen[g] = true;
+    out += (out.empty() ? "" : "; ") + std::string("group ") + std::to_string(g) + ": " + names(k);
+  }
+  return out;
+}
+
+std::string OptimizerText(const Checkpoint& c) {
+  if (c.optimizer_type().empty()) return c.optimizer_class();
+  return Printable(c.optimizer_type()) + " via " + c.optimizer_class();
 }
 
 std::string Table(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {

@@ -11,8 +11,16 @@
 namespace ucfs::inspect {
 
 inline bool FlatGroups(const Checkpoint& c) { return c.partitioning() == Partitioning::kFlatGroup; }
-// The Adam step of sub-group 0, "-" before the first step.
+// The step of the first sub-group that keeps one (Muon's group keeps none),
+// "-" before the first step.
 std::string FormatStep(const Checkpoint& c);
+// The states: "fp32, exp_avg, exp_avg_sq" where every param group has the
+// same; else per param group, "group 0: fp32, momentum_buffer (whole params
+// per rank); group 1: fp32, exp_avg, exp_avg_sq".
+std::string StatesText(const Checkpoint& c);
+// "DeepSpeedZeroOptimizer" or, where ds_config names it, "Muon via
+// DeepSpeedZeroOptimizer".
+std::string OptimizerText(const Checkpoint& c);
 // Rows rendered as left-aligned columns, each line led by `indent`.
 std::string Table(const std::vector<std::vector<std::string>>& rows, const std::string& indent);
 // ZeRO-3: "2 param group(s), 5 sub-group(s), sub_group_size 100";

@@ -13,6 +13,8 @@ using inspect::ContainerText;
 using inspect::FlatGroups;
 using inspect::FormatStep;
 using inspect::GroupsText;
+using inspect::OptimizerText;
+using inspect::StatesText;
 using inspect::Table;
 
 // A ZeRO-3 frozen param's fragment sizes.
@@ -54,12 +56,14 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   j["optimizer_file_prefix"] = c.files().optim_prefix;
   j["global_steps"] = c.global_steps() ? json(*c.global_steps()) : json(nullptr);
   json step = nullptr;
-  if (!c.scalar_states().empty()) {
-    for (const auto& s : c.scalar_states()[0]) {
-      if (s.name == "step") step = s.value;
+  // The first group's that keeps one (a Muon group keeps none).
+  for (const auto& group : c.scalar_states()) {
+    for (const auto& s : group) {
+      if (s.name == "step" && step.is_null()) step = s.value;
     }
   }
   j["step"] = step;
+  j["optimizer_type"] = c.optimizer_type().empty() ? json(nullptr) : json(c.optimizer_type());
   j["sub_group_size"] =
       c.configured_sub_group_size() ? json(*c.configured_sub_group_size()) : json(nullptr);
   const BatchConfig& batch = c.batch();
@@ -76,7 +80,14 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
   for (const auto& sg : c.sub_groups()) {
     json names = json::array();
     for (uint32_t p : sg.params) names.push_back(c.params()[p].name);
+    json states_of = json::array();
+    for (const SubGroupState& s : c.sub_group_states(sub_groups.size())) {
+      states_of.push_back(
+          {{"name", c.states()[s.state].name},
+           {"layout", s.layout == StateLayout::kWholeParams ? "whole_params" : "partition"}});
+    }
     sub_groups.push_back({{"param_group", sg.param_group},
+                          {"states", states_of},
                           {"numel", sg.numel},
                           {"partition_numel", sg.partition_numel},
                           {"params", names}});
@@ -132,7 +143,7 @@ std::string InspectText(const Checkpoint& c) {
       {"checkpoint", Printable(c.files().root.empty() ? c.files().tag_dir : c.files().root, 4096)},
       {"tag", Printable(c.files().tag) + "  (" + Printable(c.files().tag_dir, 4096) + ")"},
       {"DeepSpeed", (c.ds_version().empty() ? "?" : Printable(c.ds_version())) + ", ZeRO stage " +
-                        std::to_string(c.zero_stage()) + " (" + c.optimizer_class() + ")"},
+                        std::to_string(c.zero_stage()) + " (" + OptimizerText(c) + ")"},
       {"format", ContainerText(c)},
       {"world size", std::to_string(c.world_size())},
       {"dtype", std::string(c.lp_dtype() ? Info(*c.lp_dtype()).torch_name : "?") + " (master " +
@@ -145,9 +156,7 @@ std::string InspectText(const Checkpoint& c) {
   if (std::string batch = DescribeBatch(c.batch(), c.world_size()); !batch.empty()) {
     head.push_back({"batch", batch});
   }
-  std::string states;
-  for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + Printable(s.name);
-  head.push_back({"states", states});
+  head.push_back({"states", StatesText(c)});
   out += Table(head, "");
 
   out += "\nparams: " + std::to_string(c.params().size()) + " trainable, " + std::to_string(total) +

@@ -171,6 +171,9 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
   };
   c_.batch_ = {count("train_batch_size"), count("train_micro_batch_size_per_gpu"),
                count("gradient_accumulation_steps")};
+  if (auto type = doc.AsStr(doc.Get(doc.Get(ds_config, "optimizer"), "type"))) {
+    c_.optimizer_type_ = std::string(*type);
+  }
   NodeId zero_cfg = doc.Get(ds_config, "zero_optimization");
   if (auto sgs = doc.AsNumber(doc.Get(zero_cfg, "sub_group_size")); sgs && *sgs >= 0) {
     // A float in the JSON (1e20: never split) may not fit: as good as infinite.

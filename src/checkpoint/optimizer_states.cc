@@ -8,6 +8,7 @@
 #include "checkpoint/checkpoint_builder.h"
 #include "ucfs/base/checked_math.h"
 #include "ucfs/checkpoint/partition.h"
+#include "ucfs/checkpoint/whole_params.h"
 
 namespace ucfs {
 
@@ -26,31 +27,82 @@ std::vector<NodeId> StatesByGroup(const Document& doc, NodeId state, size_t grou
   return by_group;
 }
 
-// The per-element states, from rank 0's first flat buffer: "fp32", then
-// every 1-D state tensor of a partition's length (between min_numel and
-// max_numel elements), in the optimizer's order.
-Status CheckpointBuilder::DefineStates(const ParsedRankFile& tf, const TensorRef& flat,
-                                       NodeId state0, uint64_t min_numel, uint64_t max_numel) {
+void CheckpointBuilder::DefineMasterState(const TensorRef& flat) {
   c_.states_.push_back({"fp32", flat.dtype, flat.requires_grad});
-  if (state0 == pickle::kNoNode) return Status::OK();
+}
+
+// Flat buffer k's states, from rank 0's state dict of it: "fp32", then every
+// 1-D state tensor of a partition's length (between min_numel and
+// max_numel elements), in the optimizer's order; in a Muon group at ZeRO-1/2
+// also its momentum_buffer, whole params (whole_params.h). Another tensor is
+// left for CheckNoOtherTensorStates to refuse, by name.
+Status CheckpointBuilder::DefineSubGroupStates(const ParsedRankFile& tf, size_t k, NodeId state,
+                                               uint64_t min_numel, uint64_t max_numel,
+                                               bool muon_group) {
+  std::vector<SubGroupState>& mine = c_.group_states_[k];
+  mine.push_back({0, StateLayout::kPartition});
+  if (state == pickle::kNoNode) return Status::OK();
   const Document& doc = *tf.doc;
-  auto entries = doc.MappingItems(state0);
-  if (!entries) return tf.Error("optimizer state[0] is not a dict");
+  auto entries = doc.MappingItems(state);
+  if (!entries) return tf.Error("optimizer state[" + std::to_string(k) + "] is not a dict");
   for (const auto& [name, v] : *entries) {
     auto n = doc.AsStr(name);
     if (!n) continue;
     UCFS_ASSIGN_OR_RETURN(auto t, tf.MatchTensor(v));
-    if (t && t->shape.size() == 1 && t->numel() >= min_numel && t->numel() <= max_numel) {
+    if (!t || t->shape.size() != 1) continue;
+    StateLayout layout = StateLayout::kPartition;
+    if (muon_group && *n == "momentum_buffer") {
+      // DeepSpeedZeroOptimizer's _muon_momentum_buffer: whatever its length
+      // (SetSlot checks it on every rank).
+      layout = StateLayout::kWholeParams;
+    } else if (t->numel() < min_numel || t->numel() > max_numel) {
+      continue;
+    }
+    std::optional<size_t> s = c_.FindState(*n);
+    if (!s || *s == 0) {
       // Adam has 2, the optimizers DeepSpeed knows at most a few; every
       // rank and sub-group is then searched for each by name.
       if (c_.states_.size() > kMaxStates) {
-        return tf.Error("optimizer state[0] has more than " + std::to_string(kMaxStates) +
-                        " per-element states");
+        return tf.Error("optimizer state[" + std::to_string(k) + "] has more than " +
+                        std::to_string(kMaxStates) + " per-element states (of all its buffers)");
       }
+      s = c_.states_.size();
       c_.states_.push_back({std::string(*n), t->dtype, t->requires_grad});
+    }
+    // A key pickled twice in one dict is one state (the last value counts).
+    if (std::none_of(mine.begin(), mine.end(),
+                     [&](const SubGroupState& g) { return g.state == *s; })) {
+      mine.push_back({static_cast<uint32_t>(*s), layout});
     }
   }
   return Status::OK();
+}
+
+// Where each param of a flat group lies whole on the ranks, for the states
+// laid out kWholeParams (Muon's momentum at ZeRO-1/2).
+void CheckpointBuilder::PlaceWholeParamBuffers() {
+  const uint32_t w = c_.world_size();
+  c_.whole_rank_numel_.assign(c_.sub_groups_.size() * w, 0);
+  c_.whole_first_rank_.assign(c_.params_.size(), 0);
+  c_.whole_offset_.assign(c_.params_.size(), 0);
+  for (size_t k = 0; k < c_.sub_groups_.size(); ++k) {
+    const SubGroupInfo& sg = c_.sub_groups_[k];
+    std::vector<uint32_t> order = sg.params;
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+      return c_.params_[a].offset < c_.params_[b].offset;
+    });
+    std::vector<uint64_t> offsets, numels;
+    for (uint32_t p : order) {
+      offsets.push_back(c_.params_[p].offset);
+      numels.push_back(c_.params_[p].numel);
+    }
+    WholeParamsLayout l = PlaceWholeParams(sg.partition_numel, w, offsets, numels);
+    std::copy(l.rank_numel.begin(), l.rank_numel.end(), c_.whole_rank_numel_.begin() + k * w);
+    for (size_t i = 0; i < order.size(); ++i) {
+      c_.whole_first_rank_[order[i]] = l.first_rank[i];
+      c_.whole_offset_[order[i]] = l.offset[i];
+    }
+  }
 }
 
 // One slot per rank, flat buffer and state: bounded before allocating, as
@@ -78,15 +130,22 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
   for (size_t k = 0; k < c_.sub_groups_.size(); ++k) {
     const std::string where = flats_name + "[" + std::to_string(k) + "]";
     UCFS_ASSIGN_OR_RETURN(TensorRef flat, tf.RequireTensor(flats[k], where));
-    UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, 0, flat, where));
+    UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, {0, StateLayout::kPartition}, flat, where));
     const NodeId state = group_states[k];
-    for (size_t s = 1; s < c_.states_.size(); ++s) {
+    for (const SubGroupState& gs : c_.group_states_[k]) {
+      if (gs.state == 0) continue;
+      const std::string& name = c_.states_[gs.state].name;
       const std::string what =
-          "optimizer state[" + std::to_string(k) + "]['" + Printable(c_.states_[s].name) + "']";
-      const NodeId v = doc.Get(state, c_.states_[s].name);
-      if (v == pickle::kNoNode) return tf.Error("no " + what);
+          "optimizer state[" + std::to_string(k) + "]['" + Printable(name) + "']";
+      const NodeId v = doc.Get(state, name);
+      if (v == pickle::kNoNode) {
+        // A rank whose partition touches no param of a Muon group never
+        // makes its momentum buffer.
+        if (gs.layout == StateLayout::kWholeParams && c_.WholeParamsNumel(k, rank) == 0) continue;
+        return tf.Error("no " + what);
+      }
       UCFS_ASSIGN_OR_RETURN(TensorRef t, tf.RequireTensor(v, what));
-      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, s, t, what));
+      UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, gs, t, what));
     }
     UCFS_RETURN_IF_ERROR(CheckNoOtherTensorStates(tf, k, state));
     if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, state));
@@ -94,12 +153,11 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
   return Status::OK();
 }
 
-// A state tensor that is neither a scalar nor one of the per-element states
-// (exp_avg, ...) cannot be cut at another world size or merged per param:
-// Muon's momentum_buffer at ZeRO-1/2 covers the whole params a partition
-// touches, and a second optimizer's group brings keys group 0 lacks. Served
-// as rank 0 saved it, every rank would resume with wrong state: refused,
-// naming the group and the key.
+// A state tensor that is neither a scalar nor one of the states of its flat
+// buffer (exp_avg, momentum_buffer, ...) lies in a way ucfs does not know,
+// so it cannot be cut at another world size or merged per param. Served as
+// rank 0 saved it, every rank would resume with wrong state: refused, naming
+// the file, the group and the key.
 Status CheckpointBuilder::CheckNoOtherTensorStates(const ParsedRankFile& tf, size_t k,
                                                    NodeId group_state) {
   const Document& doc = *tf.doc;
@@ -107,15 +165,18 @@ Status CheckpointBuilder::CheckNoOtherTensorStates(const ParsedRankFile& tf, siz
   if (!entries) return Status::OK();
   for (const auto& [name, v] : *entries) {
     auto n = doc.AsStr(name);
-    const bool known = n && std::any_of(c_.states_.begin() + 1, c_.states_.end(),
-                                        [&](const StateInfo& s) { return s.name == *n; });
+    const std::vector<SubGroupState>& mine = c_.group_states_[k];
+    const bool known = n && std::any_of(mine.begin(), mine.end(), [&](const SubGroupState& s) {
+                         return s.state != 0 && c_.states_[s.state].name == *n;
+                       });
     if (known) continue;
     UCFS_ASSIGN_OR_RETURN(auto t, tf.MatchTensor(v));
     if (!t || t->shape.empty()) continue;  // a scalar (Adam's step), or no tensor
     const SubGroupInfo& sg = c_.sub_groups_[k];
     std::string states;
-    for (size_t s = 1; s < c_.states_.size(); ++s) {
-      states += (s > 1 ? ", " : "") + Printable(c_.states_[s].name);
+    for (const SubGroupState& s : mine) {
+      if (s.state == 0) continue;
+      states += (states.empty() ? "" : ", ") + Printable(c_.states_[s.state].name);
     }
     return Status::NotSupported(
         tf.path() + ": optimizer state[" + std::to_string(k) + "]['" +
@@ -124,20 +185,29 @@ Status CheckpointBuilder::CheckNoOtherTensorStates(const ParsedRankFile& tf, siz
                        : "sub-group " + std::to_string(k) + " of param group " +
                              std::to_string(sg.param_group)) +
         ") is a tensor of shape " + ShapeString(t->shape) +
-        " that ucfs does not know how to partition: the per-element states it cuts "
-        "into partitions of " +
-        std::to_string(sg.partition_numel) + " elements are those of state[0] (" +
+        " that ucfs does not know how to partition: the states it knows of this buffer "
+        "(partitions of " +
+        std::to_string(sg.partition_numel) + " elements, or Muon's whole params) are " +
         (states.empty() ? std::string("none") : states) +
-        "). Refused rather than copied: every rank would resume with state that is not "
-        "its own (an optimizer such as Muon, or param groups of different optimizers)");
+        ". Refused rather than copied: every rank would resume with state that is not "
+        "its own");
   }
   return Status::OK();
 }
 
-Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k, size_t s,
-                                  const TensorRef& t, const std::string& what) {
+Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_t k,
+                                  SubGroupState gs, const TensorRef& t, const std::string& what) {
   const SubGroupInfo& sg = c_.sub_groups_[k];
-  if (flat_groups()) {
+  const size_t s = gs.state;
+  if (gs.layout == StateLayout::kWholeParams) {
+    const uint64_t whole = c_.WholeParamsNumel(k, rank);
+    if (t.shape.size() != 1 || t.numel() != whole || !t.contiguous()) {
+      return tf.Error(what + " has shape " + ShapeString(t.shape) +
+                      ", but Muon's momentum at ZeRO-1/2 holds the whole params rank " +
+                      std::to_string(rank) + "'s partition of param group " + std::to_string(k) +
+                      " touches: " + std::to_string(whole) + " elements");
+    }
+  } else if (flat_groups()) {
     // A partition may be saved without its padding (DeepSpeedZeroOptimizer
     // drops it from the fp32 weights; elastic checkpoints from every
     // state), never without a valid element.

@@ -237,7 +237,7 @@ std::string InspectText(const ParallelCheckpoint& g) {
       {"checkpoint", Printable(c.files().root.empty() ? c.files().tag_dir : c.files().root, 4096)},
       {"tag", Printable(c.files().tag) + "  (" + Printable(c.files().tag_dir, 4096) + ")"},
       {"DeepSpeed", (c.ds_version().empty() ? "?" : Printable(c.ds_version())) + ", ZeRO stage " +
-                        std::to_string(c.zero_stage()) + " (" + c.optimizer_class() + ")"},
+                        std::to_string(c.zero_stage()) + " (" + inspect::OptimizerText(c) + ")"},
       {"format", inspect::ContainerText(c)},
       {"grid", DescribeDegrees(d) + " (" + std::to_string(uint64_t{d.mp()} * d.dp) + " ranks)"},
       {"files", std::to_string(optim) + " optimizer, " + std::to_string(model) + " model-states, " +
@@ -251,9 +251,7 @@ std::string InspectText(const ParallelCheckpoint& g) {
   if (std::string batch = DescribeBatch(c.batch(), d.dp); !batch.empty()) {
     head.push_back({"batch", batch});
   }
-  std::string states;
-  for (const auto& s : c.states()) states += (states.empty() ? "" : ", ") + Printable(s.name);
-  head.push_back({"states", states});
+  head.push_back({"states", inspect::StatesText(c)});
   std::string out = Table(head, "") + "\n" + UniversalText(g);
 
   out += "\nshard groups: " + std::to_string(d.mp()) + " (each a data-parallel checkpoint of " +

@@ -56,7 +56,16 @@ Status CheckpointBuilder::ReadZero3OptimizerStates(uint32_t rank, const ParsedRa
   const std::vector<NodeId> group_states = StatesByGroup(doc, doc.Get(inner, "state"), groups);
   if (rank == 0) {
     UCFS_ASSIGN_OR_RETURN(TensorRef flat0, tf.RequireTensor((*flats)[0], "fp32_flat_groups[0]"));
-    UCFS_RETURN_IF_ERROR(DefineStates(tf, flat0, group_states[0], flat0.numel(), flat0.numel()));
+    DefineMasterState(flat0);
+    c_.group_states_.resize(groups);
+    for (size_t k = 0; k < groups; ++k) {
+      UCFS_ASSIGN_OR_RETURN(
+          TensorRef flat,
+          tf.RequireTensor((*flats)[k], "fp32_flat_groups[" + std::to_string(k) + "]"));
+      // Muon's momentum here is a flat partition like exp_avg (stage3.py).
+      UCFS_RETURN_IF_ERROR(
+          DefineSubGroupStates(tf, k, group_states[k], flat.numel(), flat.numel(), false));
+    }
     UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
     UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
   }

@@ -66,9 +66,13 @@ std::string VerifyText(const VerifyReport& r) {
   } else {
     out += "scanned     nothing: the NaN/Inf scan needs the checkpoint to open as a whole\n";
   }
+  if (!r.optimizer.empty()) out += "optimizer   " + TerminalSafe(r.optimizer) + "\n";
+  for (size_t g = 0; g < r.group_states.size(); ++g) {
+    out += "group " + std::to_string(g) + "     " + TerminalSafe(r.group_states[g]) + "\n";
+  }
   if (r.bytes_compared > 0) {
     out += "replicas    " + Progress::Bytes(static_cast<double>(r.bytes_compared)) +
-           " of tensor-parallel replicated params' copies compared\n";
+           " of replicated params' copies compared\n";
   }
   if (!r.warnings.empty()) out += "\n";
   for (const VerifyProblem& w : r.warnings) {
@@ -118,6 +122,8 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   j["files_checked"] = r.files_checked;
   j["params"] = r.params;
   j["states"] = r.states;
+  j["optimizer"] = r.optimizer;
+  j["group_states"] = r.group_states;
   j["scanned"] = r.scanned;
   j["bytes_scanned"] = r.bytes_scanned;
   j["bytes_compared"] = r.bytes_compared;

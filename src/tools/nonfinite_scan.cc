@@ -167,7 +167,8 @@ class NonFiniteScan {
   std::vector<Segment> FloatSegments(const Checkpoint& c) {
     std::vector<Segment> segments;
     for (size_t p = 0; p < c.params().size(); ++p) {
-      for (size_t s = 0; s < c.states().size(); ++s) {
+      for (const SubGroupState& gs : c.StatesOf(p)) {
+        const size_t s = gs.state;
         const DType dtype = c.states()[s].dtype;
         // Integer states (none in Adam) have no NaN to look for.
         if (dtype != DType::kFloat32 && dtype != DType::kFloat64 && dtype != DType::kFloat16 &&

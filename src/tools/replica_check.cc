@@ -51,8 +51,8 @@ class ReplicaCheck {
         continue;
       }
       const Checkpoint& lead = grid_.shard(p.stage * tp);
-      for (size_t s = 0; s < lead.states().size(); ++s) {
-        for (uint32_t t = 1; t < tp; ++t) ComparePair(p, s, t);
+      for (const SubGroupState& gs : lead.StatesOf(p.slices[0])) {
+        for (uint32_t t = 1; t < tp; ++t) ComparePair(p, gs.state, t);
       }
     }
   }

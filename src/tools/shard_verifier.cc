@@ -1,10 +1,12 @@
 #include "tools/shard_verifier.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "tools/file_checks.h"
 #include "tools/nonfinite_scan.h"
+#include "tools/whole_param_replicas.h"
 #include "ucfs/codec/pickle.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/codec/torch_tensor.h"
@@ -78,10 +80,11 @@ class ShardVerifier {
     CheckSteps();
     std::shared_ptr<const Checkpoint> ckpt = OpenModel();
     if (ckpt) {
-      ScanNonFinite(env_, *ckpt, options_, files_.tag_dir, &report_,
-                    [this](Kind kind, const std::string& file, std::string message) {
-                      Problem(kind, file, std::move(message));
-                    });
+      const ProblemSink sink = [this](Kind kind, const std::string& file, std::string message) {
+        Problem(kind, file, std::move(message));
+      };
+      ScanNonFinite(env_, *ckpt, options_, files_.tag_dir, &report_, sink);
+      CheckWholeParamReplicas(env_, *ckpt, options_, &report_, sink);
     }
     // In rank order, each rank's optimizer file before its model states;
     // a file's problems in the order they were found.
@@ -366,6 +369,23 @@ class ShardVerifier {
     if (ckpt.ok()) {
       report_.params = ckpt->params().size();
       for (const StateInfo& s : ckpt->states()) report_.states.push_back(s.name);
+      report_.optimizer = ckpt->optimizer_type().empty()
+                              ? ckpt->optimizer_class()
+                              : ckpt->optimizer_type() + " via " + ckpt->optimizer_class();
+      // Each param group's states, where they are not all the same.
+      std::vector<std::string> by_group(ckpt->param_group_count());
+      for (const SubGroupInfo& sg : ckpt->sub_groups()) {
+        if (sg.param_group >= by_group.size() || !by_group[sg.param_group].empty()) continue;
+        for (const SubGroupState& gs : ckpt->sub_group_states(&sg - ckpt->sub_groups().data())) {
+          by_group[sg.param_group] +=
+              (by_group[sg.param_group].empty() ? "" : ", ") + ckpt->states()[gs.state].name +
+              (gs.layout == StateLayout::kWholeParams ? " (whole params)" : "");
+        }
+      }
+      if (std::adjacent_find(by_group.begin(), by_group.end(), std::not_equal_to<>()) !=
+          by_group.end()) {
+        report_.group_states = std::move(by_group);
+      }
       return std::make_shared<const Checkpoint>(std::move(ckpt).value());
     }
     // The file the error is about, as Checkpoint::Open says (else the tag

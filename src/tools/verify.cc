@@ -97,12 +97,15 @@ class GridVerifier {
     if (m == 0) {
       report_.world_size = shard.world_size;
       report_.states = shard.states;
+      report_.optimizer = shard.optimizer;
+      report_.group_states = shard.group_states;
       report_.scanned = shard.scanned;
     }
     report_.scanned = report_.scanned && shard.scanned;
     report_.files_checked += shard.files_checked;
     report_.params += shard.params;
     report_.bytes_scanned += shard.bytes_scanned;
+    report_.bytes_compared += shard.bytes_compared;
     for (auto* list : {&shard.problems, &shard.warnings}) {
       auto& into = list == &shard.problems ? report_.problems : report_.warnings;
       into.insert(into.end(), std::make_move_iterator(list->begin()),

@@ -580,17 +580,18 @@ TEST_F(BrokenVerifyTest, FlatGroupNonFiniteValuesAreMappedToTheirParam) {
   EXPECT_EQ(r.nonfinite[0].ranks[0].first_element, 10u);
 }
 
-// An optimizer state ucfs cannot partition (a second optimizer's group,
-// as Muon's beside Adam's) fails verify, naming the group and the key:
-// never "OK" over a checkpoint every view refuses.
+// An optimizer state ucfs cannot partition (here group 0's exp_avg, a
+// partition of another length, in group 1) fails verify, naming the group
+// and the key: never "OK" over a checkpoint every view refuses.
 TEST_F(BrokenVerifyTest, StateItCannotPartitionIsAProblem) {
   Load("z2_tricky_fp32_ws2");
   for (int rank : {0, 1}) {
     Edit(Optim(rank), [](Document* d) {
       const NodeId osd = d->Get(d->root(), "optimizer_state_dict");
       const NodeId state = d->Get(d->Get(osd, "base_optimizer_state"), "state");
+      const NodeId group0 = (*d->MappingItems(state))[0].second;
       const NodeId group1 = (*d->MappingItems(state))[1].second;
-      d->AppendPair(group1, d->AddStr("momentum_buffer"), d->Get(group1, "exp_avg"));
+      d->AppendPair(group1, d->AddStr("momentum_buffer"), d->Get(group0, "exp_avg"));
     });
   }
   const VerifyReport r = Run();

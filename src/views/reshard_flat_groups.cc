@@ -46,6 +46,29 @@ std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& 
   return runs;
 }
 
+// Muon's momentum_buffer of new rank `rank` in flat group k, for one state:
+// the whole params its partition touches, concatenated in flat order
+// (whole_params.h); no runs where it touches none.
+std::vector<StorageRun> WholeParamRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
+                                       uint32_t rank, uint32_t state, uint64_t* numel) {
+  std::vector<StorageRun> runs;
+  const uint64_t es = Info(c.states()[state].dtype).element_size;
+  const SubGroupInfo& sg = layout.sub_groups[k];
+  *numel = 0;
+  for (uint32_t p : sg.params) {
+    const ParamInfo& param = c.params()[p];
+    if (!FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank)) continue;
+    StorageRun run;
+    run.kind = StorageRun::Kind::kState;
+    run.param = p;
+    run.state = state;
+    run.length = param.numel * es;
+    runs.push_back(run);
+    *numel += param.numel;
+  }
+  return runs;
+}
+
 // The nodes every fragment_address shares: its attribute names (one str
 // object each, as in Python's pickle of the dataclasses' __dict__), its
 // class, and OrderedDict.
@@ -94,21 +117,35 @@ Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const Re
                                 doc.Repr(key, 40) + ", not one of the " + std::to_string(groups) +
                                 " param groups");
     }
-    const SubGroupInfo& sg = layout.sub_groups[static_cast<size_t>(*k)];
+    const auto g = static_cast<uint32_t>(*k);
+    const SubGroupInfo& sg = layout.sub_groups[g];
     std::vector<NodeId> entry;
     for (const auto& [name_node, v] : *entries) {
       NodeId nv = v;
       // Copied: adding nodes below may move the string AsStr points into.
       const std::string name(doc.AsStr(name_node).value_or(""));
-      if (auto s = c.FindState(name); s && *s > 0) {
-        const StateInfo& info = c.states()[*s];
+      // The group's own states only (Open refused any other tensor).
+      const SubGroupState* gs = nullptr;
+      for (const SubGroupState& own : c.sub_group_states(g)) {
+        if (own.state != 0 && c.states()[own.state].name == name) gs = &own;
+      }
+      if (gs != nullptr && gs->layout == StateLayout::kWholeParams) {
+        const StateInfo& info = c.states()[gs->state];
+        uint64_t numel = 0;
+        std::vector<StorageRun> runs = WholeParamRuns(c, layout, g, rank, gs->state, &numel);
+        // DeepSpeed makes no buffer on a rank touching no Muon param.
+        if (numel == 0) continue;
+        nv = b.NewTensor(info.dtype, {static_cast<int64_t>(numel)}, info.requires_grad,
+                         std::move(runs));
+      } else if (gs != nullptr) {
+        const StateInfo& info = c.states()[gs->state];
         nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)}, info.requires_grad,
-                         FlatGroupRuns(c, layout, static_cast<uint32_t>(*k), rank,
-                                       static_cast<uint32_t>(*s), sg.partition_numel));
+                         FlatGroupRuns(c, layout, g, rank, gs->state, sg.partition_numel));
       }
       entry.push_back(name_node);
       entry.push_back(nv);
     }
+    if (entry.empty() && !entries->empty()) continue;  // its only state was such a buffer
     kv.push_back(key);
     kv.push_back(doc.AddDict(std::move(entry)));
   }

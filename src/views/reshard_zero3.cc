@@ -140,24 +140,41 @@ Result<NodeId> SubGroupStateValue(TorchPickleBuilder& b, const Checkpoint& c,
 }
 
 // The optimizer's state: one dict per new sub-group, keys in the order rank
-// 0's first one has them; a state saved before the first step stays empty.
+// 0's entry of its old sub-group has them; a state saved before the first
+// step stays empty.
 Status RepartitionState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
                         NodeId state, const std::string& path) {
   Document& doc = b.doc();
   auto old_state = doc.MappingItems(state);
   if (!old_state || old_state->empty()) return Status::OK();
-  // Checked: Open checks only the entry keyed 0, which need not come first
-  // (found by checkpoint_fuzz: a first entry that was no dict was read as one).
-  auto first = doc.MappingItems(old_state->front().second);
-  if (!first) {
-    return Status::Corruption(path + ": the optimizer's first state entry " +
-                              doc.Repr(old_state->front().first, 40) + " is not a dict");
+  // Each new sub-group takes the keys of its old sub-group's entry (groups
+  // keep different states: Muon's momentum_buffer, Adam's exp_avg and step),
+  // else of another old sub-group of its param group; none, none.
+  std::map<int64_t, std::vector<std::pair<NodeId, NodeId>>> old_entries;
+  for (const auto& [key, value] : *old_state) {
+    auto items = doc.MappingItems(value);
+    auto k = doc.AsInt(key);
+    // Open read the entries keyed by a sub-group (the last of a key
+    // counts, as in a dict); any other is dropped, as before.
+    if (items && k) old_entries[*k] = std::move(*items);
   }
-  const auto template_items = std::move(*first);
   std::vector<NodeId> kv;
   for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+    const std::vector<std::pair<NodeId, NodeId>>* template_items = nullptr;
+    if (auto it = old_entries.find(layout.old_sub_group[k]); it != old_entries.end()) {
+      template_items = &it->second;
+    } else {
+      for (const auto& [old_k, items] : old_entries) {
+        if (old_k >= 0 && static_cast<size_t>(old_k) < c.sub_groups().size() &&
+            c.sub_groups()[old_k].param_group == layout.sub_groups[k].param_group) {
+          template_items = &items;
+          break;
+        }
+      }
+    }
+    if (template_items == nullptr) continue;
     std::vector<NodeId> entry;
-    for (const auto& [key, value] : template_items) {
+    for (const auto& [key, value] : *template_items) {
       // A copy: adding nodes below may move the string AsStr points into.
       const std::optional<std::string> name =
           doc.AsStr(key) ? std::optional<std::string>(std::string(*doc.AsStr(key))) : std::nullopt;

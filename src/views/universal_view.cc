@@ -263,7 +263,10 @@ Status AddParamDirectory(View& view, InodeId zero,
   UCFS_RETURN_IF_ERROR(CheckParamDirectoryName(lead, p.name));
   UCFS_ASSIGN_OR_RETURN(InodeId dir, view.AddDirectory(zero, p.name));
   const std::vector<Xattr> param_xattrs = ParamXattrs(*c, p);
-  for (size_t s = 0; s < lead.states().size(); ++s) {
+  // One file per state of the param's group, named by its key (Adam's
+  // exp_avg, Muon's momentum_buffer, ...), each the whole param's state.
+  for (const SubGroupState& gs : lead.StatesOf(p.slices[0])) {
+    const size_t s = gs.state;
     const StateInfo& state = lead.states()[s];
     UCFS_ASSIGN_OR_RETURN(auto content, StateFile(c, p, s, files, crc_reader));
     std::vector<Xattr> xattrs = param_xattrs;

@@ -4,9 +4,10 @@ tests/tools/make_modern_fixtures.py), against what DeepSpeed 0.19.8's own tools 
 
 For each fixture and each of its roots (MODERN.json "roots"), on the host:
   - the universal view with --crc holds exactly the files DeepSpeed 0.19.8's ds_to_universal.py wrote, byte for
-    byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not);
-  - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (Muon,
-    parameter alignment, AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
+    byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not); where it
+    failed (Muon), each param's files are its group's states by key, each the live value in MODERN.json;
+  - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (parameter
+    alignment, AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
     AutoTP checkpoint's universal view is refused by name, its view at a new D served;
   - the reshard view at N = W - 1 (or 2 at W = 1) and W + 1 lists the rank files DeepSpeed writes at N;
 then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views_loads.py:
@@ -45,16 +46,11 @@ def refusal(facts):
     """(what ucfs's refusal names, whether it refuses every view or the universal one only) for a fixture whose
     layout ucfs refuses until it serves it (src/design/modern-layouts.md); None where every view serves it.
 
-    Muon keeps, at ZeRO-1/2, a momentum buffer of the whole params a partition touches in its group (group 0, as
-    DeepSpeed orders them) and no exp_avg; at ZeRO-3 its momentum is a flat partition of group 0 that the Adam
-    group beside it lacks. Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition
-    experts over fewer ranks."""
+    Muon is served (its states per group; at ZeRO-1/2 a momentum buffer of the whole params a partition
+    touches). Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition experts over fewer
+    ranks."""
     cfg = facts.get("ds_config") or {}  # None where a trainer made the config
     zero = cfg.get("zero_optimization") or {}
-    if (cfg.get("optimizer") or {}).get("type") == "Muon":
-        if facts["zero_stage"] < 3:
-            return "optimizer state[0]['momentum_buffer'] (param group 0)", "all"
-        return "no optimizer state[1]['momentum_buffer']", "all"
     if zero.get("parameter_alignment"):
         return "parameter alignment (zero_optimization.parameter_alignment", "all"
     if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1:
@@ -79,6 +75,42 @@ def zero_to_fp32_of(base, root, tag):
 def converted(root):
     """(tag, output dir) of each tag the converter wrote."""
     return [(c["tag"], c["output"]) for c in root.get("converter", []) if c.get("ok")]
+
+
+def unconverted(root):
+    """The tags the converter failed on (Muon: KeyError 'exp_avg')."""
+    done = {tag for tag, _ in converted(root)}
+    return sorted({c["tag"] for c in root.get("converter", []) if c["tag"] not in done})
+
+
+def live_checks(facts, universal, label):
+    """Where no converter output exists: each param folder of the universal view holds fp32.pt, one <state>.pt per
+    optimizer state of its group (named by its key: momentum_buffer for Muon's, exp_avg and exp_avg_sq for
+    Adam's) and step.pt where the group keeps a step (not at ZeRO-3, as the converter's stage-3 path writes none),
+    nothing else; each file's tensor is exactly the live value MODERN.json saved (views_loads.py "live_file")."""
+    live = facts["live_state"]
+    loads = []
+    steps = live.get("adam_steps") or []
+    # z2_muon_fp32_ws2's live_state could not read the momentum (its errors say why); muon_momentum_layout has it.
+    momentum = (facts.get("muon_momentum_layout") or {}).get("values") or {}
+    for param, states in live["params"].items():
+        states = dict(states)
+        if param in momentum:
+            states.setdefault("momentum_buffer", momentum[param])
+        d = os.path.join(universal, "zero", param)
+        want = {f"{s}.pt" for s in states}
+        if "exp_avg" in states and facts["zero_stage"] < 3:
+            want.add("step.pt")
+            if steps:
+                loads.append({"ours": os.path.join(d, "step.pt"), "kind": "live_file", "live": {"value": steps[0]}})
+        got = set(os.listdir(d))
+        if got != want:
+            raise AssertionError(f"{label}: {d} holds {sorted(got)}, not {sorted(want)}")
+        for state, value in states.items():
+            # ZeRO-3's universal files are flat, as the converter's stage-3 path writes them.
+            loads.append({"ours": os.path.join(d, f"{state}.pt"), "kind": "live_file",
+                          "live": dict(value, flat=facts["zero_stage"] == 3)})
+    return loads
 
 
 def test_root(name, base, facts, root):
@@ -137,6 +169,24 @@ def test_root(name, base, facts, root):
                               "ours_only": extra})
                 loads.append({"ours": os.path.join(fp32, "model.safetensors"), "theirs": z2f,
                               "kind": "safetensors", "ours_only": extra})
+        for tag in ([] if refused else unconverted(root)):
+            if (facts.get("live_state") or {}).get("tag") != tag or root["root"] != "checkpoint":
+                continue
+            m = mount_testing.Mount(UCFS, src, tag + "_universal", "--no-cache", "--crc", "--tag", tag)
+            mounts.append(m)
+            mine = os.path.join(m.dir, tag + "_universal")
+            live_loads = []
+
+            def state_files(mine=mine, live_loads=live_loads):
+                live_loads.extend(live_checks(facts, mine, label))
+            check(f"{label}: {tag}_universal (no converter output) holds each param's fp32.pt and its group's "
+                  "states by key", state_files)
+            loads.extend(live_loads)
+            for z2f in zero_to_fp32_of(base, root, tag):
+                fp32 = os.path.join(m.dir, tag + "_fp32")
+                extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
+                loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
+                              "ours_only": extra})
         # Data-parallel ranks anew; tensor-parallel ranks kept (each writes its rank files at N).
         tp = facts.get("tp_size", 1)
         w = facts["world_size"] // tp

@@ -87,11 +87,28 @@ struct SubGroupInfo {
   uint64_t numel = 0;            // its params' elements, without padding
 };
 
-// A per-element optimizer state, laid out like the fp32 master weights.
+// A per-element optimizer state (or the fp32 master weights, state 0). The
+// states are discovered per flat buffer ("state names are data"): Adam's
+// exp_avg and exp_avg_sq, Muon's momentum_buffer, whatever the optimizer
+// keeps; sub_group_states() says which a buffer has, and how they lie.
 struct StateInfo {
   std::string name;  // "fp32" for the master weights, else the optimizer's key
   DType dtype = DType::kFloat32;
   bool requires_grad = false;  // as rank 0's tensor has it (the fp32 flats do)
+};
+
+// How a state of a flat buffer lies over the ranks.
+enum class StateLayout : uint8_t {
+  // Like the fp32 master weights: each rank's partition of the buffer.
+  kPartition,
+  // ZeRO-1/2 Muon's momentum_buffer: each rank holds the whole params its
+  // partition touches, concatenated in flat order (whole_params.h).
+  kWholeParams,
+};
+
+struct SubGroupState {
+  uint32_t state = 0;  // index into Checkpoint::states()
+  StateLayout layout = StateLayout::kPartition;
 };
 
 // A scalar optimizer state such as Adam's `step`.
@@ -148,6 +165,8 @@ class Checkpoint : public StateMapper {
   const std::string& optimizer_class() const { return optimizer_class_; }
   bool IsBf16Optimizer() const { return optimizer_class_ == "BF16_Optimizer"; }
   const std::string& ds_version() const { return ds_version_; }
+  // ds_config's optimizer.type ("Adam", "Muon", ...), empty where none.
+  const std::string& optimizer_type() const { return optimizer_type_; }
   // The training (low-precision) dtype, from the module's placeholders.
   std::optional<DType> lp_dtype() const { return lp_dtype_; }
   std::optional<int64_t> global_steps() const { return global_steps_; }
@@ -162,7 +181,17 @@ class Checkpoint : public StateMapper {
 
   const std::vector<ParamInfo>& params() const { return params_; }
   const std::vector<SubGroupInfo>& sub_groups() const { return sub_groups_; }
+  // Every state of any flat buffer, "fp32" first, then in the order sub-group
+  // 0's, 1's, ... state dicts first name them.
   const std::vector<StateInfo>& states() const { return states_; }
+  // The states flat buffer k has ("fp32" first), in its state dict's order.
+  const std::vector<SubGroupState>& sub_group_states(size_t k) const { return group_states_[k]; }
+  // The same for the buffer param `param` lives in.
+  const std::vector<SubGroupState>& StatesOf(size_t param) const;
+  // Whether param `param`'s buffer has state `state`, and how it lies.
+  std::optional<StateLayout> LayoutOf(size_t param, size_t state) const;
+  // kWholeParams: elements of rank `rank`'s buffer of flat group k.
+  uint64_t WholeParamsNumel(size_t k, uint32_t rank) const;
   // Rank 0's scalar states of each sub-group ([sub_group][i]).
   const std::vector<std::vector<ScalarState>>& scalar_states() const { return scalars_; }
   const std::vector<FrozenParamInfo>& frozen_params() const { return frozen_; }
@@ -175,9 +204,16 @@ class Checkpoint : public StateMapper {
 
   // Source extents of bytes [begin, end) of the full, unpartitioned state
   // `state` of trainable param `param` (numel * element_size bytes; padding
-  // excluded). Appends to *out, merging adjacent extents.
+  // excluded). Appends to *out, merging adjacent extents. A state param
+  // `param`'s buffer lacks is NotFound, naming both.
   Status MapState(size_t param, size_t state, uint64_t begin, uint64_t end,
                   std::vector<Extent>* out) const;
+  // A kWholeParams state: the ranks holding param `param` whole (its
+  // partition's ranks, lowest first; MapState reads the first), and the
+  // extents of rank `rank`'s copy.
+  std::vector<uint32_t> WholeParamRanks(size_t param) const;
+  Status MapWholeParamCopy(size_t param, size_t state, uint32_t rank, uint64_t begin, uint64_t end,
+                           std::vector<Extent>* out) const;
   // How many of param `param`'s elements each rank holds, by rank.
   std::vector<uint64_t> ElementsPerRank(size_t param) const;
   // The same for a frozen parameter's value (its lp-dtype fragments in the
@@ -230,6 +266,7 @@ class Checkpoint : public StateMapper {
   Partitioning partitioning_ = Partitioning::kPerParam;
   std::string optimizer_class_;
   std::string ds_version_;
+  std::string optimizer_type_;
   std::optional<DType> lp_dtype_;
   std::optional<int64_t> global_steps_;
   std::optional<uint64_t> sub_group_size_;
@@ -239,6 +276,12 @@ class Checkpoint : public StateMapper {
   std::vector<ParamInfo> params_;
   std::vector<SubGroupInfo> sub_groups_;
   std::vector<StateInfo> states_;
+  std::vector<std::vector<SubGroupState>> group_states_;  // [sub_group]
+  // Flat groups: whole_rank_numel_[k * world_size + r] (kWholeParams), and
+  // each param's lowest rank holding it whole and its offset there.
+  std::vector<uint64_t> whole_rank_numel_;
+  std::vector<uint32_t> whole_first_rank_;
+  std::vector<uint64_t> whole_offset_;
   std::vector<std::vector<ScalarState>> scalars_;
   std::vector<FrozenParamInfo> frozen_;
   std::vector<TiedParam> tied_;

@@ -66,7 +66,7 @@ struct VerifyProblem {
     kStructure,   // the rank files do not make one ZeRO-3 checkpoint (Checkpoint::Open)
     kNonFinite,   // NaN or Inf in a master weight or optimizer state
     kUniversal,   // no universal checkpoint can be made: the shards or patterns contradict
-    kReplica,     // a tensor-parallel replicated param's copies differ between ranks
+    kReplica,     // a replicated param's copies differ between ranks (tensor-parallel, Muon)
     // Warnings (VerifyReport::warnings), which leave the checkpoint OK:
     kUnsafeAtAnotherTensorDegree,  // a universal load at another T would be wrong
     kNoUniversalLayout,            // T > 1 without universal_checkpoint_info
@@ -106,9 +106,16 @@ struct VerifyReport {
   // its universal params (each shard group's summed without the table).
   size_t params = 0;
   std::vector<std::string> states;  // per-element states scanned: "fp32", "exp_avg", ...
-  bool scanned = false;             // the NaN/Inf scan ran (it needs the model)
+  // "Muon via DeepSpeedZeroOptimizer" (ds_config's optimizer type, where
+  // named, and the DeepSpeed class that saved it).
+  std::string optimizer;
+  // Each param group's states, where the groups keep different ones (Muon's
+  // and Adam's): "fp32, momentum_buffer (whole params)".
+  std::vector<std::string> group_states;
+  bool scanned = false;  // the NaN/Inf scan ran (it needs the model)
   uint64_t bytes_scanned = 0;
-  uint64_t bytes_compared = 0;  // of replicated params' copies (tensor-parallel grids)
+  // Of replicated params' copies (tensor-parallel grids, Muon's momentum).
+  uint64_t bytes_compared = 0;
   std::vector<VerifyProblem> problems;
   std::vector<VerifyProblem> warnings;    // the checkpoint is still OK
   std::vector<NonFiniteCount> nonfinite;  // by shard group, param, then state

@@ -4,8 +4,8 @@
     views_loads.py SPEC.json
 
 SPEC.json: a list of {"ours": path in a ucfs mount, "theirs": the file DeepSpeed 0.19.8's tool wrote, "kind":
-"universal" | "fp32" | "safetensors", "ours_only": names only ours holds (the frozen params zero_to_fp32.py drops at
-ZeRO-1), left out of the comparison, which they must not be}.
+"universal" | "fp32" | "safetensors" | "live" | "live_file", "ours_only": names only ours holds (the frozen params
+zero_to_fp32.py drops at ZeRO-1), left out of the comparison, which they must not be}.
   universal, fp32: torch.load(weights_only=True) (torch >= 2.6's default) succeeds on ours exactly when it does on
                    theirs; then both (loaded as theirs loads) are equal: the same structure, keys in the same order,
                    tensors of the same dtype, shape, requires_grad and bits.
@@ -13,6 +13,10 @@ ZeRO-1), left out of the comparison, which they must not be}.
   live:            where no tool of DeepSpeed's wrote a reference ("theirs" is the fixture's MODERN.json): ours (a
                    pytorch_model.bin or model.safetensors) holds every trainable param's fp32 master as the
                    training process held it at save time (live_state.params, gathered whole), bit for bit.
+  live_file:       where no converter wrote a universal file (Muon: ds_to_universal fails), ours loads with
+                   weights_only=True and its tensor (bare, or a dict's 'param') is exactly the live value saved in
+                   MODERN.json: {"b64", "dtype", "shape", "flat"?} in "live" (base64 of the little-endian bytes, C
+                   order; "flat": ours is 1-D, as ZeRO-3's universal files are), or {"value"} for a step.
 Prints a line per failure and exits 1 if any.
 """
 import json
@@ -44,6 +48,22 @@ def without(state, names, where):
     return kept
 
 
+def check_live(ours, live):
+    import base64
+    got = torch.load(ours, map_location="cpu", weights_only=True)
+    if "value" in live:  # a step: the number it is, as torch keeps it
+        assert float(got) == live["value"], (float(got), live["value"])
+        return
+    if isinstance(got, dict):
+        got = got["param"]
+    assert str(got.dtype) == "torch." + live["dtype"], (got.dtype, live["dtype"])
+    shape = [int(torch.tensor(live["shape"]).prod())] if live.get("flat") else list(live["shape"])
+    assert list(got.shape) == shape, (list(got.shape), shape)
+    raw = got.detach().contiguous().view(torch.uint8).numpy().tobytes() if got.numel() else b""
+    want = base64.b64decode(live["b64"])
+    assert raw == want, f"bytes differ from the live value ({len(raw)} against {len(want)} bytes)"
+
+
 def live_params(modern_json):
     """{name: fp32 master} of a fixture's MODERN.json (live_state.params)."""
     import base64
@@ -56,7 +76,10 @@ def live_params(modern_json):
 
 
 def check(entry):
-    ours, theirs, kind = entry["ours"], entry["theirs"], entry["kind"]
+    ours, theirs, kind = entry["ours"], entry.get("theirs"), entry["kind"]
+    if kind == "live_file":
+        check_live(ours, entry["live"])
+        return
     ours_only = entry.get("ours_only", [])
     if kind == "live":
         if ours.endswith(".safetensors"):

@@ -5,7 +5,8 @@
 
 SPEC.json: {"modern": <fixture's MODERN.json>, "ckpt": MNT, "mode": "native"|"universal", "micro": m, "gas": g,
             "result": PATH, "source_model_states": PATH, "fix_ds_zero3_universal": bool}
-Builds what tests/tools/modern/ds_worker.py builds for the fixture's resume phase (TrickyNet initialised with seed
+Builds what tests/tools/modern/ds_worker.py builds for the fixture's resume phase (TrickyNet, or for the muon_*
+fixtures ds_worker_muon.py's MuonTrickyNet, initialised with seed
 4321, or for mode universal the training seed (see below); the recipe's two param groups, its ds_config and LambdaLR
 warmup callable), with the global batch of the saving run kept at N (micro batch m, gradient accumulation g:
 GB = N*g*m) and, for mode universal, "checkpoint": {"load_universal": true}. Then engine.load_checkpoint(MNT), and
@@ -39,6 +40,10 @@ from rcommon import common, models  # noqa: E402
 
 def main():
     spec, facts, recipe, rank, world = rcommon.start()
+    if facts["recipe"]["program"].startswith("tests/tools/modern/ds_worker_muon.py"):
+        # The muon_* fixtures' model (ds_worker_muon.py): TrickyNet with two more odd-sized matrices.
+        import fixtures_optimizers
+        models.TrickyNet = fixtures_optimizers.MuonTrickyNet
     micro, gas = spec["micro"], spec["gas"]
     cfg, gb = rcommon.keep_global_batch(recipe["ds_config"], micro, gas, world)
     if spec["mode"] == "universal":
