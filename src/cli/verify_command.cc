@@ -66,6 +66,10 @@ std::string VerifyText(const VerifyReport& r) {
   } else {
     out += "scanned     nothing: the NaN/Inf scan needs the checkpoint to open as a whole\n";
   }
+  if (r.param_alignment > 1) {
+    out += "alignment   parameter alignment: each param starts at a multiple of " +
+           std::to_string(r.param_alignment) + " elements (param_alignment_paddings checked)\n";
+  }
   if (r.bytes_compared > 0) {
     out += "replicas    " + Progress::Bytes(static_cast<double>(r.bytes_compared)) +
            " of tensor-parallel replicated params' copies compared\n";
@@ -119,6 +123,7 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   j["params"] = r.params;
   j["states"] = r.states;
   j["scanned"] = r.scanned;
+  j["param_alignment"] = r.param_alignment;
   j["bytes_scanned"] = r.bytes_scanned;
   j["bytes_compared"] = r.bytes_compared;
   for (const char* key : {"problems", "warnings"}) {

@@ -365,6 +365,7 @@ class ShardVerifier {
                               : Result<Checkpoint>(std::move(complete));
     if (ckpt.ok()) {
       report_.params = ckpt->params().size();
+      report_.param_alignment = ckpt->param_alignment();
       for (const StateInfo& s : ckpt->states()) report_.states.push_back(s.name);
       return std::make_shared<const Checkpoint>(std::move(ckpt).value());
     }

@@ -98,6 +98,7 @@ class GridVerifier {
       report_.world_size = shard.world_size;
       report_.states = shard.states;
       report_.scanned = shard.scanned;
+      report_.param_alignment = shard.param_alignment;
     }
     report_.scanned = report_.scanned && shard.scanned;
     report_.files_checked += shard.files_checked;

@@ -107,6 +107,9 @@ struct VerifyReport {
   size_t params = 0;
   std::vector<std::string> states;  // per-element states scanned: "fp32", "exp_avg", ...
   bool scanned = false;             // the NaN/Inf scan ran (it needs the model)
+  // ZeRO-1/2's zero_optimization.parameter_alignment, in elements (1: off),
+  // its param_alignment_paddings checked against DeepSpeed's arithmetic.
+  uint64_t param_alignment = 1;
   uint64_t bytes_scanned = 0;
   uint64_t bytes_compared = 0;  // of replicated params' copies (tensor-parallel grids)
   std::vector<VerifyProblem> problems;
