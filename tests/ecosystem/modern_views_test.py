@@ -6,7 +6,7 @@ For each fixture and each of its roots (MODERN.json "roots"), on the host:
   - the universal view with --crc holds exactly the files DeepSpeed 0.19.8's ds_to_universal.py wrote, byte for
     byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not);
   - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (Muon,
-    parameter alignment, AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
+    AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
     AutoTP checkpoint's universal view is refused by name, its view at a new D served;
   - the reshard view at N = W - 1 (or 2 at W = 1) and W + 1 lists the rank files DeepSpeed writes at N;
 then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views_loads.py:
@@ -47,7 +47,7 @@ def refusal(facts):
 
     Muon keeps, at ZeRO-1/2, a momentum buffer of the whole params a partition touches in its group (group 0, as
     DeepSpeed orders them) and no exp_avg; at ZeRO-3 its momentum is a flat partition of group 0 that the Adam
-    group beside it lacks. Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition
+    group beside it lacks. AutoEP and native MoE partition
     experts over fewer ranks. An AutoTP affine map refuses the universal view only: the view at a new D is
     served."""
     cfg = facts.get("ds_config") or {}  # None where a trainer made the config
@@ -56,8 +56,6 @@ def refusal(facts):
         if facts["zero_stage"] < 3:
             return "optimizer state[0]['momentum_buffer'] (param group 0)", "all"
         return "no optimizer state[1]['momentum_buffer']", "all"
-    if zero.get("parameter_alignment"):
-        return "parameter alignment (zero_optimization.parameter_alignment", "all"
     if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1:
         return "an AutoEP run (ds_autoep_layers)", "all"
     if facts.get("ep_size", 1) > 1:

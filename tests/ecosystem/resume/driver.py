@@ -351,7 +351,7 @@ def judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log):
 
 
 DS_FIXTURES = ["z1_tricky_fp32_ws2", "z1_tricky_bf16opt_ws2", "z2_tricky_bf16_ws3", "z2_tricky_fp16_ws2",
-               "z3_tricky_bf16_ws2", "z3_tricky_fp32_ws4"]
+               "z3_tricky_bf16_ws2", "z3_tricky_fp32_ws4", "align_z1_fp32_ws2", "align_z2_fp32_ws3"]
 
 
 def ns_for(w):
@@ -702,7 +702,8 @@ def plan(full):
     checks = []
     ci_ds = {("z2_tricky_bf16_ws3", "native", 2), ("z3_tricky_fp32_ws4", "native", 8),
              ("z1_tricky_bf16opt_ws2", "native", 1), ("z2_tricky_fp16_ws2", "native", 4),
-             ("z3_tricky_fp32_ws4", "universal", 2), ("z1_tricky_fp32_ws2", "universal", 4)}
+             ("z3_tricky_fp32_ws4", "universal", 2), ("z1_tricky_fp32_ws2", "universal", 4),
+             ("align_z2_fp32_ws3", "native", 2)}
     for name in DS_FIXTURES:
         facts = facts_of(os.path.join(MODERN, name))
         w = facts["world_size"]
