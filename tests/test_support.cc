@@ -124,6 +124,11 @@ std::string LiveBytes(const nlohmann::json& record) {
   return out;
 }
 
+std::string LiveState(const std::string& fixture, const std::string& param,
+                      const std::string& state) {
+  return LiveBytes(ModernFacts(fixture).at("live_state").at("params").at(param).at(state));
+}
+
 const nlohmann::json& Oracle(const std::string& fixture) {
   // Every test binary lists the fixtures at static initialisation, once per
   // INSTANTIATE_TEST_SUITE_P, and ctest starts one process per test case:

@@ -63,6 +63,9 @@ const nlohmann::json& ModernFacts(const std::string& name);
 // The bytes of a MODERN.json tensor record ({"b64": base64 of its
 // little-endian bytes, C order, ...}).
 std::string LiveBytes(const nlohmann::json& record);
+// live_state.params[param][state]'s bytes ("fp32", "exp_avg", ...).
+std::string LiveState(const std::string& fixture, const std::string& param,
+                      const std::string& state);
 // A tensor- or pipeline-parallel fixture's ORACLE.json, parsed once.
 const nlohmann::json& TpOracle(const std::string& fixture);
 

@@ -13,6 +13,7 @@
 //                          owned by torch param groups)
 //   flat_groups.cc         ZeRO-1/2's and BF16_Optimizer's (single_partition_of_fp32_groups,
 //                          base_optimizer_state)
+//   param_alignment.cc     ZeRO-1/2's paddings between params (param_alignment_paddings)
 // Private to src/checkpoint/.
 #ifndef UCFS_CHECKPOINT_CHECKPOINT_BUILDER_H_
 #define UCFS_CHECKPOINT_CHECKPOINT_BUILDER_H_
@@ -115,6 +116,16 @@ class CheckpointBuilder {
   Status CheckFlatGroupPartitionCounts(const ParsedRankFile& tf, pickle::NodeId osd);
   // Which param groups are Muon's (their saved param_group's use_muon).
   std::vector<bool> MuonGroups(const pickle::Document& doc, pickle::NodeId base) const;
+
+  // --- ZeRO-1/2's parameter alignment (param_alignment.cc)
+  // Rank `rank`'s param_alignment_paddings, checked against the run's
+  // settings (rank 0) or rank 0's (the others); rank 0's laid into the
+  // params' offsets and the groups' lengths.
+  Status ReadParamAlignment(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
+  // Param group k's params' elements, and the padding after each as the
+  // offsets hold it.
+  std::vector<uint64_t> GroupNumels(size_t k) const;
+  std::vector<uint64_t> GroupPaddings(size_t k) const;
 
   Env& env_;
   TorchFileSource& source_;

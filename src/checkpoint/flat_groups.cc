@@ -23,6 +23,8 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
   if (!doc.MappingItems(osd)) return tf.Error("no 'optimizer_state_dict' dict");
   UCFS_RETURN_IF_ERROR(ReadFlatGroupOptimizer(rank, tf, osd));
   UCFS_RETURN_IF_ERROR(CheckFlatGroupPartitionCounts(tf, osd));
+  // Before anything sizes a partition: the paddings make the groups longer.
+  UCFS_RETURN_IF_ERROR(ReadParamAlignment(rank, tf, osd));
 
   auto flats = doc.SequenceItems(doc.Get(osd, "single_partition_of_fp32_groups"));
   if (!flats) return tf.Error("no 'single_partition_of_fp32_groups' list");

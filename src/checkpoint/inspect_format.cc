@@ -79,7 +79,14 @@ std::string GroupsText(const Checkpoint& c) {
       numels += (numels.empty() ? "" : ", ") + std::to_string(sg.numel);
       partitions += (partitions.empty() ? "" : ", ") + std::to_string(sg.partition_numel);
     }
-    return out + " of " + numels + " elements, in partitions of " + partitions + " per rank";
+    out += " of " + numels + " elements, in partitions of " + partitions + " per rank";
+    if (c.param_alignment() > 1) {
+      // zero_optimization.parameter_alignment: the groups' lengths above
+      // count the paddings between params.
+      out += "; parameter alignment: each param starts at a multiple of " +
+             std::to_string(c.param_alignment()) + " elements (param_alignment_paddings)";
+    }
+    return out;
   }
   return out + ", " + std::to_string(c.sub_groups().size()) + " sub-group(s)" +
          (c.configured_sub_group_size()

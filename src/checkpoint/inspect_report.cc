@@ -72,6 +72,7 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
                 {"train_micro_batch_size_per_gpu", opt(batch.micro_batch_per_gpu)},
                 {"gradient_accumulation_steps", opt(batch.gradient_accumulation)}};
   j["param_groups"] = c.param_group_count();
+  j["param_alignment"] = c.param_alignment();
   json states = json::array();
   for (const auto& s : c.states())
     states.push_back({{"name", s.name}, {"dtype", Info(s.dtype).torch_name}});

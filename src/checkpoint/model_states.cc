@@ -181,6 +181,9 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
   }
   c_.round_robin_gradients_ =
       doc.AsInt(doc.Get(zero_cfg, "round_robin_gradients")).value_or(0) != 0;
+  if (auto aligned = doc.AsInt(doc.Get(zero_cfg, "parameter_alignment"))) {
+    c_.parameter_alignment_config_ = *aligned != 0;
+  }
   return Status::OK();
 }
 

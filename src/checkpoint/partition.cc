@@ -55,6 +55,25 @@ uint64_t ZeroOptimizerSavedNumel(uint64_t group_numel, uint32_t world, uint32_t 
   return k >= p ? 0 : p - k;
 }
 
+uint64_t ParamAlignmentElements(uint64_t element_size) {
+  return element_size == 0 ? 1 : 16 / std::gcd(uint64_t{16}, element_size);
+}
+
+std::vector<uint64_t> ParamAlignmentPaddings(std::span<const uint64_t> numels, uint64_t alignment) {
+  // stage_1_and_2.py: padding = 0 if last else (-current_offset) % alignment,
+  // current_offset counting the paddings before.
+  std::vector<uint64_t> paddings;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    offset += numels[i];
+    const uint64_t rem = alignment <= 1 ? 0 : offset % alignment;
+    const uint64_t padding = i + 1 == numels.size() || rem == 0 ? 0 : alignment - rem;
+    paddings.push_back(padding);
+    offset += padding;
+  }
+  return paddings;
+}
+
 std::vector<RankPiece> SplitFlatByRank(uint64_t partition_numel, uint64_t begin, uint64_t end) {
   std::vector<RankPiece> pieces;
   if (begin >= end || partition_numel == 0) return pieces;

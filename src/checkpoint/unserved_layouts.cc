@@ -82,25 +82,17 @@ Status RefuseElasticCheckpoint(const std::string& file) {
                 "checkpoint written by DeepSpeed to check against");
 }
 
+Status RefuseUnmatchedParamAlignment(const std::string& file, const std::string& what) {
+  return Refuse(file,
+                "parameter alignment's paddings of no known rule (" + what +
+                    "; its ds_config does not say whether zero_optimization.parameter_alignment "
+                    "is on)",
+                "ucfs lays each param out where DeepSpeed's own arithmetic puts it, and these "
+                "paddings follow none it knows");
+}
+
 Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
                                     const std::string& file) {
-  // stage_1_and_2.py: round_robin_bit16_padding, a list per param group of
-  // each param's padding (0 unless zero_optimization.parameter_alignment).
-  if (auto groups = doc.SequenceItems(doc.Get(osd, "param_alignment_paddings"))) {
-    for (size_t k = 0; k < groups->size(); ++k) {
-      auto paddings = doc.SequenceItems((*groups)[k]);
-      if (!paddings) continue;
-      for (pickle::NodeId p : *paddings) {
-        if (doc.AsInt(p).value_or(0) == 0) continue;
-        return Refuse(file,
-                      "parameter alignment (zero_optimization.parameter_alignment: "
-                      "param_alignment_paddings of param group " +
-                          std::to_string(k) + " are not all 0)",
-                      "each param of the flat buffer starts at an aligned offset, after padding "
-                      "ucfs does not yet lay out");
-      }
-    }
-  }
   // stage3.py: written only where a sub-group holds AutoEP experts.
   const pickle::NodeId groups = doc.Get(osd, "ds_zero_partition_groups");
   if (groups != pickle::kNoNode && doc.node(groups).kind != pickle::Kind::kNone) {

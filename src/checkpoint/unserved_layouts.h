@@ -16,8 +16,10 @@
 //   ZeRO-1/2 elastic_checkpoint (base_optimizer_state a list)
 //                                         each group's states without
 //                                         their padding
-//   parameter alignment (param_alignment_paddings not all 0, 0.19.x)
-//                                         padding inside the flat buffers
+//   parameter alignment's paddings (param_alignment_paddings) that
+//   follow no rule, where the ds_config does not say whether it is on
+//                                         params not where DeepSpeed's
+//                                         arithmetic puts them
 //   AutoEP (ds_autoep_layers, ds_zero_partition_groups)
 //                                         expert params partitioned over
 //                                         fewer ranks than the others
@@ -47,8 +49,13 @@ Status RefuseUnservedTagEntry(const std::string& tag_dir, const DirEntry& entry)
 // ZeRO-1/2's optimizer file `file` saved with elastic_checkpoint.
 Status RefuseElasticCheckpoint(const std::string& file);
 
-// From an optimizer file's optimizer_state_dict (`osd`): parameter
-// alignment's paddings and AutoEP's partition groups.
+// ZeRO-1/2's optimizer file `file` whose param_alignment_paddings follow
+// no rule (`what`: the first that does not), with no ds_config setting to
+// check them against (param_alignment.cc).
+Status RefuseUnmatchedParamAlignment(const std::string& file, const std::string& what);
+
+// From an optimizer file's optimizer_state_dict (`osd`): AutoEP's partition
+// groups.
 Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
                                     const std::string& file);
 

@@ -159,29 +159,42 @@ void AddToOptimizerState(MemEnv& env, const std::string& file, const std::string
 }
 
 // 0.19.x's ZeRO-1/2 files list each param's padding inside its group's
-// flat buffer (zeros unless zero_optimization.parameter_alignment).
-TEST(UnservedLayout, ParameterAlignment) {
+// flat buffer (zeros unless zero_optimization.parameter_alignment): served
+// (param_alignment.cc), but where no ds_config says whether it is on, only
+// paddings some rule makes; others are refused.
+TEST(UnservedLayout, ParameterAlignmentOfNoRule) {
   MemEnv env;
   ASSERT_TRUE(
       env.CopyTreeFrom(testing::FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
+  auto plain = Checkpoint::Open(env, "/ck");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   const std::string optim0 = "/ck/global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt";
-  auto paddings = [](std::vector<int64_t> group1) {
-    return [group1](pickle::Document* d) {
-      std::vector<NodeId> second;
-      for (int64_t p : group1) second.push_back(d->AddInt(p));
-      return d->AddList({d->AddList({d->AddInt(0), d->AddInt(0)}), d->AddList(second)});
+  // Zeros, but `odd` after group 1's second param.
+  auto paddings = [&](int64_t odd) {
+    return [&plain, odd](pickle::Document* d) {
+      std::vector<NodeId> groups;
+      for (size_t k = 0; k < plain->sub_groups().size(); ++k) {
+        std::vector<NodeId> list;
+        for (size_t i = 0; i < plain->sub_groups()[k].params.size(); ++i) {
+          list.push_back(d->AddInt(k == 1 && i == 1 ? odd : 0));
+        }
+        groups.push_back(d->AddList(std::move(list)));
+      }
+      return d->AddList(std::move(groups));
     };
   };
-  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings({0, 0, 0}));
+  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings(0));
   EXPECT_TRUE(Checkpoint::Open(env, "/ck").ok());
   ASSERT_TRUE(
       env.CopyTreeFrom(testing::FixtureDir("z2_tricky_fp32_ws2") + "/checkpoint", "/ck").ok());
-  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings({0, 3, 0}));
+  // 0.14.5's ds_config says nothing of parameter_alignment; no rule pads by 5.
+  AddToOptimizerState(env, optim0, "param_alignment_paddings", paddings(5));
   Status s = Checkpoint::Open(env, "/ck").status();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
   EXPECT_EQ(s.file(), optim0) << s.ToString();
-  EXPECT_NE(s.message().find("param_alignment_paddings of param group 1 are not all 0"),
+  EXPECT_NE(s.message().find("parameter alignment's paddings of no known rule "
+                             "(param_alignment_paddings["),
             std::string::npos)
       << s.ToString();
 }

@@ -70,6 +70,10 @@ std::string VerifyText(const VerifyReport& r) {
   for (size_t g = 0; g < r.group_states.size(); ++g) {
     out += "group " + std::to_string(g) + "     " + TerminalSafe(r.group_states[g]) + "\n";
   }
+  if (r.param_alignment > 1) {
+    out += "alignment   parameter alignment: each param starts at a multiple of " +
+           std::to_string(r.param_alignment) + " elements (param_alignment_paddings checked)\n";
+  }
   if (r.bytes_compared > 0) {
     out += "replicas    " + Progress::Bytes(static_cast<double>(r.bytes_compared)) +
            " of replicated params' copies compared\n";
@@ -125,6 +129,7 @@ nlohmann::ordered_json VerifyJson(const VerifyReport& r) {
   j["optimizer"] = r.optimizer;
   j["group_states"] = r.group_states;
   j["scanned"] = r.scanned;
+  j["param_alignment"] = r.param_alignment;
   j["bytes_scanned"] = r.bytes_scanned;
   j["bytes_compared"] = r.bytes_compared;
   for (const char* key : {"problems", "warnings"}) {

@@ -368,6 +368,7 @@ class ShardVerifier {
                               : Result<Checkpoint>(std::move(complete));
     if (ckpt.ok()) {
       report_.params = ckpt->params().size();
+      report_.param_alignment = ckpt->param_alignment();
       for (const StateInfo& s : ckpt->states()) report_.states.push_back(s.name);
       report_.optimizer = ckpt->optimizer_type().empty()
                               ? ckpt->optimizer_class()

@@ -100,6 +100,7 @@ class GridVerifier {
       report_.optimizer = shard.optimizer;
       report_.group_states = shard.group_states;
       report_.scanned = shard.scanned;
+      report_.param_alignment = shard.param_alignment;
     }
     report_.scanned = report_.scanned && shard.scanned;
     report_.files_checked += shard.files_checked;

@@ -31,6 +31,9 @@ std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& 
     auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
     if (!frag || frag->partition_start >= length) continue;
     const uint64_t n = std::min(frag->numel, length - frag->partition_start);
+    // The alignment padding before it (param_alignment_paddings), zeros as
+    // DeepSpeed flattens them.
+    if (frag->partition_start > at) AppendZeros((frag->partition_start - at) * es, &runs);
     StorageRun run;
     run.kind = StorageRun::Kind::kState;
     run.param = p;
@@ -100,6 +103,24 @@ NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg,
   return od;
 }
 
+// param_alignment_paddings: the padding after each param of each group, as
+// the offsets hold it. DeepSpeed pads by the params alone, so these are the
+// source's at any N (only the group's end padding follows N).
+NodeId AlignmentPaddings(Document& doc, const Checkpoint& c, const ReshardLayout& layout) {
+  std::vector<NodeId> groups;
+  for (const SubGroupInfo& sg : layout.sub_groups) {
+    std::vector<NodeId> paddings;
+    for (size_t i = 0; i < sg.params.size(); ++i) {
+      const ParamInfo& p = c.params()[sg.params[i]];
+      const uint64_t end =
+          i + 1 < sg.params.size() ? c.params()[sg.params[i + 1]].offset : p.offset + p.numel;
+      paddings.push_back(doc.AddInt(static_cast<int64_t>(end - p.offset - p.numel)));
+    }
+    groups.push_back(doc.AddList(std::move(paddings)));
+  }
+  return doc.AddList(std::move(groups));
+}
+
 // base_optimizer_state['state'][k]: rank 0's entry of group k, its
 // per-element states re-partitioned (with padding, as torch keeps them).
 Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
@@ -160,7 +181,7 @@ Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const Re
 // optimizer saves them (DeepSpeedZeroOptimizer without the padding,
 // BF16_Optimizer with it), every per-element state with it — and the
 // bookkeeping DeepSpeed saves with them: group_paddings, partition_count,
-// param_slice_mappings.
+// param_slice_mappings, param_alignment_paddings.
 Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
     std::shared_ptr<const Checkpoint> ckpt, const ReshardLayout& layout, uint32_t rank) {
   const Checkpoint& c = *ckpt;
@@ -212,6 +233,9 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
   *paddings = doc.AddList(std::move(new_paddings));
   *counts = doc.AddList(std::move(new_counts));
   *mappings = doc.AddList(std::move(new_mappings));
+  if (NodeId* alignment = ValueSlot(doc, osd, "param_alignment_paddings")) {
+    *alignment = AlignmentPaddings(doc, c, layout);
+  }
 
   UCFS_RETURN_IF_ERROR(RepartitionBaseState(b, c, layout, rank, state, path));
   return b.Finish(

@@ -6,9 +6,8 @@ For each fixture and each of its roots (MODERN.json "roots"), on the host:
   - the universal view with --crc holds exactly the files DeepSpeed 0.19.8's ds_to_universal.py wrote, byte for
     byte, wherever the converter succeeded (the attempt it needed: --inject_missing_state or not); where it
     failed (Muon), each param's files are its group's states by key, each the live value in MODERN.json;
-  - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (parameter
-    alignment, AutoEP, native MoE: `refusal`), every view, inspect and verify refuse it by name; an
-    AutoTP checkpoint's universal view is refused by name, its view at a new D served;
+  - inspect and verify succeed, or, for a checkpoint whose layout ucfs refuses until it serves it (AutoEP, native
+    MoE: `refusal`), every view, inspect and verify refuse it by name;
   - the reshard view at N = W - 1 (or 2 at W = 1) and W + 1 lists the rank files DeepSpeed writes at N;
 then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views_loads.py:
   - every file of the universal view loads with torch.load(weights_only=True) exactly where the converter's own
@@ -47,12 +46,9 @@ def refusal(facts):
     layout ucfs refuses until it serves it (src/design/modern-layouts.md); None where every view serves it.
 
     Muon is served (its states per group; at ZeRO-1/2 a momentum buffer of the whole params a partition
-    touches). Parameter alignment pads inside the flat buffers; AutoEP and native MoE partition experts over fewer
+    touches). Parameter alignment is served too. AutoEP and native MoE partition experts over fewer
     ranks."""
     cfg = facts.get("ds_config") or {}  # None where a trainer made the config
-    zero = cfg.get("zero_optimization") or {}
-    if zero.get("parameter_alignment"):
-        return "parameter alignment (zero_optimization.parameter_alignment", "all"
     if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1:
         return "an AutoEP run (ds_autoep_layers)", "all"
     if facts.get("ep_size", 1) > 1:

@@ -1111,7 +1111,10 @@ def _(tag, root):
         edit(optim(tag, r), fn)
 
 
-@case("unserved", "parameter_alignment", "param_alignment_paddings [[0, 0], [0, 3, 0]]", STAGE12)
+# Parameter alignment is served (src/checkpoint/param_alignment.cc): paddings
+# that are not one per param of each group are corruption, naming the file.
+@case("zero12", "parameter_alignment_wrong_length",
+      "param_alignment_paddings [[0, 0], [0, 3, 0]]: fewer paddings than params", STAGE12)
 def _(tag, root):
     for r in range(2):
         edit(optim(tag, r), lambda t, _: dict_set(osd(t), "param_alignment_paddings",

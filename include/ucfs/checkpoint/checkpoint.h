@@ -84,7 +84,10 @@ struct SubGroupInfo {
   uint32_t param_group = 0;
   std::vector<uint32_t> params;  // indices into params()
   uint64_t partition_numel = 0;  // elements of each rank's flat buffer (with padding)
-  uint64_t numel = 0;            // its params' elements, without padding
+  // Its params' elements without the end padding; kFlatGroup: with the
+  // alignment paddings between them (param_alignment()), as DeepSpeed
+  // counts the group's length before padding it to 2·W.
+  uint64_t numel = 0;
 };
 
 // A per-element optimizer state (or the fp32 master weights, state 0). The
@@ -176,6 +179,10 @@ class Checkpoint : public StateMapper {
   // were flattened in an order that depends on the world size
   // (param_shapes lists them in that order).
   bool round_robin_gradients() const { return round_robin_gradients_; }
+  // ZeRO-1/2's zero_optimization.parameter_alignment: each param of a flat
+  // buffer starts at a multiple of this many elements (partition.h), as the
+  // optimizer files' param_alignment_paddings record; 1 when off.
+  uint64_t param_alignment() const { return param_alignment_; }
   // ds_config's train_batch_size, micro batch and accumulation as saved.
   const BatchConfig& batch() const { return batch_; }
 
@@ -272,6 +279,8 @@ class Checkpoint : public StateMapper {
   std::optional<uint64_t> sub_group_size_;
   uint32_t param_group_count_ = 0;
   bool round_robin_gradients_ = false;
+  std::optional<bool> parameter_alignment_config_;  // ds_config's, if it says
+  uint64_t param_alignment_ = 1;
   BatchConfig batch_;
   std::vector<ParamInfo> params_;
   std::vector<SubGroupInfo> sub_groups_;

@@ -49,7 +49,8 @@ std::vector<uint32_t> SplitSubGroups(std::span<const uint64_t> partition_numels,
 // order, into one buffer of n elements, zero-padded to a multiple of 2·W
 // (nccl_start_alignment_factor 2 times the world size), and cut into W equal
 // partitions: rank r holds flat elements [r·P, r·P+P), P = padded / W. A
-// parameter lies wherever its offset in the buffer puts it, across any
+// parameter lies wherever its offset in the buffer puts it (after the
+// alignment paddings of the params before it, if any), across any
 // number of ranks. All padding is at the end, so only the last ranks hold
 // it (`group_paddings` records it on the last rank only, even when it
 // reaches into earlier ranks).
@@ -65,6 +66,18 @@ uint64_t FlatValidNumel(uint64_t group_numel, uint32_t world, uint32_t rank);
 // partition[:P - padding], so a padding longer than P keeps P - (padding - P)
 // elements, or none (BF16_Optimizer saves all P).
 uint64_t ZeroOptimizerSavedNumel(uint64_t group_numel, uint32_t world, uint32_t rank);
+
+// zero_optimization.parameter_alignment (DeepSpeed 0.19.x, stage_1_and_2.py,
+// DeepSpeedZeroOptimizer only): inside each group's flat buffer a zero
+// padding follows every param but the last, so that each param starts 16
+// bytes aligned: 16 / gcd(16, element size) elements of the training dtype
+// (4 for float32, 8 for 16-bit dtypes). The group's n above is then its
+// params' elements with these paddings, and the end padding to 2·W follows
+// from it as before: the paddings do not depend on W.
+uint64_t ParamAlignmentElements(uint64_t element_size);
+// The padding after each param of a group whose params have `numels`
+// elements, in flat order, at `alignment` elements (1: none).
+std::vector<uint64_t> ParamAlignmentPaddings(std::span<const uint64_t> numels, uint64_t alignment);
 
 // Splits flat elements [begin, end) of a group's buffer, P elements per
 // rank, into the ranks that hold them, in order (global_begin counts in the

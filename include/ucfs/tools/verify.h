@@ -113,6 +113,9 @@ struct VerifyReport {
   // and Adam's): "fp32, momentum_buffer (whole params)".
   std::vector<std::string> group_states;
   bool scanned = false;  // the NaN/Inf scan ran (it needs the model)
+  // ZeRO-1/2's zero_optimization.parameter_alignment, in elements (1: off),
+  // its param_alignment_paddings checked against DeepSpeed's arithmetic.
+  uint64_t param_alignment = 1;
   uint64_t bytes_scanned = 0;
   // Of replicated params' copies (tensor-parallel grids, Muon's momentum).
   uint64_t bytes_compared = 0;

@@ -368,7 +368,7 @@ def judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log):
 
 
 DS_FIXTURES = ["z1_tricky_fp32_ws2", "z1_tricky_bf16opt_ws2", "z2_tricky_bf16_ws3", "z2_tricky_fp16_ws2",
-               "z3_tricky_bf16_ws2", "z3_tricky_fp32_ws4"]
+               "z3_tricky_bf16_ws2", "z3_tricky_fp32_ws4", "align_z1_fp32_ws2", "align_z2_fp32_ws3"]
 # DeepSpeed's Muon (MuonWithAuxAdam; tests/tools/modern/ds_worker_muon.py): natively at N only, as DeepSpeed 0.19.8's
 # universal loader cannot take a Muon group (ds_to_universal fails on it: KeyError 'exp_avg').
 MUON_FIXTURES = ["muon_z1_fp32_ws2", "muon_z2_fp32_ws3", "muon_z3_fp32_ws2", "z2_muon_fp32_ws2"]
@@ -705,7 +705,8 @@ def plan(full):
     checks = []
     ci_ds = {("z2_tricky_bf16_ws3", "native", 2), ("z3_tricky_fp32_ws4", "native", 8),
              ("z1_tricky_bf16opt_ws2", "native", 1), ("z2_tricky_fp16_ws2", "native", 4),
-             ("z3_tricky_fp32_ws4", "universal", 2), ("z1_tricky_fp32_ws2", "universal", 4)}
+             ("z3_tricky_fp32_ws4", "universal", 2), ("z1_tricky_fp32_ws2", "universal", 4),
+             ("align_z2_fp32_ws3", "native", 2)}
     for name in DS_FIXTURES:
         facts = facts_of(os.path.join(MODERN, name))
         w = facts["world_size"]

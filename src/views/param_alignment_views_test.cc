@@ -1,0 +1,98 @@
+// Every view of DeepSpeed 0.19.8's parameter-aligned ZeRO-1/2 fixtures
+// (align_z1_fp32_ws2, align_z2_fp32_ws3): the universal tree byte for byte
+// DeepSpeed's own ds_to_universal output (expected/), and the reshard view
+// at any N a checkpoint whose every state is the source's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "test_support.h"
+#include "ucfs/views/reshard_view.h"
+#include "ucfs/views/universal_view.h"
+
+namespace ucfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ModernDir;
+
+std::string ReadWhole(Env& env, View& view, InodeId node) {
+  auto attr = view.GetAttr(node);
+  EXPECT_TRUE(attr.ok());
+  std::vector<ReadPiece> pieces;
+  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
+  std::string bytes;
+  EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
+  return bytes;
+}
+
+class AlignedViewsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AlignedViewsTest, UniversalTreeIsDeepSpeedsOwn) {
+  Env& env = *Env::Posix();
+  auto c = Checkpoint::Open(env, ModernDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto ckpt = std::make_shared<const Checkpoint>(std::move(c).value());
+  UniversalViewOptions options;
+  options.compute_crc = true;
+  auto view = BuildUniversalView(env, ckpt, options);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  const std::string ref = ModernDir(GetParam()) + "/expected/global_step4_universal";
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(ref)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), ref).string();
+    const InodeId node = testing::ResolvePath(**view, "global_step4_universal/" + rel);
+    EXPECT_EQ(ReadWhole(env, **view, node), testing::ReadFile(e.path().string())) << rel;
+    ++files;
+  }
+  EXPECT_GT(files, 12u * 4);
+}
+
+// At N below and above W the rank files open as a checkpoint with the
+// same paddings and every state equal to the live engine's.
+TEST_P(AlignedViewsTest, ReshardAtAnyNHoldsTheSameValues) {
+  Env& env = *Env::Posix();
+  auto c = Checkpoint::Open(env, ModernDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto source = std::make_shared<const Checkpoint>(std::move(c).value());
+  for (uint32_t n = 1; n <= 5; ++n) {
+    SCOPED_TRACE("N=" + std::to_string(n));
+    auto view = BuildReshardView(env, source, {n, std::nullopt});
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    MemEnv out;
+    out.WriteFile("/r/latest", ReadWhole(env, **view, *(*view)->Lookup(kRootInode, "latest")));
+    const InodeId dir = *(*view)->Lookup(kRootInode, "global_step4");
+    auto entries = (*view)->ReadDir(dir);
+    ASSERT_TRUE(entries.ok());
+    for (const auto& [name, attr] : *entries) {
+      out.WriteFile("/r/global_step4/" + name, ReadWhole(env, **view, attr.inode));
+    }
+    auto r = Checkpoint::Open(out, "/r");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->world_size(), n);
+    EXPECT_EQ(r->param_alignment(), 4u);
+    ASSERT_EQ(r->params().size(), source->params().size());
+    for (size_t p = 0; p < r->params().size(); ++p) {
+      const ParamInfo& info = r->params()[p];
+      EXPECT_EQ(info.offset, source->params()[p].offset);
+      for (size_t s = 0; s < r->states().size(); ++s) {
+        std::vector<Extent> extents;
+        ASSERT_TRUE(r->MapState(p, s, 0, info.numel * 4, &extents).ok());
+        std::string ours;
+        for (const Extent& e : extents) {
+          ours += *(*out.Open(r->sources()[e.file].path))->ReadString(e.offset, e.length);
+        }
+        EXPECT_EQ(ours, testing::LiveState(GetParam(), info.name, r->states()[s].name))
+            << info.name;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, AlignedViewsTest,
+                         ::testing::Values("align_z1_fp32_ws2", "align_z2_fp32_ws3"));
+
+}  // namespace
+}  // namespace ucfs
