@@ -1,36 +1,15 @@
 #include "tools/replica_check.h"
 
-#include <algorithm>
-#include <cstring>
-#include <set>
+#include <string>
 #include <vector>
 
-#include "ucfs/base/checked_math.h"
+#include "tools/copy_compare.h"
 #include "ucfs/codec/torch_tensor.h"
-#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {
 
 using Kind = VerifyProblem::Kind;
-
-std::string Value(const char* element, DType dtype) {
-  auto v = DecodeScalar(element, dtype);
-  if (!v.ok()) return "?";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", *v);
-  return buf;
-}
-
-// Whether two elements are equal as torch.equal takes them: by value, so
-// that -0 and +0 agree; NaN agrees with the same NaN (the NaN scan reports
-// it).
-bool SameElement(const char* a, const char* b, uint32_t size, DType dtype) {
-  if (std::memcmp(a, b, size) == 0) return true;
-  auto x = DecodeScalar(a, dtype);
-  auto y = DecodeScalar(b, dtype);
-  return x.ok() && y.ok() && *x == *y;
-}
 
 class ReplicaCheck {
  public:
@@ -40,7 +19,8 @@ class ReplicaCheck {
         options_(options),
         report_(report),
         problem_(problem),
-        sources_(env, [&grid](uint32_t i) { return grid.sources()[i]; }) {}
+        comparer_(
+            env, [&grid](uint32_t i) { return grid.sources()[i]; }, problem) {}
 
   void Run() {
     const uint32_t tp = grid_.degrees().tp;
@@ -58,76 +38,37 @@ class ReplicaCheck {
   }
 
  private:
-  // Copy `t` of state `s` of `p` against copy 0, chunk by chunk.
+  // Copy `t` of state `s` of `p` against copy 0, by value (as torch.equal,
+  // which ds_to_universal.py's check uses).
   void ComparePair(const MergedParam& p, size_t s, uint32_t t) {
     const uint32_t tp = grid_.degrees().tp;
     const uint32_t m0 = p.stage * tp, mt = p.stage * tp + t;
     const StateInfo& state = grid_.shard(m0).states()[s];
-    const uint32_t es = Info(state.dtype).element_size;
     const uint64_t numel = grid_.shard(m0).params()[p.slices[0]].numel;
-    const uint64_t bytes = CheckedMul<uint64_t>(numel, es).value_or(0);
-    const uint64_t chunk = std::max<uint64_t>(options_.chunk_bytes / es * es, es);
-    uint64_t differ = 0, first = UINT64_MAX;
-    std::string first_values;
-    for (uint64_t begin = 0; begin < bytes; begin += chunk) {
-      const uint64_t end = std::min(bytes, begin + chunk);
-      if (!Read(m0, p.slices[0], s, begin, end, &a_) ||
-          !Read(mt, p.slices[t], s, begin, end, &b_)) {
-        return;
+    const std::string& tag_dir = grid_.shard(m0).files().tag_dir;
+    auto map = [&](int copy, uint64_t begin, uint64_t end, std::vector<Extent>* out) {
+      const uint32_t shard = copy == 0 ? m0 : mt;
+      Status st = grid_.MapShardState(shard, p.slices[copy == 0 ? 0 : t], s, begin, end, out);
+      if (!st.ok()) {
+        const std::string& dir = grid_.shard(shard).files().tag_dir;
+        problem_(Kind::kStructure, dir, st.MessageAbout(dir));
       }
-      report_->bytes_compared += 2 * (end - begin);
-      for (uint64_t i = 0; i < end - begin; i += es) {
-        if (SameElement(a_.data() + i, b_.data() + i, es, state.dtype)) continue;
-        if (differ++ == 0) {
-          first = (begin + i) / es;
-          first_values =
-              Value(b_.data() + i, state.dtype) + " against " + Value(a_.data() + i, state.dtype);
-        }
-      }
-    }
-    if (differ == 0) return;
-    problem_(Kind::kReplica, FileOf(mt, p.slices[t], s, first * es),
+      return st.ok();
+    };
+    auto diff = comparer_.Compare({"'" + Printable(p.name) + "' " + Printable(state.name), tag_dir},
+                                  numel, state.dtype, ElementMatch::kValues, options_.chunk_bytes,
+                                  map, &report_->bytes_compared);
+    if (!diff || diff->differing == 0) return;
+    const uint64_t first_byte = diff->first_element * Info(state.dtype).element_size;
+    problem_(Kind::kReplica, FileOf(mt, p.slices[t], s, first_byte),
              "'" + Printable(p.name) + "' " + Printable(state.name) + ": tensor-parallel rank " +
                  std::to_string(t) + "'s copy of this replicated param differs from rank 0's (" +
-                 FileOf(m0, p.slices[0], s, first * es) + ") in " + std::to_string(differ) +
-                 " of " + std::to_string(numel) + " elements (the first is element " +
-                 std::to_string(first) + ": " + first_values +
+                 FileOf(m0, p.slices[0], s, first_byte) + ") in " +
+                 std::to_string(diff->differing) + " of " + std::to_string(numel) +
+                 " elements (the first is element " + std::to_string(diff->first_element) + ": " +
+                 diff->first_values +
                  "); ds_to_universal.py refuses the checkpoint, and a universal load resumes "
                  "every rank with rank 0's copy");
-  }
-
-  // Bytes [begin, end) of the state into *out; false (reported once per
-  // file) when a file cannot be read.
-  bool Read(uint32_t shard, size_t param, size_t state, uint64_t begin, uint64_t end,
-            std::vector<char>* out) {
-    std::vector<Extent> extents;
-    if (Status st = grid_.MapShardState(shard, param, state, begin, end, &extents); !st.ok()) {
-      const std::string& tag_dir = grid_.shard(shard).files().tag_dir;
-      problem_(Kind::kStructure, tag_dir, st.MessageAbout(tag_dir));
-      return false;
-    }
-    out->resize(end - begin);
-    uint64_t at = 0;
-    for (const Extent& e : extents) {
-      const std::string& path = grid_.sources()[e.file].path;
-      auto file = sources_.Get(e.file);
-      Status st =
-          file.ok() ? (*file)->ReadExact(e.offset, e.length, out->data() + at) : file.status();
-      if (!st.ok()) {
-        if (failed_.insert(e.file).second) problem_(Kind::kUnreadable, path, st.MessageAbout(path));
-        return false;
-      }
-      at += e.length;
-    }
-    if (at != end - begin) {
-      const std::string& tag_dir = grid_.shard(shard).files().tag_dir;
-      problem_(Kind::kStructure, tag_dir,
-               "'" + Printable(grid_.shard(shard).params()[param].name) +
-                   "': bytes of a state mapped to " + std::to_string(at) + " of the " +
-                   std::to_string(end - begin) + " asked for");
-      return false;
-    }
-    return true;
   }
 
   // The file holding byte `offset` of the state.
@@ -144,9 +85,7 @@ class ReplicaCheck {
   const VerifyOptions& options_;
   VerifyReport* report_;
   const ProblemSink& problem_;
-  SourceFiles sources_;
-  std::set<uint32_t> failed_;
-  std::vector<char> a_, b_;
+  CopyComparer comparer_;
 };
 
 }  // namespace

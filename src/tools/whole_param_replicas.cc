@@ -1,12 +1,9 @@
 #include "tools/whole_param_replicas.h"
 
-#include <algorithm>
-#include <cstring>
-#include <set>
+#include <string>
 #include <vector>
 
-#include "ucfs/base/checked_math.h"
-#include "ucfs/vfs/source_files.h"
+#include "tools/copy_compare.h"
 
 namespace ucfs {
 namespace {
@@ -21,7 +18,8 @@ class WholeParamReplicas {
         options_(options),
         report_(report),
         problem_(problem),
-        sources_(env, [&c](uint32_t i) { return c.sources()[i]; }) {}
+        comparer_(
+            env, [&c](uint32_t i) { return c.sources()[i]; }, problem) {}
 
   void Run() {
     for (size_t p = 0; p < c_.params().size(); ++p) {
@@ -36,54 +34,28 @@ class WholeParamReplicas {
  private:
   void Compare(size_t p, size_t s, uint32_t first, uint32_t rank) {
     const StateInfo& state = c_.states()[s];
-    const uint32_t es = Info(state.dtype).element_size;
+    const std::string& name = c_.params()[p].name;
+    const std::string& tag_dir = c_.files().tag_dir;
+    auto map = [&](int copy, uint64_t begin, uint64_t end, std::vector<Extent>* out) {
+      Status st = c_.MapWholeParamCopy(p, s, copy == 0 ? first : rank, begin, end, out);
+      if (!st.ok()) problem_(Kind::kStructure, tag_dir, st.MessageAbout(tag_dir));
+      return st.ok();
+    };
     const uint64_t numel = c_.params()[p].numel;
-    const uint64_t bytes = CheckedMul<uint64_t>(numel, es).value_or(0);
-    const uint64_t chunk = std::max<uint64_t>(options_.chunk_bytes / es * es, es);
-    uint64_t differ = 0, first_element = 0;
-    for (uint64_t begin = 0; begin < bytes; begin += chunk) {
-      const uint64_t end = std::min(bytes, begin + chunk);
-      if (!Read(p, s, first, begin, end, &a_) || !Read(p, s, rank, begin, end, &b_)) return;
-      report_->bytes_compared += 2 * (end - begin);
-      // Bytes, not values: the copies are the same all-reduced update, and
-      // a -0 against +0 is a copy that was made otherwise.
-      for (uint64_t i = 0; i < end - begin; i += es) {
-        if (std::memcmp(a_.data() + i, b_.data() + i, es) == 0) continue;
-        if (differ++ == 0) first_element = (begin + i) / es;
-      }
-    }
-    if (differ == 0) return;
+    // Bytes, not values: the copies are the same all-reduced update.
+    auto diff = comparer_.Compare({"'" + Printable(name) + "' " + Printable(state.name), tag_dir},
+                                  numel, state.dtype, ElementMatch::kBytes, options_.chunk_bytes,
+                                  map, &report_->bytes_compared);
+    if (!diff || diff->differing == 0) return;
     problem_(Kind::kReplica, FileOf(rank),
-             "'" + Printable(c_.params()[p].name) + "' " + Printable(state.name) + ": rank " +
+             "'" + Printable(name) + "' " + Printable(state.name) + ": rank " +
                  std::to_string(rank) +
                  "'s copy of this Muon param's whole momentum differs from " + "rank " +
-                 std::to_string(first) + "'s (" + FileOf(first) + ") in " + std::to_string(differ) +
-                 " of " + std::to_string(numel) + " elements (the first is element " +
-                 std::to_string(first_element) + "); ucfs serves rank " + std::to_string(first) +
+                 std::to_string(first) + "'s (" + FileOf(first) + ") in " +
+                 std::to_string(diff->differing) + " of " + std::to_string(numel) +
+                 " elements (the first is element " + std::to_string(diff->first_element) +
+                 "); ucfs serves rank " + std::to_string(first) +
                  "'s, and DeepSpeed would resume each rank with its own");
-  }
-
-  bool Read(size_t p, size_t s, uint32_t rank, uint64_t begin, uint64_t end,
-            std::vector<char>* out) {
-    std::vector<Extent> extents;
-    if (Status st = c_.MapWholeParamCopy(p, s, rank, begin, end, &extents); !st.ok()) {
-      problem_(Kind::kStructure, c_.files().tag_dir, st.MessageAbout(c_.files().tag_dir));
-      return false;
-    }
-    out->resize(end - begin);
-    uint64_t at = 0;
-    for (const Extent& e : extents) {
-      const std::string& path = c_.sources()[e.file].path;
-      auto file = sources_.Get(e.file);
-      Status st =
-          file.ok() ? (*file)->ReadExact(e.offset, e.length, out->data() + at) : file.status();
-      if (!st.ok()) {
-        if (failed_.insert(e.file).second) problem_(Kind::kUnreadable, path, st.MessageAbout(path));
-        return false;
-      }
-      at += e.length;
-    }
-    return at == end - begin;
   }
 
   // Rank r's optimizer file is source r.
@@ -95,9 +67,7 @@ class WholeParamReplicas {
   const VerifyOptions& options_;
   VerifyReport* report_;
   const ProblemSink& problem_;
-  SourceFiles sources_;
-  std::set<uint32_t> failed_;
-  std::vector<char> a_, b_;
+  CopyComparer comparer_;
 };
 
 }  // namespace
