@@ -75,15 +75,41 @@ std::optional<size_t> Checkpoint::FindFrozen(std::string_view name) const {
 
 std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partition_numel,
                                                  uint64_t flat_offset, uint64_t first,
-                                                 uint64_t last) const {
+                                                 uint64_t last,
+                                                 const std::vector<uint32_t>* members) const {
   if (partitioning_ == Partitioning::kPerParam) {
     return SplitByRank(numel, world_size(), first, last);
   }
   // The flat offsets fit: Open bounds every group to 2^58 elements.
   std::vector<RankPiece> pieces =
       SplitFlatByRank(partition_numel, flat_offset + first, flat_offset + last);
-  for (RankPiece& piece : pieces) piece.global_begin -= flat_offset;
+  for (RankPiece& piece : pieces) {
+    piece.global_begin -= flat_offset;
+    // Partition k of an expert family is its EDP group's k-th rank; past
+    // the last, an index MapPieces refuses.
+    if (members != nullptr && !members->empty()) {
+      piece.rank = piece.rank < members->size() ? (*members)[piece.rank] : world_size();
+    }
+  }
   return pieces;
+}
+
+uint32_t Checkpoint::expert_parallel() const {
+  uint32_t ep = 1;
+  for (const SubGroupInfo& sg : sub_groups_) ep = std::max(ep, sg.expert_parallel);
+  return ep;
+}
+
+std::optional<size_t> Checkpoint::SubGroupOnRank(uint32_t group, uint32_t rank) const {
+  for (size_t k = 0; k < sub_groups_.size(); ++k) {
+    const SubGroupInfo& sg = sub_groups_[k];
+    if (sg.param_group != group) continue;
+    if (sg.members.empty() ||
+        std::find(sg.members.begin(), sg.members.end(), rank) != sg.members.end()) {
+      return k;
+    }
+  }
+  return std::nullopt;
 }
 
 Status Checkpoint::MapPieces(uint32_t element_size, uint64_t slot_element_offset, const Slot* slots,
@@ -163,10 +189,11 @@ Status Checkpoint::MapState(size_t param, size_t state, uint64_t begin, uint64_t
   }
   const bool per_param = partitioning_ == Partitioning::kPerParam;
   // Rank r's slot is flat_slots_[(r * groups + sub_group) * states + state].
-  return MapPieces(es, per_param ? p.offset : 0, slots, stride, begin, end,
-                   PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset,
-                                 elements.first, elements.second),
-                   out);
+  return MapPieces(
+      es, per_param ? p.offset : 0, slots, stride, begin, end,
+      PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset, elements.first,
+                    elements.second, &sub_groups_[p.sub_group].members),
+      out);
 }
 
 std::vector<uint32_t> Checkpoint::WholeParamRanks(size_t param) const {
@@ -175,8 +202,9 @@ std::vector<uint32_t> Checkpoint::WholeParamRanks(size_t param) const {
       partitioning_ != Partitioning::kFlatGroup) {
     return ranks;
   }
-  for (const RankPiece& piece : PlaceElements(params_[param].numel, params_[param].partition_numel,
-                                              params_[param].offset, 0, params_[param].numel)) {
+  const ParamInfo& p = params_[param];
+  for (const RankPiece& piece : PlaceElements(p.numel, p.partition_numel, p.offset, 0, p.numel,
+                                              &sub_groups_[p.sub_group].members)) {
     if (piece.rank < world_size()) ranks.push_back(piece.rank);
   }
   return ranks;
@@ -211,8 +239,8 @@ std::vector<uint64_t> Checkpoint::ElementsPerRank(size_t param) const {
   if (param >= params_.size()) return counts;
   const ParamInfo& p = params_[param];
   const bool per_param = partitioning_ == Partitioning::kPerParam;
-  for (const RankPiece& piece :
-       PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset, 0, p.numel)) {
+  for (const RankPiece& piece : PlaceElements(p.numel, p.partition_numel, per_param ? 0 : p.offset,
+                                              0, p.numel, &sub_groups_[p.sub_group].members)) {
     if (piece.rank < counts.size()) counts[piece.rank] += piece.count;
   }
   return counts;

@@ -113,7 +113,13 @@ class CheckpointBuilder {
   Status ReadFlatGroupOptimizerStates(uint32_t rank, const ParsedRankFile& tf);
   // Which optimizer at which stage wrote rank `rank`'s file.
   Status ReadFlatGroupOptimizer(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
-  Status CheckFlatGroupPartitionCounts(const ParsedRankFile& tf, pickle::NodeId osd);
+  // partition_count: which groups are expert groups, over which ranks.
+  Status ReadFlatGroupPartitionCounts(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
+  void AddExpertFamilies();
+  // The flat buffers each optimizer file lists (flat groups: the param
+  // groups), and which sub-group buffer `k` of rank `rank`'s file is.
+  size_t FileBuffers() const;
+  size_t BufferOnRank(size_t k, uint32_t rank) const;
   // Which param groups are Muon's (their saved param_group's use_muon).
   std::vector<bool> MuonGroups(const pickle::Document& doc, pickle::NodeId base) const;
 

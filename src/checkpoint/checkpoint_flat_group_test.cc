@@ -206,7 +206,21 @@ TEST_F(BrokenFlatGroupTest, PartitionCountOfAnotherWorld) {
     const NodeId counts = d->Get(Osd(d), "partition_count");
     d->mutable_node(d->node(counts).items[1]).scalar = 4;
   });
-  ExpectError(Optim(1), "inconsistent world size: partition_count is [2, 4]");
+  ExpectError(Optim(1),
+              "partition_count is [2, 4], but rank 0's says param group 1 is cut over 2 ranks: "
+              "files of different runs");
+}
+
+// Rank 0's count of another world for a group that is no MoE expert group
+// (only those are cut over fewer ranks than all).
+TEST_F(BrokenFlatGroupTest, PartitionCountOfAnotherWorldOnRankZero) {
+  Edit(Optim(0), [](pickle::Document* d) {
+    const NodeId counts = d->Get(Osd(d), "partition_count");
+    d->mutable_node(d->node(counts).items[1]).scalar = 1;
+  });
+  ExpectError(Optim(0),
+              "inconsistent world size: partition_count is [2, 1] but the tag directory has 2 "
+              "ranks of optimizer files, and param group 1 is no MoE expert group");
 }
 
 // A partition shorter than the elements it must hold (rank 0 holds 416 of

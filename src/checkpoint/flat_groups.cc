@@ -7,6 +7,7 @@
 #include "checkpoint/checkpoint_builder.h"
 #include "checkpoint/unserved_layouts.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/expert_topology.h"
 #include "ucfs/checkpoint/partition.h"
 
 namespace ucfs {
@@ -22,13 +23,14 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
   const NodeId osd = doc.Get(doc.root(), "optimizer_state_dict");
   if (!doc.MappingItems(osd)) return tf.Error("no 'optimizer_state_dict' dict");
   UCFS_RETURN_IF_ERROR(ReadFlatGroupOptimizer(rank, tf, osd));
-  UCFS_RETURN_IF_ERROR(CheckFlatGroupPartitionCounts(tf, osd));
+  UCFS_RETURN_IF_ERROR(ReadFlatGroupPartitionCounts(rank, tf, osd));
   // Before anything sizes a partition: the paddings make the groups longer.
   UCFS_RETURN_IF_ERROR(ReadParamAlignment(rank, tf, osd));
+  if (rank == 0) AddExpertFamilies();
 
   auto flats = doc.SequenceItems(doc.Get(osd, "single_partition_of_fp32_groups"));
   if (!flats) return tf.Error("no 'single_partition_of_fp32_groups' list");
-  const size_t groups = c_.sub_groups_.size();
+  const size_t groups = c_.param_group_count_;
   if (flats->size() != groups) {
     return tf.Error(std::to_string(flats->size()) +
                     " single_partition_of_fp32_groups, but param_shapes in " +
@@ -50,12 +52,21 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
     DefineMasterState(flat0);
     PlaceWholeParamBuffers();
     const std::vector<bool> muon = MuonGroups(doc, base);
-    c_.group_states_.resize(groups);
+    c_.group_states_.resize(c_.sub_groups_.size());
     for (size_t k = 0; k < groups; ++k) {
       const SubGroupInfo& g = c_.sub_groups_[k];
+      if (muon[k] && g.expert_parallel > 1) {
+        return Status::NotSupported(tf.path() + ": param group " + std::to_string(k) +
+                                    " is an expert group of Muon: ucfs does not know how "
+                                    "DeepSpeed lays out whole-param momentum over experts");
+      }
       UCFS_RETURN_IF_ERROR(DefineSubGroupStates(tf, k, group_states[k],
-                                                FlatValidNumel(g.numel, c_.world_size(), 0),
+                                                FlatValidNumel(g.numel, g.partition_world(), 0),
                                                 g.partition_numel, muon[k]));
+    }
+    // Every family of an expert group keeps its states.
+    for (size_t s = groups; s < c_.sub_groups_.size(); ++s) {
+      c_.group_states_[s] = c_.group_states_[c_.sub_groups_[s].param_group];
     }
     UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
   }
@@ -109,10 +120,14 @@ Status CheckpointBuilder::ReadFlatGroupOptimizer(uint32_t rank, const ParsedRank
   return Status::OK();
 }
 
-Status CheckpointBuilder::CheckFlatGroupPartitionCounts(const ParsedRankFile& tf, NodeId osd) {
+// partition_count: per param group, the ranks it is cut over. W for a
+// dense group; for an expert group of EP size N (named "ep_size_N" in the
+// optimizer's param_groups) W / N, its EDP group's (expert_topology.h).
+// Rank 0's file decides which groups are expert groups; every other rank's
+// must say the same.
+Status CheckpointBuilder::ReadFlatGroupPartitionCounts(uint32_t rank, const ParsedRankFile& tf,
+                                                       NodeId osd) {
   const Document& doc = *tf.doc;
-  // One count per param group; expert (MoE) groups may be partitioned over
-  // fewer ranks than the others.
   const NodeId pc = doc.Get(osd, "partition_count");
   std::vector<NodeId> counts;
   if (auto items = doc.SequenceItems(pc)) {
@@ -121,17 +136,87 @@ Status CheckpointBuilder::CheckFlatGroupPartitionCounts(const ParsedRankFile& tf
     counts = {pc};
   }
   if (counts.empty()) return tf.Error("no 'partition_count'");
-  for (NodeId id : counts) {
+  const uint32_t w = c_.world_size();
+  const size_t groups = c_.param_group_count_;
+  // BF16_Optimizer saves one count for all groups.
+  if (counts.size() != groups && counts.size() != 1) {
+    return tf.Error("partition_count is " + doc.Repr(pc, 80) + ", but param_shapes has " +
+                    std::to_string(groups) + " param groups");
+  }
+  auto group_names =
+      doc.SequenceItems(doc.Get(doc.Get(osd, "base_optimizer_state"), "param_groups"));
+  for (size_t k = 0; k < groups; ++k) {
+    const NodeId id = counts[counts.size() == 1 ? 0 : k];
     auto count = doc.AsInt(id);
-    if (!count) return tf.Error("partition_count holds " + doc.Repr(id, 40) + ", not a number");
-    if (*count != static_cast<int64_t>(c_.world_size())) {
-      return tf.Error("inconsistent world size: partition_count is " + doc.Repr(pc, 80) +
-                      " but the tag directory has " + std::to_string(c_.world_size()) +
-                      " ranks of optimizer files (param groups partitioned over fewer ranks, "
-                      "as MoE expert groups are, are not supported)");
+    if (!count || *count <= 0) {
+      return tf.Error("partition_count holds " + doc.Repr(id, 40) + ", not a number of ranks");
     }
+    SubGroupInfo& sg = c_.sub_groups_[k];
+    if (rank > 0) {
+      if (*count != sg.partition_world()) {
+        return tf.Error("partition_count is " + doc.Repr(pc, 80) +
+                        ", but rank 0's says param group " + std::to_string(k) + " is cut over " +
+                        std::to_string(sg.partition_world()) + " ranks: files of different runs");
+      }
+      continue;
+    }
+    if (*count == static_cast<int64_t>(w)) continue;
+    // An expert group: named so by DeepSpeed's MoE param-group split.
+    std::optional<uint32_t> ep;
+    bool moe = false;
+    if (group_names && k < group_names->size()) {
+      ep = ExpertGroupSize(doc.AsStr(doc.Get((*group_names)[k], "name")).value_or(""));
+      moe = doc.AsInt(doc.Get((*group_names)[k], "moe")).value_or(0) != 0;
+    }
+    if (!ep || !moe) {
+      return tf.Error("inconsistent world size: partition_count is " + doc.Repr(pc, 80) +
+                      " but the tag directory has " + std::to_string(w) +
+                      " ranks of optimizer files, and param group " + std::to_string(k) +
+                      " is no MoE expert group (base_optimizer_state's param_groups name none "
+                      "'ep_size_N' with 'moe': True)");
+    }
+    if (w % *ep != 0 || static_cast<int64_t>(w / *ep) != *count) {
+      return tf.Error("param group " + std::to_string(k) + " is the expert group 'ep_size_" +
+                      std::to_string(*ep) + "', so DeepSpeed cuts it over " +
+                      (w % *ep == 0 ? std::to_string(w / *ep) : std::string("W / N")) +
+                      " ranks of the " + std::to_string(w) + ", but partition_count says " +
+                      std::to_string(*count));
+    }
+    const ExpertTopology topology{w, *ep, c_.data_before_expert_parallelism_};
+    sg.members = topology.Members(0);
+    sg.expert_parallel = *ep;
+    sg.partition_numel = FlatPartitionNumel(sg.numel, sg.partition_world());
+    for (uint32_t p : sg.params) c_.params_[p].partition_numel = sg.partition_numel;
   }
   return Status::OK();
+}
+
+// Each expert group's buffers of EP ranks 1..N-1: a sub-group per family,
+// its params listed again under their local names (family 0's are the
+// group's own). After the alignment paddings: the families share offsets.
+void CheckpointBuilder::AddExpertFamilies() {
+  const size_t groups = c_.param_group_count_;
+  for (size_t k = 0; k < groups; ++k) {
+    const SubGroupInfo& own = c_.sub_groups_[k];
+    if (own.expert_parallel == 1) continue;
+    const ExpertTopology topology{c_.world_size(), own.expert_parallel,
+                                  c_.data_before_expert_parallelism_};
+    for (uint32_t e = 1; e < own.expert_parallel; ++e) {
+      SubGroupInfo family = c_.sub_groups_[k];
+      family.family = e;
+      family.members = topology.Members(e);
+      family.params.clear();
+      const auto index = static_cast<uint32_t>(c_.sub_groups_.size());
+      for (uint32_t p : c_.sub_groups_[k].params) {
+        ParamInfo copy = c_.params_[p];
+        copy.family = e;
+        copy.sub_group = index;
+        family.params.push_back(static_cast<uint32_t>(c_.params_.size()));
+        c_.params_.push_back(std::move(copy));
+      }
+      c_.sub_groups_.push_back(std::move(family));
+    }
+  }
 }
 
 }  // namespace ucfs

@@ -83,7 +83,9 @@ Status CheckpointBuilder::ReadParamShapes(const ParsedRankFile& tf) {
       // Stage 1/2: one flat buffer per param group, sub-group k = group k.
       sg.param_group = static_cast<uint32_t>(c_.sub_groups_.size());
       sg.numel = offset;
-      sg.partition_numel = FlatPartitionNumel(offset, c_.world_size());
+      // Over every rank, until the optimizer files name an expert group.
+      for (uint32_t r = 0; r < c_.world_size(); ++r) sg.members.push_back(r);
+      sg.partition_numel = FlatPartitionNumel(offset, sg.partition_world());
       for (uint32_t p : sg.params) {
         c_.params_[p].partition_numel = sg.partition_numel;
         c_.params_[p].param_group = sg.param_group;
@@ -159,6 +161,7 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
                       std::to_string(c_.world_size()) + " ranks");
     }
   }
+  c_.autoep_ = doc.SequenceItems(doc.Get(root, "ds_autoep_layers")).has_value();
   const NodeId ds_config = doc.Get(root, "ds_config");
   UCFS_RETURN_IF_ERROR(RefuseUnservedConfig(doc, ds_config, tf.path()));
   // A positive whole number, else unknown (HF's "auto" left unfilled).
@@ -179,6 +182,9 @@ Status CheckpointBuilder::ReadRunMetadata(const ParsedRankFile& tf) {
     // A float in the JSON (1e20: never split) may not fit: as good as infinite.
     c_.sub_group_size_ = *sgs < 0x1p64 ? static_cast<uint64_t>(*sgs) : UINT64_MAX;
   }
+  // A top-level key (runtime/constants.py), read by groups.py.
+  c_.data_before_expert_parallelism_ =
+      doc.AsInt(doc.Get(ds_config, "use_data_before_expert_parallelism")).value_or(0) != 0;
   c_.round_robin_gradients_ =
       doc.AsInt(doc.Get(zero_cfg, "round_robin_gradients")).value_or(0) != 0;
   if (auto aligned = doc.AsInt(doc.Get(zero_cfg, "parameter_alignment"))) {

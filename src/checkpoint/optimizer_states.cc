@@ -127,16 +127,18 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
                                           const std::string& flats_name,
                                           const std::vector<NodeId>& group_states) {
   const Document& doc = *tf.doc;
-  for (size_t k = 0; k < c_.sub_groups_.size(); ++k) {
-    const std::string where = flats_name + "[" + std::to_string(k) + "]";
-    UCFS_ASSIGN_OR_RETURN(TensorRef flat, tf.RequireTensor(flats[k], where));
+  for (size_t i = 0; i < FileBuffers(); ++i) {
+    // Buffer i of this file is sub-group k: its own, or its EP rank's family.
+    const size_t k = BufferOnRank(i, rank);
+    const std::string where = flats_name + "[" + std::to_string(i) + "]";
+    UCFS_ASSIGN_OR_RETURN(TensorRef flat, tf.RequireTensor(flats[i], where));
     UCFS_RETURN_IF_ERROR(SetSlot(tf, rank, k, {0, StateLayout::kPartition}, flat, where));
-    const NodeId state = group_states[k];
+    const NodeId state = group_states[i];
     for (const SubGroupState& gs : c_.group_states_[k]) {
       if (gs.state == 0) continue;
       const std::string& name = c_.states_[gs.state].name;
       const std::string what =
-          "optimizer state[" + std::to_string(k) + "]['" + Printable(name) + "']";
+          "optimizer state[" + std::to_string(i) + "]['" + Printable(name) + "']";
       const NodeId v = doc.Get(state, name);
       if (v == pickle::kNoNode) {
         // A rank whose partition touches no param of a Muon group never
@@ -150,7 +152,21 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
     UCFS_RETURN_IF_ERROR(CheckNoOtherTensorStates(tf, k, state));
     if (rank == 0) UCFS_RETURN_IF_ERROR(ReadScalars(tf, k, state));
   }
+  // Rank 0 holds family 0 of every expert group: the others' scalars (the
+  // step every rank takes alike) are its.
+  for (size_t k = FileBuffers(); rank == 0 && k < c_.sub_groups_.size(); ++k) {
+    c_.scalars_[k] = c_.scalars_[c_.sub_groups_[k].param_group];
+  }
   return Status::OK();
+}
+
+size_t CheckpointBuilder::FileBuffers() const {
+  return flat_groups() ? c_.param_group_count_ : c_.sub_groups_.size();
+}
+
+size_t CheckpointBuilder::BufferOnRank(size_t k, uint32_t rank) const {
+  if (!flat_groups()) return k;
+  return c_.SubGroupOnRank(static_cast<uint32_t>(k), rank).value_or(k);
 }
 
 // A state tensor that is neither a scalar nor one of the states of its flat
@@ -211,13 +227,18 @@ Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_
     // A partition may be saved without its padding (DeepSpeedZeroOptimizer
     // drops it from the fp32 weights; elastic checkpoints from every
     // state), never without a valid element.
-    const uint64_t valid = FlatValidNumel(sg.numel, c_.world_size(), rank);
+    const auto member = std::find(sg.members.begin(), sg.members.end(), rank);
+    const auto k_rank = static_cast<uint32_t>(member - sg.members.begin());
+    const uint64_t valid = FlatValidNumel(sg.numel, sg.partition_world(), k_rank);
     if (t.shape.size() != 1 || t.numel() < valid || t.numel() > sg.partition_numel ||
         !t.contiguous()) {
       return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but param group " +
                       std::to_string(k) + " (" + std::to_string(sg.numel) +
                       " elements) has partitions of " + std::to_string(sg.partition_numel) +
-                      " at world size " + std::to_string(c_.world_size()) + ", " +
+                      (sg.expert_parallel > 1
+                           ? " over its " + std::to_string(sg.partition_world()) +
+                                 " expert-data-parallel ranks, "
+                           : " at world size " + std::to_string(c_.world_size()) + ", ") +
                       std::to_string(valid) + " of them valid on rank " + std::to_string(rank));
     }
   } else if (t.shape.size() != 1 || t.numel() != sg.partition_numel || !t.contiguous()) {

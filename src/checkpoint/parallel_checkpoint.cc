@@ -226,6 +226,45 @@ Status LayOutAffine(const std::vector<std::vector<int64_t>>& slice_shapes, const
   return Status::OK();
 }
 
+// Expert param i of `lead` (its family-0 copy) as the concatenation of its
+// EP ranks' copies (expert-layouts.md §3.4, §4).
+Status StackExperts(const Checkpoint& lead, size_t i, uint32_t tp, MergedParam* m) {
+  const ParamInfo& param = lead.params()[i];
+  const std::string& file = lead.files().model_files[0];
+  if (tp > 1) {
+    return Status::NotSupported(file + ": param '" + param.name +
+                                "' is an expert param of a tensor-parallel run, whose experts "
+                                "DeepSpeed places otherwise")
+        .WithFile(file);
+  }
+  const uint32_t ep = lead.sub_groups()[param.sub_group].expert_parallel;
+  m->expert_families.assign(ep, i);
+  for (size_t j = 0; j < lead.params().size(); ++j) {
+    const ParamInfo& copy = lead.params()[j];
+    if (copy.family != 0 && copy.name == param.name && copy.param_group == param.param_group) {
+      m->expert_families[copy.family] = j;
+    }
+  }
+  if (lead.autoep()) {
+    // [local experts, ...] by EP rank: every expert in global order.
+    if (param.shape.empty()) {
+      return Status::Corruption(file + ": AutoEP expert param '" + param.name +
+                                "' is 0-dim, not a stack of local experts")
+          .WithFile(file);
+    }
+    m->shape = param.shape;
+    m->shape[0] *= ep;
+    m->ep_num_experts = m->shape[0];
+  } else {
+    // One local expert's param by EP rank: dim 0 counts the EP ranks.
+    m->shape = param.shape;
+    m->shape.insert(m->shape.begin(), ep);
+    m->ep_num_experts = ep;
+  }
+  m->storage_shape = m->shape;
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ParallelCheckpoint::MakeNameTable() {
@@ -258,6 +297,8 @@ Status ParallelCheckpoint::MakeNameTable() {
     const Checkpoint& lead = *c.shards_[static_cast<size_t>(p) * tp];
     for (size_t i = 0; i < lead.params().size(); ++i) {
       const ParamInfo& param = lead.params()[i];
+      // An expert param's other EP ranks' copies are merged with family 0.
+      if (param.family != 0) continue;
       if (auto it = seen.find(param.name); it != seen.end()) {
         if (c.params_[it->second].stage == p) {
           return Status::Corruption(lead.files().model_files[0] + ": param '" + param.name +
@@ -272,6 +313,12 @@ Status ParallelCheckpoint::MakeNameTable() {
       m.stage = p;
       m.local_shape = param.shape;
       m.slices.push_back(i);
+      if (lead.sub_groups()[param.sub_group].expert_parallel > 1) {
+        UCFS_RETURN_IF_ERROR(StackExperts(lead, i, tp, &m));
+        seen.emplace(m.name, c.params_.size());
+        c.params_.push_back(std::move(m));
+        continue;
+      }
       auto merge = c.rules_->Decide(param.name);
       if (!merge.ok()) return merge.status().Annotate(first_model).WithFile(first_model);
       m.merge = std::move(merge).value();

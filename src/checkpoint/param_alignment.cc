@@ -52,7 +52,8 @@ std::vector<uint64_t> CheckpointBuilder::GroupPaddings(size_t k) const {
 
 Status CheckpointBuilder::ReadParamAlignment(uint32_t rank, const ParsedRankFile& tf, NodeId osd) {
   const Document& doc = *tf.doc;
-  const size_t groups = c_.sub_groups_.size();
+  // The file's groups: an expert group's other families are copies of it.
+  const size_t groups = c_.param_group_count_;
   // DeepSpeedZeroOptimizer pads by the training dtype's element size
   // (bit16_groups[i][0]); BF16_Optimizer and ZeRO-3 ignore the setting.
   const uint64_t es = c_.lp_dtype_ ? Info(*c_.lp_dtype_).element_size : 4;
@@ -170,7 +171,7 @@ Status CheckpointBuilder::ReadParamAlignment(uint32_t rank, const ParsedRankFile
       offset = *next;
     }
     sg.numel = offset;
-    sg.partition_numel = FlatPartitionNumel(offset, c_.world_size());
+    sg.partition_numel = FlatPartitionNumel(offset, sg.partition_world());
     for (uint32_t p : sg.params) c_.params_[p].partition_numel = sg.partition_numel;
   }
   return Status::OK();

@@ -105,10 +105,32 @@ Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId 
 
 Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file) {
   const pickle::NodeId layers = doc.Get(doc.root(), "ds_autoep_layers");
-  if (layers != pickle::kNoNode && doc.node(layers).kind != pickle::Kind::kNone) {
-    return Refuse(file, "an AutoEP run (ds_autoep_layers)",
-                  "its experts are placed over expert-parallel ranks in layer files of their "
-                  "own, which ucfs does not yet merge");
+  if (layers == pickle::kNoNode || doc.node(layers).kind == pickle::Kind::kNone) {
+    return Status::OK();
+  }
+  auto entries = doc.SequenceItems(layers);
+  if (!entries) {
+    return Refuse(file, "an AutoEP run whose ds_autoep_layers is no list",
+                  "DeepSpeed 0.19.8 saves one dict per AutoEP layer");
+  }
+  // ZeRO-1/2 AutoEP saves its experts per global expert
+  // (checkpoint_format 'per_expert_files'); ZeRO-3 partitions them
+  // ('zero3_partitioned'), and with AutoTP they are folded into its ranks
+  // (a 'folding' key): both laid out otherwise.
+  for (pickle::NodeId entry : *entries) {
+    const std::optional<std::string_view> format = doc.AsStr(doc.Get(entry, "checkpoint_format"));
+    if (doc.Get(entry, "folding") != pickle::kNoNode) {
+      return Refuse(file, "AutoEP experts folded into AutoTP ranks (ds_autoep_layers 'folding')",
+                    "each rank then holds a share of other ranks' experts, which ucfs does not "
+                    "yet lay out");
+    }
+    if (format != "per_expert_files") {
+      return Refuse(file,
+                    "AutoEP experts saved as " +
+                        (format ? "'" + Printable(*format) + "'" : std::string("no known format")) +
+                        " (ds_autoep_layers checkpoint_format)",
+                    "ucfs serves the ZeRO-1/2 layout, 'per_expert_files', only");
+    }
   }
   return Status::OK();
 }

@@ -107,7 +107,19 @@ TEST_P(UnservedLayoutTest, AutoEpLayers) {
     d->AppendPair(d->root(), d->AddStr("ds_autoep_layers"),
                   d->AddList({d->AddDict({d->AddStr("ep_size"), d->AddInt(2)})}));
   });
-  ExpectRefused(Model(), "an AutoEP run (ds_autoep_layers)");
+  ExpectRefused(Model(),
+                "AutoEP experts saved as no known format (ds_autoep_layers "
+                "checkpoint_format)");
+}
+
+TEST_P(UnservedLayoutTest, AutoEpFoldedIntoAutoTp) {
+  Edit(Model(), [](pickle::Document* d) {
+    d->AppendPair(
+        d->root(), d->AddStr("ds_autoep_layers"),
+        d->AddList({d->AddDict({d->AddStr("checkpoint_format"), d->AddStr("per_expert_files"),
+                                d->AddStr("folding"), d->AddDict({})})}));
+  });
+  ExpectRefused(Model(), "AutoEP experts folded into AutoTP ranks (ds_autoep_layers 'folding')");
 }
 
 TEST_P(UnservedLayoutTest, NoAutoEpLayersIsNoAutoEp) {

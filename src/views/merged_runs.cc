@@ -117,6 +117,13 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, con
   const uint64_t slice_bytes = NumelOf(p.local_shape) * element_size;
   const std::function<uint32_t(uint32_t)> shard = [&](uint32_t t) { return p.stage * tp + t; };
   std::vector<StorageRun> runs;
+  if (!p.expert_families.empty()) {
+    // Each EP rank's copy whole, in EP-rank order (dim 0).
+    for (size_t family : p.expert_families) {
+      runs.push_back(StateRun(shard(0), family, s, 0, slice_bytes));
+    }
+    return runs;
+  }
   switch (p.merge.rule) {
     case MergeRule::kReplicated:
       runs.push_back(StateRun(shard(0), p.slices[0], s, 0, slice_bytes));

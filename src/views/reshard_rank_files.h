@@ -19,10 +19,6 @@
 
 namespace ucfs {
 
-// The value node under `key` of a dict or OrderedDict, for replacing
-// (null where there is none).
-pickle::NodeId* ValueSlot(pickle::Document& doc, pickle::NodeId mapping, std::string_view key);
-
 // Rank 0's optimizer pickle copied into `b` as its root (the nodes copied
 // in `copied`, TorchPickleBuilder::Copy), for a new rank's file to change.
 Result<pickle::NodeId> CopyRankZeroOptimizer(const Checkpoint& c, TorchPickleBuilder& b,

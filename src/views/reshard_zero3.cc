@@ -16,18 +16,6 @@ using pickle::Document;
 using pickle::Kind;
 using pickle::NodeId;
 
-// The value node under `key` of a dict or OrderedDict, for replacing.
-NodeId* ValueSlot(Document& doc, NodeId mapping, std::string_view key) {
-  if (mapping == pickle::kNoNode) return nullptr;
-  pickle::Node& n = doc.mutable_node(mapping);
-  const size_t begin = n.kind == Kind::kDict ? 0 : n.list_items;
-  for (size_t i = begin; i + 1 < n.items.size(); i += 2) {
-    auto k = doc.AsStr(n.items[i]);
-    if (k && *k == key) return &n.items[i + 1];
-  }
-  return nullptr;
-}
-
 Result<NodeId> CopyRankZeroOptimizer(const Checkpoint& c, TorchPickleBuilder& b,
                                      std::vector<NodeId>* copied) {
   const Document& src = c.rank0_optim();

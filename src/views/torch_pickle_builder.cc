@@ -215,6 +215,29 @@ Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>&
   return pickle::Write(doc);
 }
 
+pickle::NodeId* ValueSlot(pickle::Document& doc, pickle::NodeId mapping, std::string_view key) {
+  if (mapping == pickle::kNoNode) return nullptr;
+  pickle::Node& n = doc.mutable_node(mapping);
+  const size_t begin = n.kind == pickle::Kind::kDict ? 0 : n.list_items;
+  for (size_t i = begin; i + 1 < n.items.size(); i += 2) {
+    auto k = doc.AsStr(n.items[i]);
+    if (k && *k == key) return &n.items[i + 1];
+  }
+  return nullptr;
+}
+
+Result<std::string> UniversalExpertPickle(DType dtype, const std::vector<int64_t>& shape,
+                                          bool requires_grad, int64_t ep_num_experts) {
+  pickle::Document doc;
+  const pickle::NodeId param = doc.AddStr("param");
+  UCFS_ASSIGN_OR_RETURN(pickle::NodeId tensor,
+                        AddContiguousTensor(doc, dtype, shape, requires_grad));
+  doc.set_root(doc.AddDict({param, tensor, doc.AddStr("cat_dim"), doc.AddInt(0),
+                            doc.AddStr("is_expert_param"), doc.AddBool(true),
+                            doc.AddStr("ep_num_experts"), doc.AddInt(ep_num_experts)}));
+  return pickle::Write(doc);
+}
+
 Result<std::string> NumberPickle(double value, bool is_float) {
   pickle::Document doc;
   if (is_float) {

@@ -12,6 +12,7 @@
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/torch_pickle_builder.h"
 #include "views/average_slices.h"
+#include "views/expert_model_states.h"
 #include "views/merged_runs.h"
 #include "views/universal_files.h"
 
@@ -90,6 +91,14 @@ Result<std::shared_ptr<TorchFileContent>> OptimizerStateFile(std::shared_ptr<con
     kept.push_back(doc.AddStr("param_groups"));
     kept.push_back(param_groups);
     doc.mutable_node(root).items = std::move(kept);
+    // ZeROCheckpoint._update_partition_count: every group's count is the
+    // data-parallel degree, an expert group's (saved W / EP) too.
+    if (NodeId* counts = ValueSlot(doc, root, "partition_count");
+        counts != nullptr && doc.SequenceItems(*counts)) {
+      std::vector<NodeId> w(doc.SequenceItems(*counts)->size());
+      for (NodeId& v : w) v = doc.AddInt(ckpt->world_size());
+      *counts = doc.AddList(std::move(w));
+    }
   }
   return builder.Finish(ckpt, "optimizer_state", crc_reader);
 }
@@ -231,8 +240,14 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(
     // no rule concatenates one: the name table refused it.)
     std::vector<int64_t> shape = p.shape;
     if (shape.empty() && !c->has_universal_info()) shape = {1};
-    UCFS_ASSIGN_OR_RETURN(pkl, UniversalDictPickle(state.dtype, shape, NumelOf(p.storage_shape),
-                                                   state.requires_grad, UniversalKeysOf(p.merge)));
+    if (!p.expert_families.empty()) {
+      UCFS_ASSIGN_OR_RETURN(
+          pkl, UniversalExpertPickle(state.dtype, shape, state.requires_grad, p.ep_num_experts));
+    } else {
+      UCFS_ASSIGN_OR_RETURN(pkl,
+                            UniversalDictPickle(state.dtype, shape, NumelOf(p.storage_shape),
+                                                state.requires_grad, UniversalKeysOf(p.merge)));
+    }
     UCFS_ASSIGN_OR_RETURN(storage.runs, MergedStateRuns(*c, p, s, es, files));
   }
   return TorchFileContent::Make(c, lead.container_style(), state.name, std::move(pkl),
@@ -330,6 +345,13 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env,
     for (uint32_t r = 0; r < w; ++r) {
       const SourceFile& model = shard.sources()[w + r];
       if (model.path.empty()) continue;
+      if (shard.autoep() && c->degrees().mp() == 1) {
+        // Re-saved with AutoEP's universal metadata (its one file: ZeRO-1/2).
+        UCFS_ASSIGN_OR_RETURN(auto rewritten, AutoEpUniversalModelStates(shard0, crc_reader.get()));
+        UCFS_RETURN_IF_ERROR(
+            view->AddFile(udir, std::string(BaseName(model.path)), std::move(rewritten)).status());
+        continue;
+      }
       const uint32_t index = c->source_base(m) + w + r;
       UCFS_RETURN_IF_ERROR(
           view->AddFile(udir, std::string(BaseName(model.path)),

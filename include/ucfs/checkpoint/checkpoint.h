@@ -67,6 +67,9 @@ struct ParamInfo {
   // kFlatGroup: elements from the start of the group's whole flat buffer
   // (all ranks' partitions in order).
   uint64_t offset = 0;
+  // An expert param (expert_topology.h) is listed once per EP rank e, each
+  // under its local name with family e: the same slot of other experts.
+  uint32_t family = 0;
 };
 
 struct FrozenParamInfo {
@@ -88,6 +91,14 @@ struct SubGroupInfo {
   // alignment paddings between them (param_alignment()), as DeepSpeed
   // counts the group's length before padding it to 2·W.
   uint64_t numel = 0;
+  // kFlatGroup: the ranks the buffer is cut over, in partition order
+  // (partition k is members[k]'s): all W for a dense group; for an expert
+  // group of EP size N (expert_parallel), the EDP group of EP rank
+  // `family`, one buffer per family (expert_topology.h).
+  std::vector<uint32_t> members;
+  uint32_t expert_parallel = 1;
+  uint32_t family = 0;
+  uint32_t partition_world() const { return static_cast<uint32_t>(members.size()); }
 };
 
 // A per-element optimizer state (or the fp32 master weights, state 0). The
@@ -183,6 +194,17 @@ class Checkpoint : public StateMapper {
   // buffer starts at a multiple of this many elements (partition.h), as the
   // optimizer files' param_alignment_paddings record; 1 when off.
   uint64_t param_alignment() const { return param_alignment_; }
+  // ds_config's use_data_before_expert_parallelism (expert_topology.h).
+  bool data_before_expert_parallelism() const { return data_before_expert_parallelism_; }
+  // Whether the model states name AutoEP layers (ds_autoep_layers): its
+  // expert params are [local experts, ...] stacks (expert-layouts.md §1);
+  // otherwise expert groups are native MoE's, one param per local expert.
+  bool autoep() const { return autoep_; }
+  // The largest EP size of any expert group; 1 without experts.
+  uint32_t expert_parallel() const;
+  // The flat buffer rank `rank` holds of param group `group`: the group's
+  // own, or its family's for an expert group; nullopt for none.
+  std::optional<size_t> SubGroupOnRank(uint32_t group, uint32_t rank) const;
   // ds_config's train_batch_size, micro batch and accumulation as saved.
   const BatchConfig& batch() const { return batch_; }
 
@@ -263,8 +285,10 @@ class Checkpoint : public StateMapper {
                    const std::vector<RankPiece>& pieces, std::vector<Extent>* out) const;
   // Where elements [first, last) of a param or frozen param of `numel`
   // elements lie (partition.h): the stage's rule, in one place.
+  // Flat groups: `members` (SubGroupInfo) turns partitions into ranks.
   std::vector<RankPiece> PlaceElements(uint64_t numel, uint64_t partition_numel,
-                                       uint64_t flat_offset, uint64_t first, uint64_t last) const;
+                                       uint64_t flat_offset, uint64_t first, uint64_t last,
+                                       const std::vector<uint32_t>* members = nullptr) const;
   friend class CheckpointBuilder;
 
   CheckpointFiles files_;
@@ -281,6 +305,8 @@ class Checkpoint : public StateMapper {
   bool round_robin_gradients_ = false;
   std::optional<bool> parameter_alignment_config_;  // ds_config's, if it says
   uint64_t param_alignment_ = 1;
+  bool data_before_expert_parallelism_ = false;
+  bool autoep_ = false;
   BatchConfig batch_;
   std::vector<ParamInfo> params_;
   std::vector<SubGroupInfo> sub_groups_;

@@ -48,6 +48,13 @@ struct MergedParam {
   // kAffine: the runs of elements, by rank (LayOutAffineMap), that make the
   // merged storage.
   std::shared_ptr<const std::vector<AffineBlock>> affine_blocks;
+  // An expert param (expert_topology.h; T = 1): its copy in each EP rank's
+  // buffer, by EP rank (params of shard group `stage`), whose whole states
+  // concatenate along dim 0 into the universal tensor: AutoEP's
+  // [num_experts, ...] by global expert, native MoE's local param stacked
+  // [EP, ...]. `ep_num_experts` as the universal file records it (dim 0).
+  std::vector<size_t> expert_families;
+  int64_t ep_num_experts = 0;
 };
 
 // DeepSpeed >= 0.19.5 saves the grid's degrees in every model-states file

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -108,6 +109,17 @@ struct UniversalKey {
 Result<std::string> UniversalDictPickle(DType dtype, const std::vector<int64_t>& shape,
                                         uint64_t storage_numel, bool requires_grad,
                                         const std::vector<UniversalKey>& keys);
+
+// The value node under `key` of a dict or OrderedDict, for replacing
+// (null where there is none).
+pickle::NodeId* ValueSlot(pickle::Document& doc, pickle::NodeId mapping, std::string_view key);
+
+// data.pkl of an expert param's universal file as DeepSpeed 0.19.8's
+// converter writes it (ds_to_universal.py consolidate_autoep_zero12_expert_states):
+// {'param': tensor, 'cat_dim': 0, 'is_expert_param': True,
+//  'ep_num_experts': E}, in that order.
+Result<std::string> UniversalExpertPickle(DType dtype, const std::vector<int64_t>& shape,
+                                          bool requires_grad, int64_t ep_num_experts);
 
 // data.pkl of a torch.save'd Python number (a step kept as an int or float).
 Result<std::string> NumberPickle(double value, bool is_float);
