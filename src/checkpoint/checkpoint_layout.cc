@@ -102,6 +102,16 @@ std::optional<LayerFileName> ParseLayerFileName(std::string_view name) {
   return out;
 }
 
+bool IsExpertFileName(std::string_view name) {
+  uint32_t n = 0;
+  if (ConsumePrefix(&name, "layer_")) {
+    if (!ConsumeNumber(&name, &n) || !ConsumePrefix(&name, "_")) return false;
+  }
+  return ConsumePrefix(&name, "expert_") && ConsumeNumber(&name, &n) &&
+         ConsumePrefix(&name, "_mp_rank_") && ConsumeNumber(&name, &n) &&
+         name == "_model_states.pt";
+}
+
 std::string LayerFileNameFor(uint32_t layer, std::optional<uint32_t> tp_rank) {
   auto two = [](uint32_t n) {
     std::string s = std::to_string(n);

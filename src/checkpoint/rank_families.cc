@@ -46,7 +46,9 @@ RankFamilies FindRankFamilies(const std::vector<std::string>& names, uint32_t wo
   // digits, with the ranks seen for it.
   std::map<std::pair<std::string, std::string>, std::set<uint32_t>> groups;
   for (const std::string& name : names) {
-    if (ParseRankFileName(name)) continue;
+    // DeepSpeed's own: its rank files are built at N, its expert files are
+    // per expert at any N.
+    if (ParseRankFileName(name) || IsExpertFileName(name)) continue;
     for (size_t i = 0; i < name.size();) {
       if (!IsDigit(name[i])) {
         ++i;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ucfs/checkpoint/checkpoint_layout.h"
+
 namespace ucfs {
 namespace {
 
@@ -52,6 +54,19 @@ TEST(FindRankFamilies, DirectoryOfRankFilesAndSingleRankRuns) {
   // Two numbers in a name: the one that runs 0..W-1 is the rank.
   f = FindRankFamilies({"state_0_of_2.pt", "state_1_of_2.pt"}, 2);
   EXPECT_EQ(Prefixes(f), (std::vector<std::string>{"state_|_of_2.pt"}));
+}
+
+// DeepSpeed's MoE expert files number experts, not ranks (as many as the
+// ranks in the fixtures, 4): never a family, whatever N is.
+TEST(FindRankFamilies, ExpertFilesAreNoFamily) {
+  RankFamilies f = FindRankFamilies(
+      {"layer_0_expert_0_mp_rank_00_model_states.pt", "layer_0_expert_1_mp_rank_00_model_states.pt",
+       "expert_0_mp_rank_00_model_states.pt", "expert_1_mp_rank_00_model_states.pt"},
+      2);
+  EXPECT_TRUE(f.complete.empty());
+  EXPECT_TRUE(IsExpertFileName("layer_12_expert_7_mp_rank_01_model_states.pt"));
+  EXPECT_FALSE(IsExpertFileName("layer_01-model_00-model_states.pt"));
+  EXPECT_FALSE(IsExpertFileName("layer_0_expert_x_mp_rank_00_model_states.pt"));
 }
 
 // A gap, or more ranks than the checkpoint has, is no family: passed

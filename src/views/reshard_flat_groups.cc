@@ -18,17 +18,34 @@ using pickle::NodeId;
 
 namespace {
 
-// The first `length` elements of rank s's partition of flat group k, for
+// A new rank's buffer of param group g: the layout's sub-group (the
+// group's own, or its EP rank's family) and the rank's partition of it.
+struct RankBuffer {
+  uint32_t sub_group = 0;
+  uint32_t part = 0;
+};
+
+RankBuffer BufferOf(const ReshardLayout& layout, uint32_t g, uint32_t rank) {
+  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+    const std::vector<uint32_t>& members = layout.sub_groups[k].members;
+    if (layout.sub_groups[k].param_group != g) continue;
+    auto it = std::find(members.begin(), members.end(), rank);
+    if (it != members.end()) return {k, static_cast<uint32_t>(it - members.begin())};
+  }
+  return {g, rank};  // PlanReshard gives every rank a buffer of every group
+}
+
+// The first `length` elements of partition `part` of flat group k, for
 // one state: the params' elements it covers, then zero padding.
 std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
-                                      uint32_t rank, uint32_t state, uint64_t length) {
+                                      uint32_t part, uint32_t state, uint64_t length) {
   std::vector<StorageRun> runs;
   const uint64_t es = Info(c.states()[state].dtype).element_size;
   const SubGroupInfo& sg = layout.sub_groups[k];
   uint64_t at = 0;  // elements of the partition covered so far
   for (uint32_t p : sg.params) {
     const ParamInfo& param = c.params()[p];
-    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, part);
     if (!frag || frag->partition_start >= length) continue;
     const uint64_t n = std::min(frag->numel, length - frag->partition_start);
     // The alignment padding before it (param_alignment_paddings), zeros as
@@ -53,14 +70,14 @@ std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& 
 // the whole params its partition touches, concatenated in flat order
 // (whole_params.h); no runs where it touches none.
 std::vector<StorageRun> WholeParamRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
-                                       uint32_t rank, uint32_t state, uint64_t* numel) {
+                                       uint32_t part, uint32_t state, uint64_t* numel) {
   std::vector<StorageRun> runs;
   const uint64_t es = Info(c.states()[state].dtype).element_size;
   const SubGroupInfo& sg = layout.sub_groups[k];
   *numel = 0;
   for (uint32_t p : sg.params) {
     const ParamInfo& param = c.params()[p];
-    if (!FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank)) continue;
+    if (!FragmentOnRank(sg.partition_numel, param.offset, param.numel, part)) continue;
     StorageRun run;
     run.kind = StorageRun::Kind::kState;
     run.param = p;
@@ -84,12 +101,12 @@ struct FragmentNodes {
 
 // param_slice_mappings of sub-group sg on `rank`: each param's fragment of
 // this partition (tensor_fragment.py), in an OrderedDict by param name.
-NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg, uint32_t rank,
+NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg, uint32_t part,
                      const FragmentNodes& nodes) {
   const NodeId od = doc.AddReduce(nodes.ordered_dict, doc.AddTuple({}));
   for (uint32_t p : sg.params) {
     const ParamInfo& param = c.params()[p];
-    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, rank);
+    auto frag = FragmentOnRank(sg.partition_numel, param.offset, param.numel, part);
     if (!frag) continue;
     pickle::Node address;
     address.kind = Kind::kNewObj;
@@ -108,7 +125,9 @@ NodeId SliceMappings(Document& doc, const Checkpoint& c, const SubGroupInfo& sg,
 // source's at any N (only the group's end padding follows N).
 NodeId AlignmentPaddings(Document& doc, const Checkpoint& c, const ReshardLayout& layout) {
   std::vector<NodeId> groups;
-  for (const SubGroupInfo& sg : layout.sub_groups) {
+  // The file's groups: an expert group's families share its paddings.
+  for (uint32_t g = 0; g < c.param_group_count(); ++g) {
+    const SubGroupInfo& sg = layout.sub_groups[g];
     std::vector<NodeId> paddings;
     for (size_t i = 0; i < sg.params.size(); ++i) {
       const ParamInfo& p = c.params()[sg.params[i]];
@@ -126,7 +145,7 @@ NodeId AlignmentPaddings(Document& doc, const Checkpoint& c, const ReshardLayout
 Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const ReshardLayout& layout,
                             uint32_t rank, NodeId state, const std::string& path) {
   Document& doc = b.doc();
-  const size_t groups = layout.sub_groups.size();
+  const size_t groups = c.param_group_count();
   auto old_state = doc.MappingItems(state);
   if (!old_state) return Status::OK();
   std::vector<NodeId> kv;
@@ -139,7 +158,8 @@ Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const Re
                                 " param groups");
     }
     const auto g = static_cast<uint32_t>(*k);
-    const SubGroupInfo& sg = layout.sub_groups[g];
+    const RankBuffer buffer = BufferOf(layout, g, rank);
+    const SubGroupInfo& sg = layout.sub_groups[buffer.sub_group];
     std::vector<NodeId> entry;
     for (const auto& [name_node, v] : *entries) {
       NodeId nv = v;
@@ -153,15 +173,17 @@ Status RepartitionBaseState(TorchPickleBuilder& b, const Checkpoint& c, const Re
       if (gs != nullptr && gs->layout == StateLayout::kWholeParams) {
         const StateInfo& info = c.states()[gs->state];
         uint64_t numel = 0;
-        std::vector<StorageRun> runs = WholeParamRuns(c, layout, g, rank, gs->state, &numel);
+        std::vector<StorageRun> runs =
+            WholeParamRuns(c, layout, buffer.sub_group, buffer.part, gs->state, &numel);
         // DeepSpeed makes no buffer on a rank touching no Muon param.
         if (numel == 0) continue;
         nv = b.NewTensor(info.dtype, {static_cast<int64_t>(numel)}, info.requires_grad,
                          std::move(runs));
       } else if (gs != nullptr) {
         const StateInfo& info = c.states()[gs->state];
-        nv = b.NewTensor(info.dtype, {static_cast<int64_t>(sg.partition_numel)}, info.requires_grad,
-                         FlatGroupRuns(c, layout, g, rank, gs->state, sg.partition_numel));
+        nv = b.NewTensor(
+            info.dtype, {static_cast<int64_t>(sg.partition_numel)}, info.requires_grad,
+            FlatGroupRuns(c, layout, buffer.sub_group, buffer.part, gs->state, sg.partition_numel));
       }
       entry.push_back(name_node);
       entry.push_back(nv);
@@ -190,8 +212,7 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
   UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroOptimizer(c, b, &copied));
   Document& doc = b.doc();
   const std::string& path = c.rank0_optim_summary().path;
-  const uint32_t n = layout.world_size;
-  const size_t groups = layout.sub_groups.size();
+  const size_t groups = c.param_group_count();
   const NodeId osd = doc.Get(root, "optimizer_state_dict");
   NodeId* flats = ValueSlot(doc, osd, "single_partition_of_fp32_groups");
   NodeId* paddings = ValueSlot(doc, osd, "group_paddings");
@@ -215,19 +236,23 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
   nodes.start_key = doc.AddStr("start");
   nodes.fragment = doc.Global("deepspeed.utils.tensor_fragment", "fragment_address");
   nodes.ordered_dict = doc.Global("collections", "OrderedDict");
-  for (uint32_t k = 0; k < groups; ++k) {
-    const SubGroupInfo& sg = layout.sub_groups[k];
+  for (uint32_t g = 0; g < groups; ++g) {
+    // Cut over its n ranks: all N, or an expert group's EDP group.
+    const RankBuffer buffer = BufferOf(layout, g, rank);
+    const SubGroupInfo& sg = layout.sub_groups[buffer.sub_group];
+    const uint32_t n = sg.partition_world();
     // DeepSpeedZeroOptimizer saves partition[:P - padding], a view: its
     // storage is still the whole partition.
-    const uint64_t saved =
-        c.IsBf16Optimizer() ? sg.partition_numel : ZeroOptimizerSavedNumel(sg.numel, n, rank);
-    new_flats.push_back(b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)}, fp32.requires_grad,
-                                    FlatGroupRuns(c, layout, k, rank, 0, sg.partition_numel),
-                                    sg.partition_numel));
+    const uint64_t saved = c.IsBf16Optimizer() ? sg.partition_numel
+                                               : ZeroOptimizerSavedNumel(sg.numel, n, buffer.part);
+    new_flats.push_back(
+        b.NewTensor(fp32.dtype, {static_cast<int64_t>(saved)}, fp32.requires_grad,
+                    FlatGroupRuns(c, layout, buffer.sub_group, buffer.part, 0, sg.partition_numel),
+                    sg.partition_numel));
     new_paddings.push_back(
-        doc.AddInt(rank + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
+        doc.AddInt(buffer.part + 1 == n ? static_cast<int64_t>(FlatGroupPadding(sg.numel, n)) : 0));
     new_counts.push_back(doc.AddInt(n));
-    new_mappings.push_back(SliceMappings(doc, c, sg, rank, nodes));
+    new_mappings.push_back(SliceMappings(doc, c, sg, buffer.part, nodes));
   }
   *flats = doc.AddList(std::move(new_flats));
   *paddings = doc.AddList(std::move(new_paddings));
@@ -256,6 +281,20 @@ Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const 
   Document& doc = b.doc();
   doc.set_root(root);
   if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
+  // AutoEP records each layer's EDP size (N / EP at N), in its metadata
+  // and in universal_checkpoint_info's copy of it; rank 0's other fields
+  // (EP rank 0, EDP rank 0) hold at any N.
+  for (NodeId layers : {doc.Get(root, "ds_autoep_layers"),
+                        doc.Get(doc.Get(root, "universal_checkpoint_info"), "ds_autoep_layers")}) {
+    auto entries = doc.SequenceItems(layers);
+    if (!entries) continue;
+    for (NodeId entry : std::vector<NodeId>(*entries)) {
+      auto ep = doc.AsInt(doc.Get(entry, "ep_size"));
+      NodeId* edp = ValueSlot(doc, entry, "expert_data_parallel_world_size");
+      if (!ep || *ep <= 0 || edp == nullptr) continue;
+      *edp = doc.AddInt(layout.world_size / *ep);
+    }
+  }
   return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)));
 }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "ucfs/checkpoint/expert_topology.h"
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/vfs/lazy_content.h"
 #include "ucfs/views/consolidated_view.h"
@@ -39,10 +40,22 @@ Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& opt
           "world size (the universal view and the consolidated weights can)");
     }
     // ZeRO-1/2: the same param groups, in the same order, each cut into N
-    // partitions of its own.
+    // partitions of its own; an expert group's buffer of each EP rank into
+    // N / EP, over that EP rank's EDP group at N (expert_topology.h).
     for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
       SubGroupInfo sg = c.sub_groups()[k];
-      sg.partition_numel = FlatPartitionNumel(sg.numel, options.world_size);
+      if (options.world_size % sg.expert_parallel != 0) {
+        return Status::NotSupported(
+            c.files().model_files[0] + ": param group " + std::to_string(sg.param_group) +
+            " holds experts over " + std::to_string(sg.expert_parallel) +
+            " expert-parallel ranks, which DeepSpeed keeps at any world size: N must be a "
+            "multiple of " +
+            std::to_string(sg.expert_parallel) + ", not " + std::to_string(options.world_size));
+      }
+      sg.members =
+          ExpertTopology{options.world_size, sg.expert_parallel, c.data_before_expert_parallelism()}
+              .Members(sg.family);
+      sg.partition_numel = FlatPartitionNumel(sg.numel, sg.partition_world());
       for (uint32_t p : sg.params) {
         layout.sub_group_of[p] = k;
         layout.offset_of[p] = c.params()[p].offset;

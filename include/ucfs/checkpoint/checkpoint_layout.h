@@ -104,6 +104,12 @@ struct RankFileName {
 };
 std::optional<RankFileName> ParseRankFileName(std::string_view name);
 
+// A MoE expert's file (engine.py _get_expert_ckpt_name):
+// "layer_<L>_expert_<E>_mp_rank_<MM>_model_states.pt", one per MoE layer and
+// global expert, whatever the world size; an older DeepSpeed's
+// "expert_<E>_mp_rank_<MM>_model_states.pt" too.
+bool IsExpertFileName(std::string_view name);
+
 // The file name DeepSpeed uses for a rank's file.
 std::string RankFileNameFor(RankFileName::Kind kind, std::string_view prefix, uint32_t dp_rank,
                             uint32_t mp_rank = 0);
