@@ -63,6 +63,12 @@ INSTANTIATE_TEST_SUITE_P(AutoTp, ParallelUniversalViewTest,
                                            "modern/autotp_z3_fp32_t2d2",
                                            "modern/autotp_uneven_z1_fp32_t2d2"),
                          [](const auto& info) { return info.param.substr(7); });
+// DeepSpeed 0.19.8's AutoEP at ZeRO-2 (EP 2, D 2): each expert stack
+// gathered from its EP ranks' buffers, {'param', 'cat_dim', 'is_expert_param',
+// 'ep_num_experts'}, and mp_rank_00 re-saved with the lightweight metadata.
+INSTANTIATE_TEST_SUITE_P(AutoEp, ParallelUniversalViewTest,
+                         ::testing::Values("modern/autoep_z2_fp32_e2d2"),
+                         [](const auto& info) { return info.param.substr(7); });
 // The merges Megatron never asks for (make_merge_rules_fixture.py): an
 // averaged param, SubparamShape along dim 0 and, viewed anew, along dim 1.
 INSTANTIATE_TEST_SUITE_P(MergeRules, ParallelUniversalViewTest,

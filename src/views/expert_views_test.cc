@@ -1,0 +1,89 @@
+// The reshard view of DeepSpeed 0.19.8's expert-parallel fixtures
+// (moe_z2_fp32_e2d2, autoep_z2_fp32_e2d2: W 4, EP 2) at N = EP · D': its
+// rank files open as a checkpoint whose expert groups are cut over the EDP
+// groups of N, every state of every EP rank's experts the source's; N not
+// a multiple of EP is refused.
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/expert_topology.h"
+#include "ucfs/views/reshard_view.h"
+
+namespace ucfs {
+namespace {
+
+using testing::ModernDir;
+
+std::string ReadWhole(Env& env, View& view, InodeId node) {
+  auto attr = view.GetAttr(node);
+  EXPECT_TRUE(attr.ok());
+  std::vector<ReadPiece> pieces;
+  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
+  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
+  std::string bytes;
+  EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
+  return bytes;
+}
+
+std::string StateBytes(Env& env, const Checkpoint& c, size_t p, size_t s) {
+  std::vector<Extent> extents;
+  EXPECT_TRUE(c.MapState(p, s, 0, c.params()[p].numel * 4, &extents).ok());
+  std::string bytes;
+  for (const Extent& e : extents) {
+    bytes += *(*env.Open(c.sources()[e.file].path))->ReadString(e.offset, e.length);
+  }
+  return bytes;
+}
+
+class ExpertReshardTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
+  Env& env = *Env::Posix();
+  auto c = Checkpoint::Open(env, ModernDir(GetParam()) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto source = std::make_shared<const Checkpoint>(std::move(c).value());
+  for (uint32_t n : {2u, 4u, 6u, 8u}) {
+    SCOPED_TRACE("N=" + std::to_string(n));
+    auto view = BuildReshardView(env, source, {n, std::nullopt});
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    MemEnv out;
+    out.WriteFile("/r/latest", ReadWhole(env, **view, *(*view)->Lookup(kRootInode, "latest")));
+    const InodeId dir = *(*view)->Lookup(kRootInode, "global_step4");
+    auto entries = (*view)->ReadDir(dir);
+    ASSERT_TRUE(entries.ok());
+    size_t expert_files = 0;
+    for (const auto& [name, attr] : *entries) {
+      out.WriteFile("/r/global_step4/" + name, ReadWhole(env, **view, attr.inode));
+      expert_files += IsExpertFileName(name);
+    }
+    // One per MoE layer and global expert, whatever N is.
+    EXPECT_EQ(expert_files, source->autoep() ? 8u : 4u);
+    auto r = Checkpoint::Open(out, "/r");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->world_size(), n);
+    ASSERT_EQ(r->sub_groups().size(), 3u);
+    EXPECT_EQ(r->sub_groups()[1].members, (ExpertTopology{n, 2, false}.Members(0)));
+    EXPECT_EQ(r->sub_groups()[2].members, (ExpertTopology{n, 2, false}.Members(1)));
+    ASSERT_EQ(r->params().size(), source->params().size());
+    for (size_t p = 0; p < r->params().size(); ++p) {
+      const ParamInfo& info = r->params()[p];
+      EXPECT_EQ(info.name, source->params()[p].name);
+      EXPECT_EQ(info.family, source->params()[p].family);
+      for (size_t s = 0; s < r->states().size(); ++s) {
+        EXPECT_TRUE(StateBytes(out, *r, p, s) == StateBytes(env, *source, p, s))
+            << info.name << " family " << info.family << " " << r->states()[s].name;
+      }
+    }
+  }
+  auto refused = BuildReshardView(env, source, {3, std::nullopt});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("N must be a multiple of 2, not 3"), std::string::npos)
+      << refused.status().ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertReshardTest,
+                         ::testing::Values("moe_z2_fp32_e2d2", "autoep_z2_fp32_e2d2"));
+
+}  // namespace
+}  // namespace ucfs
