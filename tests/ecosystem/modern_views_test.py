@@ -18,8 +18,10 @@ then, inside the modern root (tests/ecosystem/run.sh, torch 2.14), harness/views
 usage: modern_views_test.py UCFS_BIN [MODERN_DIR] [FIXTURE...]
 Needs root (FUSE) and the modern root (tests/ecosystem/setup.sh). Ends with "N passed, M failed".
 """
+import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,14 +48,49 @@ def refusal(facts):
     layout ucfs refuses until it serves it (src/design/modern-layouts.md); None where every view serves it.
 
     Muon is served (its states per group; at ZeRO-1/2 a momentum buffer of the whole params a partition
-    touches). Parameter alignment is served too. AutoEP and native MoE partition experts over fewer
-    ranks."""
+    touches). Parameter alignment is served too, and so are AutoEP and native MoE at ZeRO-1/2 (experts
+    partitioned over their EP rank's expert-data-parallel group); AutoEP at ZeRO-3 partitions its experts
+    otherwise ('zero3_partitioned')."""
     cfg = facts.get("ds_config") or {}  # None where a trainer made the config
-    if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1:
-        return "an AutoEP run (ds_autoep_layers)", "all"
-    if facts.get("ep_size", 1) > 1:
-        return "as MoE expert groups are, are not supported", "all"
+    if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1 and facts["zero_stage"] == 3:
+        return "AutoEP experts saved as 'zero3_partitioned'", "all"
     return None
+
+
+def native_moe(facts):
+    """Native DeepSpeed MoE (deepspeed.moe.layer.MoE): its universal files are per local name."""
+    cfg = facts.get("ds_config") or {}
+    return facts.get("ep_size", 1) > 1 and not (cfg.get("expert_parallel") or {}).get("autoep_size")
+
+
+EXPERT = re.compile(r"^(.*\.deepspeed_moe\.experts\.deepspeed_experts\.)([0-9]+)(\..*)$")
+
+
+def stacked_live_params(facts):
+    """live_state's params as ucfs's universal view of native MoE holds them (src/design/expert-layouts.md §4):
+    each local expert's name (deepspeed_experts.<l>, l < local experts) with every state the stack over EP ranks e
+    of global expert e * local + l, [EP, *shape]; the other params as they are."""
+    ep = facts["ep_size"]
+    params = facts["live_state"]["params"]
+    experts = {}  # (prefix, suffix) -> {global id: states}
+    out = {}
+    for name, states in params.items():
+        m = EXPERT.match(name)
+        if m:
+            experts.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = states
+        else:
+            out[name] = states
+    for (prefix, suffix), by_id in experts.items():
+        local = len(by_id) // ep
+        for l in range(local):
+            stacked = {}
+            for state in by_id[l]:
+                parts = [by_id[e * local + l][state] for e in range(ep)]
+                raw = b"".join(base64.b64decode(p["b64"]) for p in parts)
+                stacked[state] = {"dtype": parts[0]["dtype"], "shape": [ep] + parts[0]["shape"],
+                                  "b64": base64.b64encode(raw).decode()}
+            out[f"{prefix}{l}{suffix}"] = stacked
+    return out
 
 
 def frozen_names(facts):
@@ -87,9 +124,10 @@ def live_checks(facts, universal, label):
     live = facts["live_state"]
     loads = []
     steps = live.get("adam_steps") or []
+    params = stacked_live_params(facts) if native_moe(facts) else live["params"]
     # z2_muon_fp32_ws2's live_state could not read the momentum (its errors say why); muon_momentum_layout has it.
     momentum = (facts.get("muon_momentum_layout") or {}).get("values") or {}
-    for param, states in live["params"].items():
+    for param, states in params.items():
         states = dict(states)
         if param in momentum:
             states.setdefault("momentum_buffer", momentum[param])
@@ -178,15 +216,23 @@ def test_root(name, base, facts, root):
             check(f"{label}: {tag}_universal (no converter output) holds each param's fp32.pt and its group's "
                   "states by key", state_files)
             loads.extend(live_loads)
+            fp32 = os.path.join(m.dir, tag + "_fp32")
+            if not any(zero_to_fp32_of(base, root, tag)) and native_moe(facts):
+                # zero_to_fp32.py fails on MoE checkpoints (it reads layer_*_expert_* files as model
+                # states): the live masters, by the global names the expert files use, judge ours.
+                for name in ("pytorch_model.bin", "model.safetensors"):
+                    loads.append({"ours": os.path.join(fp32, name), "theirs": os.path.join(base, "MODERN.json"),
+                                  "kind": "live"})
             for z2f in zero_to_fp32_of(base, root, tag):
-                fp32 = os.path.join(m.dir, tag + "_fp32")
                 extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
                 loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
                               "ours_only": extra})
         # Data-parallel ranks anew; tensor-parallel ranks kept (each writes its rank files at N).
         tp = facts.get("tp_size", 1)
         w = facts["world_size"] // tp
-        for n in sorted({max(1, w - 1) if w > 1 else 2, w + 1}):
+        ep = facts.get("ep_size", 1)  # experts keep their EP size: N = EP · D'
+        d = w // ep
+        for n in sorted({ep * (max(1, d - 1) if d > 1 else 2), ep * (d + 1)}):
             m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(n))
             mounts.append(m)
             tag = root["latest"]
