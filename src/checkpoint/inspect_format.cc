@@ -74,8 +74,11 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
 std::string GroupsText(const Checkpoint& c) {
   std::string out = std::to_string(c.param_group_count()) + " param group(s)";
   if (FlatGroups(c)) {
+    // The file's groups (an expert group's other EP ranks' buffers are its
+    // equals: experts() names them).
     std::string numels, partitions;
-    for (const SubGroupInfo& sg : c.sub_groups()) {
+    for (uint32_t k = 0; k < c.param_group_count(); ++k) {
+      const SubGroupInfo& sg = c.sub_groups()[k];
       numels += (numels.empty() ? "" : ", ") + std::to_string(sg.numel);
       partitions += (partitions.empty() ? "" : ", ") + std::to_string(sg.partition_numel);
     }
@@ -92,6 +95,30 @@ std::string GroupsText(const Checkpoint& c) {
          (c.configured_sub_group_size()
               ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
               : "");
+}
+
+std::string ExpertsText(const Checkpoint& c) {
+  std::string out;
+  for (uint32_t k = 0; k < c.param_group_count(); ++k) {
+    const SubGroupInfo& sg = c.sub_groups()[k];
+    if (sg.expert_parallel == 1) continue;
+    std::string groups;
+    for (const SubGroupInfo& family : c.sub_groups()) {
+      if (family.param_group != k) continue;
+      std::string ranks;
+      for (uint32_t r : family.members) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      groups += (groups.empty() ? "" : " ") + std::string("[") + ranks + "]";
+    }
+    out += std::string(out.empty() ? "" : "; ") + "group " + std::to_string(k) + " over EP " +
+           std::to_string(sg.expert_parallel) + " x EDP " + std::to_string(sg.partition_world()) +
+           ", each EP rank's experts cut over its EDP group " + groups;
+  }
+  if (out.empty()) return out;
+  return std::string(c.autoep() ? "AutoEP" : "native MoE") + " (" +
+         (c.data_before_expert_parallelism()
+              ? "data before expert parallelism: EP rank = rank div D"
+              : "EP rank = rank mod EP") +
+         "): " + out;
 }
 
 std::string ContainerText(const Checkpoint& c) {

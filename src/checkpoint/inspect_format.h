@@ -26,6 +26,9 @@ std::string Table(const std::vector<std::vector<std::string>>& rows, const std::
 // ZeRO-3: "2 param group(s), 5 sub-group(s), sub_group_size 100";
 // ZeRO-1/2: "2 param group(s) of 831, 105 elements, partitions of 416, 54".
 std::string GroupsText(const Checkpoint& c);
+// The expert groups (MoE): EP and EDP sizes, the ranks of each EP rank's
+// EDP group; empty without experts.
+std::string ExpertsText(const Checkpoint& c);
 // How rank 0's optimizer file was written: "torch >= 2.7 zip, 4096-byte
 // alignment", "torch legacy (non-zip)".
 std::string ContainerText(const Checkpoint& c);

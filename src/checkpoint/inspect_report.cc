@@ -72,6 +72,11 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
                 {"train_micro_batch_size_per_gpu", opt(batch.micro_batch_per_gpu)},
                 {"gradient_accumulation_steps", opt(batch.gradient_accumulation)}};
   j["param_groups"] = c.param_group_count();
+  j["expert_parallel"] = c.expert_parallel();
+  j["experts"] = c.expert_parallel() == 1 ? json(nullptr)
+                 : c.autoep()             ? json("autoep")
+                                          : json("native_moe");
+  j["data_before_expert_parallelism"] = c.data_before_expert_parallelism();
   j["param_alignment"] = c.param_alignment();
   json states = json::array();
   for (const auto& s : c.states())
@@ -91,6 +96,9 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
                           {"states", states_of},
                           {"numel", sg.numel},
                           {"partition_numel", sg.partition_numel},
+                          {"expert_parallel", sg.expert_parallel},
+                          {"ep_rank", sg.family},
+                          {"ranks", sg.members},
                           {"params", names}});
   }
   j["sub_groups"] = sub_groups;
@@ -105,6 +113,7 @@ nlohmann::ordered_json InspectJson(const Checkpoint& c) {
                       {"param_group", p.param_group},
                       {"sub_group", p.sub_group},
                       {"offset", p.offset},
+                      {"ep_rank", p.family},
                       {"valid_per_rank", c.ElementsPerRank(i)}});
   }
   j["params"] = params;
@@ -157,6 +166,9 @@ std::string InspectText(const Checkpoint& c) {
   if (std::string batch = DescribeBatch(c.batch(), c.world_size()); !batch.empty()) {
     head.push_back({"batch", batch});
   }
+  if (std::string experts = inspect::ExpertsText(c); !experts.empty()) {
+    head.push_back({"experts", experts});
+  }
   head.push_back({"states", StatesText(c)});
   out += Table(head, "");
 
@@ -169,8 +181,11 @@ std::string InspectText(const Checkpoint& c) {
                                                  "valid elements per rank"}};
   for (size_t i = 0; i < c.params().size(); ++i) {
     const ParamInfo& p = c.params()[i];
+    // An expert param is listed once per EP rank.
+    const bool expert = c.sub_groups()[p.sub_group].expert_parallel > 1;
     rows.push_back(
-        {Printable(p.name), ShapeString(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
+        {Printable(p.name) + (expert ? " [EP rank " + std::to_string(p.family) + "]" : ""),
+         ShapeString(p.shape), std::string(Info(c.states()[0].dtype).torch_name),
          std::to_string(p.numel), std::to_string(p.param_group),
          std::to_string(FlatGroups(c) ? p.offset : p.sub_group), RunLength(c.ElementsPerRank(i))});
   }

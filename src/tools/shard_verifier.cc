@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "tools/expert_files.h"
 #include "tools/file_checks.h"
 #include "tools/nonfinite_scan.h"
 #include "tools/whole_param_replicas.h"
@@ -85,6 +86,7 @@ class ShardVerifier {
       };
       ScanNonFinite(env_, *ckpt, options_, files_.tag_dir, &report_, sink);
       CheckWholeParamReplicas(env_, *ckpt, options_, &report_, sink);
+      CheckExpertFiles(env_, *ckpt, sink);
     }
     // In rank order, each rank's optimizer file before its model states;
     // a file's problems in the order they were found.
