@@ -1256,6 +1256,55 @@ def _(tag, root):
     edit(os.path.join(tag, "mp_rank_01_model_states.pt"), fn)
 
 
+# ------------------------------------------------------------------ experts
+# DeepSpeed 0.19.8's MoE checkpoints (tests/data/modern, beside the
+# fixtures): W 4, EP 2, the expert group cut over 2 ranks. ucfs serves every
+# view of them; each broken one must be refused naming its file, or (a lost
+# expert file) pass through as it is, verify naming it.
+MOE = "../modern/moe_z2_fp32_e2d2"
+AUTOEP = "../modern/autoep_z2_fp32_e2d2"
+
+
+def param_group(tree, k):
+    return osd(tree).get("base_optimizer_state").get("param_groups").items[k]
+
+
+@case("experts", "partition_count_of_another_rank", "rank 3 cuts the expert group over 4 ranks", MOE)
+def _(tag, root):
+    edit(optim(tag, 3), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([4, 4])))
+
+
+@case("experts", "expert_group_unnamed", "the expert group cut over 2 ranks is named no 'ep_size_N'", MOE)
+def _(tag, root):
+    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", tv.Str("experts")))
+
+
+@case("experts", "ep_size_not_dividing", "the expert group is named 'ep_size_3' at W 4", MOE)
+def _(tag, root):
+    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", tv.Str("ep_size_3")))
+
+
+@case("experts", "expert_file_missing", "layer 0's expert 3 file is gone", MOE)
+def _(tag, root):
+    os.remove(os.path.join(tag, "layer_0_expert_3_mp_rank_00_model_states.pt"))
+
+
+@case("experts", "expert_partition_short", "rank 1's expert partition lost its last 100 elements", MOE)
+def _(tag, root):
+    def fn(t, _):
+        part = osd(t).get("single_partition_of_fp32_groups").items[1]
+        part.args.items[2] = tv.Tup([444])
+    edit(optim(tag, 1), fn)
+
+
+@case("experts", "autoep_folded", "ds_autoep_layers folded into AutoTP ranks", AUTOEP)
+def _(tag, root):
+    def fn(t, _):
+        for layer in t.get("ds_autoep_layers").items:
+            dict_set(layer, "folding", tv.Dct([]))
+    edit(os.path.join(tag, "mp_rank_00_model_states.pt"), fn)
+
+
 # ------------------------------------------------------------------ main
 
 def main(argv):
