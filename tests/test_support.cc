@@ -231,10 +231,10 @@ std::string ReplaceTorchRecord(const std::string& bytes, const std::string& rela
   });
 }
 
-std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents) {
+std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents, Env* env) {
   std::string out;
   for (const Extent& e : extents) {
-    auto file = Env::Posix()->Open(ckpt.sources()[e.file].path);
+    auto file = (env != nullptr ? env : Env::Posix())->Open(ckpt.sources()[e.file].path);
     EXPECT_TRUE(file.ok()) << file.status().ToString();
     if (!file.ok()) return out;
     auto bytes = (*file)->ReadString(e.offset, e.length);
@@ -242,6 +242,14 @@ std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& exten
     if (bytes.ok()) out += *bytes;
   }
   return out;
+}
+
+std::string FullState(const Checkpoint& ckpt, size_t param, size_t state, Env* env) {
+  std::vector<Extent> extents;
+  const uint64_t bytes = ckpt.params()[param].numel * Info(ckpt.states()[state].dtype).element_size;
+  Status st = ckpt.MapState(param, state, 0, bytes, &extents);
+  EXPECT_TRUE(st.ok()) << ckpt.params()[param].name << ": " << st.ToString();
+  return ReadExtents(ckpt, extents, env);
 }
 
 std::map<std::string, FileState> FilesBelow(const std::string& dir) {
@@ -301,6 +309,20 @@ void ViewTree(Env& env, View& view, InodeId dir, const std::string& prefix,
     } else {
       (*out)[prefix + name] = ReadViewFile(env, view, attr.inode);
     }
+  }
+}
+
+void CopyViewCheckpoint(Env& env, View& view, const std::string& tag, MemEnv* out,
+                        const std::string& root) {
+  auto latest = view.Lookup(kRootInode, "latest");
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  out->WriteFile(root + "/latest", ReadViewFile(env, view, *latest));
+  auto dir = view.Lookup(kRootInode, tag);
+  ASSERT_TRUE(dir.ok()) << tag << ": " << dir.status().ToString();
+  auto entries = view.ReadDir(*dir);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  for (const auto& [name, attr] : *entries) {
+    out->WriteFile(root + "/" + tag + "/" + name, ReadViewFile(env, view, attr.inode));
   }
 }
 

@@ -101,8 +101,12 @@ std::string ReplaceTorchRecord(const std::string& bytes, const std::string& rela
 // (exact: every such value is a double), decoded here rather than by ucfs.
 std::vector<double> FloatValues(const std::string& bytes, DType dtype);
 
-// The bytes of `extents` of `ckpt`'s source files, concatenated.
-std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents);
+// The bytes of `extents` of `ckpt`'s source files, concatenated, read
+// through `env` (the real file system by default).
+std::string ReadExtents(const Checkpoint& ckpt, const std::vector<Extent>& extents,
+                        Env* env = nullptr);
+// The whole of state `state` of param `param`, as MapState maps it.
+std::string FullState(const Checkpoint& ckpt, size_t param, size_t state, Env* env = nullptr);
 
 // A small read-only view for overlay tests: latest, t/{a,b}, d/x, whose
 // contents are "t", "A-view", "B-view", "X-view".
@@ -118,6 +122,10 @@ std::string ReadViewFile(Env& env, View& view, InodeId node);
 // `prefix`, with its bytes (read as ReadViewFile reads them).
 void ViewTree(Env& env, View& view, InodeId dir, const std::string& prefix,
               std::map<std::string, std::string>* out);
+// The checkpoint a view shows, copied into `out` below `root`: its
+// `latest` and every file of directory `tag`.
+void CopyViewCheckpoint(Env& env, View& view, const std::string& tag, MemEnv* out,
+                        const std::string& root);
 // The names in directory `dir` of `view`, as ReadDir sorts them.
 std::vector<std::string> EntryNames(View& view, InodeId dir);
 

@@ -15,14 +15,6 @@ namespace {
 using testing::LiveState;
 using testing::ModernDir;
 
-std::string FullState(const Checkpoint& c, size_t p, size_t s) {
-  std::vector<Extent> extents;
-  const uint64_t bytes = c.params()[p].numel * Info(c.states()[s].dtype).element_size;
-  Status st = c.MapState(p, s, 0, bytes, &extents);
-  EXPECT_TRUE(st.ok()) << c.params()[p].name << ": " << st.ToString();
-  return testing::ReadExtents(c, extents);
-}
-
 // Native MoE: 2 local experts per EP rank; EP rank e's local expert l is
 // global expert 2e + l, under the name the expert files give it.
 std::string GlobalName(const std::string& local, uint32_t family) {
@@ -52,7 +44,7 @@ TEST(ExpertCheckpointTest, NativeMoeEveryStateIsTheLiveValue) {
     const std::string live = expert ? GlobalName(param.name, param.family) : param.name;
     for (const SubGroupState& gs : c->StatesOf(p)) {
       const std::string& state = c->states()[gs.state].name;
-      EXPECT_TRUE(FullState(*c, p, gs.state) == LiveState(fixture, live, state))
+      EXPECT_TRUE(testing::FullState(*c, p, gs.state) == LiveState(fixture, live, state))
           << param.name << " (family " << param.family << ") " << state;
       ++compared;
     }
@@ -77,7 +69,7 @@ TEST(ExpertCheckpointTest, AutoEpStacksAreTheirEpRanksExperts) {
         const size_t half = live.size() / 2;
         live = live.substr(param.family * half, half);
       }
-      EXPECT_TRUE(FullState(*c, p, gs.state) == live)
+      EXPECT_TRUE(testing::FullState(*c, p, gs.state) == live)
           << param.name << " (family " << param.family << ") " << state;
       ++compared;
     }

@@ -18,14 +18,6 @@ using testing::LiveBytes;
 using testing::ModernDir;
 using testing::ModernFacts;
 
-std::string FullState(const Checkpoint& c, size_t p, size_t s) {
-  std::vector<Extent> extents;
-  const uint64_t bytes = c.params()[p].numel * Info(c.states()[s].dtype).element_size;
-  Status st = c.MapState(p, s, 0, bytes, &extents);
-  EXPECT_TRUE(st.ok()) << c.params()[p].name << ": " << st.ToString();
-  return testing::ReadExtents(c, extents);
-}
-
 class MuonCheckpointTest : public ::testing::TestWithParam<std::string> {};
 
 // Every state of every param, byte for byte: the fp32 masters, Muon's
@@ -58,7 +50,8 @@ TEST_P(MuonCheckpointTest, EveryStateIsTheLiveValue) {
                                                               : StateLayout::kPartition)
           << name << " " << state;
       ASSERT_TRUE(live.contains(state)) << name << " " << state;
-      EXPECT_EQ(FullState(*c, p, gs.state), LiveBytes(live[state])) << name << " " << state;
+      EXPECT_EQ(testing::FullState(*c, p, gs.state), LiveBytes(live[state]))
+          << name << " " << state;
       ++compared;
     }
     const std::vector<std::string> want =

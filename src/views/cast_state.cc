@@ -66,4 +66,12 @@ Status CastState::Read(uint64_t offset, uint64_t length, std::string* out) const
   return Status::OK();
 }
 
+StorageRun WidenedRun(std::shared_ptr<SourceFiles> files, DType from, uint64_t numel,
+                      std::string name, WidenedToFloat32::MapBytes map) {
+  auto widened = std::make_shared<const WidenedToFloat32>(std::move(files), from, numel,
+                                                          std::move(name), std::move(map));
+  const uint64_t length = widened->size();
+  return ComputedRun(std::move(widened), length);
+}
+
 }  // namespace ucfs

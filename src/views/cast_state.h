@@ -37,6 +37,11 @@ class WidenedToFloat32 final : public ComputedBytes {
   const MapBytes map_;
 };
 
+// A run of `numel` saved `from` values, widened to float32 on every read
+// from the bytes `map` names.
+StorageRun WidenedRun(std::shared_ptr<SourceFiles> files, DType from, uint64_t numel,
+                      std::string name, WidenedToFloat32::MapBytes map);
+
 class CastState final : public ComputedBytes {
  public:
   // Param `param` (of `numel` elements) of shard group `shard` of `mapper`,

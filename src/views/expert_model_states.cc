@@ -5,6 +5,7 @@
 
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/views/torch_pickle_builder.h"
+#include "views/reshard_rank_files.h"
 
 namespace ucfs {
 
@@ -38,11 +39,8 @@ Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
   const std::string& path = c.rank0_model_summary().path;
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
-  // Rank 0's model-states file is source W.
-  UCFS_ASSIGN_OR_RETURN(NodeId root,
-                        b.Copy(src, src.root(), c.rank0_model_summary(), c.world_size(), &copied));
+  UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroModelStates(c, b, &copied));
   Document& doc = b.doc();
-  doc.set_root(root);
   if (doc.node(root).kind != Kind::kDict) {
     return Status::Corruption(path + ": the model states are not a dict");
   }

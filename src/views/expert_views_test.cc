@@ -15,27 +15,6 @@ namespace {
 
 using testing::ModernDir;
 
-std::string ReadWhole(Env& env, View& view, InodeId node) {
-  auto attr = view.GetAttr(node);
-  EXPECT_TRUE(attr.ok());
-  std::vector<ReadPiece> pieces;
-  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
-  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
-  std::string bytes;
-  EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
-  return bytes;
-}
-
-std::string StateBytes(Env& env, const Checkpoint& c, size_t p, size_t s) {
-  std::vector<Extent> extents;
-  EXPECT_TRUE(c.MapState(p, s, 0, c.params()[p].numel * 4, &extents).ok());
-  std::string bytes;
-  for (const Extent& e : extents) {
-    bytes += *(*env.Open(c.sources()[e.file].path))->ReadString(e.offset, e.length);
-  }
-  return bytes;
-}
-
 class ExpertReshardTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
@@ -48,15 +27,11 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
     auto view = BuildReshardView(env, source, {n, std::nullopt});
     ASSERT_TRUE(view.ok()) << view.status().ToString();
     MemEnv out;
-    out.WriteFile("/r/latest", ReadWhole(env, **view, *(*view)->Lookup(kRootInode, "latest")));
-    const InodeId dir = *(*view)->Lookup(kRootInode, "global_step4");
-    auto entries = (*view)->ReadDir(dir);
-    ASSERT_TRUE(entries.ok());
+    testing::CopyViewCheckpoint(env, **view, "global_step4", &out, "/r");
+    auto listed = out.ListDir("/r/global_step4");
+    ASSERT_TRUE(listed.ok());
     size_t expert_files = 0;
-    for (const auto& [name, attr] : *entries) {
-      out.WriteFile("/r/global_step4/" + name, ReadWhole(env, **view, attr.inode));
-      expert_files += IsExpertFileName(name);
-    }
+    for (const DirEntry& e : *listed) expert_files += IsExpertFileName(e.name);
     // One per MoE layer and global expert, whatever N is.
     EXPECT_EQ(expert_files, source->autoep() ? 8u : 4u);
     auto r = Checkpoint::Open(out, "/r");
@@ -71,7 +46,7 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
       EXPECT_EQ(info.name, source->params()[p].name);
       EXPECT_EQ(info.family, source->params()[p].family);
       for (size_t s = 0; s < r->states().size(); ++s) {
-        EXPECT_TRUE(StateBytes(out, *r, p, s) == StateBytes(env, *source, p, s))
+        EXPECT_TRUE(testing::FullState(*r, p, s, &out) == testing::FullState(*source, p, s))
             << info.name << " family " << info.family << " " << r->states()[s].name;
       }
     }

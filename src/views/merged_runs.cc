@@ -11,15 +11,10 @@
 namespace ucfs {
 namespace {
 
-StorageRun StateRun(uint32_t shard, size_t param, size_t state, uint64_t offset, uint64_t length) {
-  StorageRun run;
-  run.kind = StorageRun::Kind::kState;
-  run.shard = shard;
-  run.param = static_cast<uint32_t>(param);
-  run.state = static_cast<uint32_t>(state);
-  run.state_offset = offset;
-  run.length = length;
-  return run;
+// A slice's state run (param indices fit: Open bounds the params).
+StorageRun SliceRun(uint32_t shard, size_t param, size_t state, uint64_t offset, uint64_t length) {
+  return StateRun(shard, static_cast<uint32_t>(param), static_cast<uint32_t>(state), offset,
+                  length);
 }
 
 // T slices' states concatenated along a dimension past the first: chunk 0
@@ -100,7 +95,7 @@ Status AddSubParamRuns(const MergedParam& p, uint32_t tp, size_t s, uint64_t ele
       const uint64_t part = static_cast<uint64_t>(size) / tp;
       for (uint32_t t = 0; t < tp; ++t) {
         runs->push_back(
-            StateRun(shard(t), p.slices[t], s, (o * rows + offset) * inner, part * inner));
+            SliceRun(shard(t), p.slices[t], s, (o * rows + offset) * inner, part * inner));
       }
       offset += part;
     }
@@ -120,26 +115,26 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, con
   if (!p.expert_families.empty()) {
     // Each EP rank's copy whole, in EP-rank order (dim 0).
     for (size_t family : p.expert_families) {
-      runs.push_back(StateRun(shard(0), family, s, 0, slice_bytes));
+      runs.push_back(SliceRun(shard(0), family, s, 0, slice_bytes));
     }
     return runs;
   }
   switch (p.merge.rule) {
     case MergeRule::kReplicated:
-      runs.push_back(StateRun(shard(0), p.slices[0], s, 0, slice_bytes));
+      runs.push_back(SliceRun(shard(0), p.slices[0], s, 0, slice_bytes));
       break;
     case MergeRule::kTwoSubParamsDim0:
       for (uint64_t half = 0; half < 2; ++half) {
         for (uint32_t t = 0; t < tp; ++t) {
           runs.push_back(
-              StateRun(shard(t), p.slices[t], s, half * slice_bytes / 2, slice_bytes / 2));
+              SliceRun(shard(t), p.slices[t], s, half * slice_bytes / 2, slice_bytes / 2));
         }
       }
       break;
     case MergeRule::kConcat:
       if (p.merge.cat_dim == 0 || tp == 1) {
         for (uint32_t t = 0; t < tp; ++t) {
-          runs.push_back(StateRun(shard(t), p.slices[t], s, 0, slice_bytes));
+          runs.push_back(SliceRun(shard(t), p.slices[t], s, 0, slice_bytes));
         }
       } else {
         uint64_t chunk = element_size;
@@ -162,11 +157,8 @@ Result<std::vector<StorageRun>> MergedStateRuns(const ParallelCheckpoint& c, con
       for (uint32_t t = 0; t < tp; ++t) slices.push_back({shard(t), p.slices[t]});
       auto mean = std::make_shared<AverageSlices>(c, files, std::move(slices), s,
                                                   NumelOf(p.local_shape), p.name);
-      StorageRun run;
-      run.kind = StorageRun::Kind::kComputed;
-      run.length = mean->size();
-      run.computed = std::move(mean);
-      runs.push_back(std::move(run));
+      const uint64_t length = mean->size();
+      runs.push_back(ComputedRun(std::move(mean), length));
       break;
     }
     case MergeRule::kSubParams:

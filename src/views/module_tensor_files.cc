@@ -61,11 +61,9 @@ Result<std::shared_ptr<TorchFileContent>> ModuleTensorFile(
           out->push_back({model_source, at + begin, end - begin});
           return Status::OK();
         });
-    StorageRun run;
-    run.kind = StorageRun::Kind::kComputed;
-    run.length = widened->size();
-    run.computed = std::move(widened);
-    tensor = builder.NewTensor(DType::kFloat32, t.shape, t.requires_grad, {std::move(run)});
+    const uint64_t length = widened->size();
+    tensor = builder.NewTensor(DType::kFloat32, t.shape, t.requires_grad,
+                               {ComputedRun(std::move(widened), length)});
   }
   doc.set_root(doc.AddDict({doc.AddStr("param"), tensor}));
   return builder.Finish(ckpt, "fp32", crc_reader);

@@ -16,17 +16,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::ModernDir;
 
-std::string ReadWhole(Env& env, View& view, InodeId node) {
-  auto attr = view.GetAttr(node);
-  EXPECT_TRUE(attr.ok());
-  std::vector<ReadPiece> pieces;
-  EXPECT_TRUE(view.Plan(node, 0, attr->size, &pieces).ok());
-  SourceFiles reader(env, [&](uint32_t i) { return view.source(i); });
-  std::string bytes;
-  EXPECT_TRUE(reader.Read(pieces, &bytes).ok());
-  return bytes;
-}
-
 class AlignedViewsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AlignedViewsTest, UniversalTreeIsDeepSpeedsOwn) {
@@ -44,7 +33,8 @@ TEST_P(AlignedViewsTest, UniversalTreeIsDeepSpeedsOwn) {
     if (!e.is_regular_file()) continue;
     const std::string rel = fs::relative(e.path(), ref).string();
     const InodeId node = testing::ResolvePath(**view, "global_step4_universal/" + rel);
-    EXPECT_EQ(ReadWhole(env, **view, node), testing::ReadFile(e.path().string())) << rel;
+    EXPECT_EQ(testing::ReadViewFile(env, **view, node), testing::ReadFile(e.path().string()))
+        << rel;
     ++files;
   }
   EXPECT_GT(files, 12u * 4);
@@ -62,13 +52,7 @@ TEST_P(AlignedViewsTest, ReshardAtAnyNHoldsTheSameValues) {
     auto view = BuildReshardView(env, source, {n, std::nullopt});
     ASSERT_TRUE(view.ok()) << view.status().ToString();
     MemEnv out;
-    out.WriteFile("/r/latest", ReadWhole(env, **view, *(*view)->Lookup(kRootInode, "latest")));
-    const InodeId dir = *(*view)->Lookup(kRootInode, "global_step4");
-    auto entries = (*view)->ReadDir(dir);
-    ASSERT_TRUE(entries.ok());
-    for (const auto& [name, attr] : *entries) {
-      out.WriteFile("/r/global_step4/" + name, ReadWhole(env, **view, attr.inode));
-    }
+    testing::CopyViewCheckpoint(env, **view, "global_step4", &out, "/r");
     auto r = Checkpoint::Open(out, "/r");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->world_size(), n);
@@ -78,13 +62,8 @@ TEST_P(AlignedViewsTest, ReshardAtAnyNHoldsTheSameValues) {
       const ParamInfo& info = r->params()[p];
       EXPECT_EQ(info.offset, source->params()[p].offset);
       for (size_t s = 0; s < r->states().size(); ++s) {
-        std::vector<Extent> extents;
-        ASSERT_TRUE(r->MapState(p, s, 0, info.numel * 4, &extents).ok());
-        std::string ours;
-        for (const Extent& e : extents) {
-          ours += *(*out.Open(r->sources()[e.file].path))->ReadString(e.offset, e.length);
-        }
-        EXPECT_EQ(ours, testing::LiveState(GetParam(), info.name, r->states()[s].name))
+        EXPECT_EQ(testing::FullState(*r, p, s, &out),
+                  testing::LiveState(GetParam(), info.name, r->states()[s].name))
             << info.name;
       }
     }

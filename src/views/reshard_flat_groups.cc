@@ -51,13 +51,7 @@ std::vector<StorageRun> FlatGroupRuns(const Checkpoint& c, const ReshardLayout& 
     // The alignment padding before it (param_alignment_paddings), zeros as
     // DeepSpeed flattens them.
     if (frag->partition_start > at) AppendZeros((frag->partition_start - at) * es, &runs);
-    StorageRun run;
-    run.kind = StorageRun::Kind::kState;
-    run.param = p;
-    run.state = state;
-    run.state_offset = frag->param_start * es;
-    run.length = n * es;
-    runs.push_back(run);
+    runs.push_back(StateRun(0, p, state, frag->param_start * es, n * es));
     at = frag->partition_start + n;
   }
   if (length > at) {
@@ -78,12 +72,7 @@ std::vector<StorageRun> WholeParamRuns(const Checkpoint& c, const ReshardLayout&
   for (uint32_t p : sg.params) {
     const ParamInfo& param = c.params()[p];
     if (!FragmentOnRank(sg.partition_numel, param.offset, param.numel, part)) continue;
-    StorageRun run;
-    run.kind = StorageRun::Kind::kState;
-    run.param = p;
-    run.state = state;
-    run.length = param.numel * es;
-    runs.push_back(run);
+    runs.push_back(StateRun(0, p, state, 0, param.numel * es));
     *numel += param.numel;
   }
   return runs;
@@ -273,13 +262,10 @@ Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(
 Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const Checkpoint> ckpt,
                                                           const ReshardLayout& layout) {
   const Checkpoint& c = *ckpt;
-  const Document& src = c.rank0_model();
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
-  UCFS_ASSIGN_OR_RETURN(NodeId root,
-                        b.Copy(src, src.root(), c.rank0_model_summary(), c.world_size(), &copied));
+  UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroModelStates(c, b, &copied));
   Document& doc = b.doc();
-  doc.set_root(root);
   if (NodeId* dp = ValueSlot(doc, root, "dp_world_size")) *dp = doc.AddInt(layout.world_size);
   // AutoEP records each layer's EDP size (N / EP at N), in its metadata
   // and in universal_checkpoint_info's copy of it; rank 0's other fields

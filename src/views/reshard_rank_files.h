@@ -24,6 +24,10 @@ namespace ucfs {
 Result<pickle::NodeId> CopyRankZeroOptimizer(const Checkpoint& c, TorchPickleBuilder& b,
                                              std::vector<pickle::NodeId>* copied);
 
+// The same for rank 0's model states (ZeRO-1/2's one file).
+Result<pickle::NodeId> CopyRankZeroModelStates(const Checkpoint& c, TorchPickleBuilder& b,
+                                               std::vector<pickle::NodeId>* copied);
+
 // ZeRO-1/2: rank `rank`'s optimizer file at the layout's world size, and
 // the one model-states file (rank 0's, with dp_world_size N).
 Result<std::shared_ptr<TorchFileContent>> FlatGroupOptimizerFile(

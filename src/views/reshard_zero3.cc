@@ -24,6 +24,16 @@ Result<NodeId> CopyRankZeroOptimizer(const Checkpoint& c, TorchPickleBuilder& b,
   return root;
 }
 
+Result<NodeId> CopyRankZeroModelStates(const Checkpoint& c, TorchPickleBuilder& b,
+                                       std::vector<NodeId>* copied) {
+  const Document& src = c.rank0_model();
+  // Rank 0's model-states file is source W.
+  UCFS_ASSIGN_OR_RETURN(NodeId root,
+                        b.Copy(src, src.root(), c.rank0_model_summary(), c.world_size(), copied));
+  b.doc().set_root(root);
+  return root;
+}
+
 namespace {
 
 // Rank s's slot of every param of a new sub-group, for one state: the valid
@@ -37,13 +47,7 @@ std::vector<StorageRun> FlatRuns(const Checkpoint& c, const ReshardLayout& layou
     const uint64_t part = PartitionNumel(n, layout.world_size);
     const uint64_t valid = ValidNumel(n, layout.world_size, rank);
     if (valid > 0) {
-      StorageRun run;
-      run.kind = StorageRun::Kind::kState;
-      run.param = p;
-      run.state = state;
-      run.state_offset = rank * part * es;
-      run.length = valid * es;
-      runs.push_back(run);
+      runs.push_back(StateRun(0, p, state, rank * part * es, valid * es));
     }
     AppendZeros((part - valid) * es, &runs);
   }

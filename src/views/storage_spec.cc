@@ -1,6 +1,7 @@
 #include "ucfs/views/storage_spec.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ucfs {
 
@@ -8,6 +9,35 @@ uint64_t StorageSpec::size() const {
   uint64_t n = 0;
   for (const auto& r : runs) n += r.length;
   return n;
+}
+
+StorageRun StateRun(uint32_t shard, uint32_t param, uint32_t state, uint64_t state_offset,
+                    uint64_t length) {
+  StorageRun run;
+  run.kind = StorageRun::Kind::kState;
+  run.shard = shard;
+  run.param = param;
+  run.state = state;
+  run.state_offset = state_offset;
+  run.length = length;
+  return run;
+}
+
+StorageRun FrozenRun(uint32_t shard, uint32_t frozen, uint64_t length) {
+  StorageRun run;
+  run.kind = StorageRun::Kind::kFrozen;
+  run.shard = shard;
+  run.param = frozen;
+  run.length = length;
+  return run;
+}
+
+StorageRun ComputedRun(std::shared_ptr<const ComputedBytes> bytes, uint64_t length) {
+  StorageRun run;
+  run.kind = StorageRun::Kind::kComputed;
+  run.length = length;
+  run.computed = std::move(bytes);
+  return run;
 }
 
 void AppendZeros(uint64_t bytes, std::vector<StorageRun>* runs) {

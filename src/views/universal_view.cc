@@ -226,12 +226,8 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(
     const uint64_t numel = NumelOf(p.local_shape);
     UCFS_ASSIGN_OR_RETURN(
         pkl, BareTensorPickle(state.dtype, {static_cast<int64_t>(numel)}, state.requires_grad));
-    StorageRun run;
-    run.kind = StorageRun::Kind::kState;
-    run.param = static_cast<uint32_t>(p.slices[0]);
-    run.state = static_cast<uint32_t>(s);
-    run.length = numel * es;
-    storage.runs.push_back(run);
+    storage.runs.push_back(
+        StateRun(0, static_cast<uint32_t>(p.slices[0]), static_cast<uint32_t>(s), 0, numel * es));
   } else {
     // Without universal_checkpoint_info (T = 1) a param is its one slice,
     // {'cat_dim': 0, 'param': ...}, a 0-dim one as [1]: torch.cat, which

@@ -44,6 +44,15 @@ struct StorageRun {
   std::shared_ptr<const struct Gather> gather;
 };
 
+// A kState run: bytes [state_offset, + length) of state `state` of param
+// `param` of shard group `shard`.
+StorageRun StateRun(uint32_t shard, uint32_t param, uint32_t state, uint64_t state_offset,
+                    uint64_t length);
+// A kFrozen run: bytes [0, length) of frozen param `frozen` of `shard`.
+StorageRun FrozenRun(uint32_t shard, uint32_t frozen, uint64_t length);
+// A kComputed run of all of `bytes`' `length` bytes.
+StorageRun ComputedRun(std::shared_ptr<const ComputedBytes> bytes, uint64_t length);
+
 // Runs of tensor-parallel slices' states repeated with a period: the
 // merged storage of a param whose slices interleave (concatenated along a
 // dimension past the first, equal sub-params past dim 0, an affine map).
