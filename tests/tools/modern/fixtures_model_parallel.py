@@ -311,7 +311,13 @@ def _partition_facts(g, tag_dir):
             if pad:
                 pads.setdefault((ent["group_names"] or [None] * (gi + 1))[gi] or gi, []).append(f"{f}: {pad}")
     names = next(iter(out.values()), {}).get("group_names") if out else None
-    if not any("group_paddings" in e for e in out.values()):
+    z3 = next((e["ds_zero_partition_groups"] for e in out.values() if "ds_zero_partition_groups" in e), None)
+    if z3 is not None:
+        note = ("ZeRO-3 sub-groups (rank 0's ds_zero_partition_groups): " +
+                "; ".join(f"sub-group {x['sub_group']} {x['group_names']} families {x['families']} over ranks "
+                          f"{x['partition_ranks']}" for x in z3) +
+                " (each expert sub-group cut over its expert-data-parallel group by ZeRO-3's per-param rule)")
+    elif not any("group_paddings" in e for e in out.values()):
         note = None
     elif pads:
         note = ("group_paddings as saved, its non-zero entries (all others are 0): " +
@@ -444,7 +450,7 @@ def build_moe(ctx, spec, a, g):
         "deepspeed.initialize as in training, engine.load_checkpoint(dir) (tag from latest), the live state "
         "gathered over EP as at save time, then 2 steps on batches 4 and 5")
     notes = [
-        f"ranks: {tr['rank_layout']} (ZeRO-2 partitions the dense group over all W ranks and the expert group "
+        f"ranks: {tr['rank_layout']} (ZeRO-{spec['stage']} partitions the dense group over all W ranks and the expert group "
         "(param group 'ep_size_2', moe True, from deepspeed.moe.utils.split_params_into_different_moe_groups_for_"
         "optimizer) over the expert-data-parallel group)",
         "live values: common.live_state on every rank (dense params whole over all ranks; expert params this rank's "
