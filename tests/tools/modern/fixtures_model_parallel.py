@@ -450,9 +450,9 @@ def build_moe(ctx, spec, a, g):
         "deepspeed.initialize as in training, engine.load_checkpoint(dir) (tag from latest), the live state "
         "gathered over EP as at save time, then 2 steps on batches 4 and 5")
     notes = [
-        f"ranks: {tr['rank_layout']} (ZeRO-{spec['stage']} partitions the dense group over all W ranks and the expert group "
-        "(param group 'ep_size_2', moe True, from deepspeed.moe.utils.split_params_into_different_moe_groups_for_"
-        "optimizer) over the expert-data-parallel group)",
+        f"ranks: {tr['rank_layout']} (ZeRO-{spec['stage']} partitions the dense group over all W ranks and the "
+        "expert group (param group 'ep_size_2', moe True, from deepspeed.moe.utils."
+        "split_params_into_different_moe_groups_for_optimizer) over the expert-data-parallel group)",
         "live values: common.live_state on every rank (dense params whole over all ranks; expert params this rank's "
         "local experts deepspeed_experts.0/1, whole over its expert-data-parallel group), renamed to the global "
         "expert id ep_rank * 2 + local id (the numbering of layer_0_expert_<id>_mp_rank_00_model_states.pt) and "
