@@ -131,7 +131,8 @@ def main():
     lay = [None] * world
     groups_of = {}
     for n, p in engine.module.named_parameters():
-        g = getattr(p, "_dp_group", None)
+        # ZeRO-1/2 keep a param's partition group in _dp_group, ZeRO-3 in ds_process_group
+        g = getattr(p, "_dp_group", None) or getattr(p, "ds_process_group", None)
         groups_of[n] = None if g is None else dist.get_process_group_ranks(g)
     dist.all_gather_object(lay, {"rank": rank, "ep_rank": ep_rank, "ep_group": dist.get_process_group_ranks(epg),
                                  "zero_group_of_expert_params": sorted({str(v) for n, v in groups_of.items()

@@ -214,14 +214,17 @@ def build_autotp(ctx, spec, a, g):
 # ------------------------------------------------------------------------------------------------------------------
 # AutoEP (expert_parallel.autoep_size) on a tiny Mixtral
 # ------------------------------------------------------------------------------------------------------------------
-def mixtral(experts=4, top_k=2, hidden=16, vocab=61, inter=8, layers=2):
-    return {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
-            "tie_word_embeddings": False, "num_local_experts": experts, "num_experts_per_tok": top_k}
+def mixtral(experts=4, top_k=2, hidden=16, vocab=61, inter=8, layers=2, head_dim=None):
+    c = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
+         "tie_word_embeddings": False, "num_local_experts": experts, "num_experts_per_tok": top_k}
+    if head_dim is not None:  # an odd hidden size: rotary embeddings need an even head_dim, so it is given
+        c["head_dim"] = head_dim
+    return c
 
 
-def autoep_config(E, stage, dtype):
-    cfg = autotp_config(0, 0, stage, dtype)
+def autoep_config(E, stage, dtype, extra_zero=None):
+    cfg = autotp_config(0, 0, stage, dtype, extra_zero)
     del cfg["tensor_parallel"]
     cfg["expert_parallel"] = {"enabled": True, "autoep_size": E, "preset_model": "mixtral"}
     return cfg
@@ -230,6 +233,34 @@ def autoep_config(E, stage, dtype):
 def register_autoep(fixture):
     fixture("autoep_z2_fp32_e2d2", kind="autoep", builder=build_autoep, W=4, E=2, stage=2, dtype="fp32",
             mixtral=mixtral(), ds_config=autoep_config(2, 2, "fp32"))
+    fixture("autoep_z1_fp32_e2d2", kind="autoep", builder=build_autoep, W=4, E=2, stage=1, dtype="fp32",
+            mixtral=mixtral(), ds_config=autoep_config(2, 1, "fp32"),
+            exercises="ZeRO-1 (else as autoep_z2_fp32_e2d2): the same per-group partitioning, no gradient "
+                      "partitioning")
+    # The expert group's flat length per EP rank is 3 (w1, w2, w3) x layers x local experts x hidden x inter; it
+    # must not divide by 2 x D = 6, so every factor but the 3 is odd: one layer, 3 local experts (6 over EP 2),
+    # hidden 15 (head_dim 4 given: rotary needs an even one), inter 7: 945 elements, padded to 948. Odd widths need
+    # AutoEP's per-expert loop: torch._grouped_mm (the default) refuses them ("strides should be multiple of 16
+    # bytes"), which would make every AutoEP expert group a multiple of 48 elements per layer and local expert.
+    e2d3 = autoep_config(2, 2, "fp32")
+    e2d3["expert_parallel"]["use_grouped_mm"] = False
+    fixture("autoep_z2_fp32_e2d3", kind="autoep", builder=build_autoep, W=6, E=2, stage=2, dtype="fp32",
+            mixtral=mixtral(experts=6, hidden=15, inter=7, layers=1, head_dim=4), ds_config=e2d3,
+            exercises="D = 3 (W 6, EP 2): the expert group (945 elements per EP rank) padded to 948, so the last "
+                      "rank of each expert-data-parallel group carries end padding; 3 local experts per rank; "
+                      "expert_parallel.use_grouped_mm false (torch._grouped_mm needs 16-byte strides: widths a "
+                      "multiple of 4 in fp32, which would make the expert group divide by 6)")
+    dbe = autoep_config(2, 2, "fp32")
+    dbe["use_data_before_expert_parallelism"] = True
+    fixture("autoep_z2_fp32_e2d2_dbe", kind="autoep", builder=build_autoep, W=4, E=2, stage=2, dtype="fp32",
+            mixtral=mixtral(), ds_config=dbe,
+            exercises="use_data_before_expert_parallelism true (top-level ds_config key; the engine's AutoEP path "
+                      "passes it to groups._create_expert_and_data_parallel, runtime/engine.py): expert-data-"
+                      "parallel groups [0,1] and [2,3], EP groups [0,2] and [1,3] (EP rank = r div D)")
+    fixture("autoep_z3_fp32_e2d2", kind="autoep", builder=build_autoep, W=4, E=2, stage=3, dtype="fp32",
+            mixtral=mixtral(), ds_config=autoep_config(2, 3, "fp32", {"stage3_param_persistence_threshold": 0}),
+            exercises="AutoEP at ZeRO-3: every rank writes its own model-states file (checkpoint_format "
+                      "zero3_partitioned) and its optimizer file ds_zero_partition_groups; no expert files")
 
 
 def describe_mixtral(spec):
@@ -255,6 +286,46 @@ def _autoep_states_facts(g, tag_dir):
         out[b]["module_shapes"] = {k: list(v.shape) for k, v in (ms.get("module") or {}).items()
                                    if hasattr(v, "shape")}
     return out
+
+
+def _partition_facts(g, tag_dir):
+    """Per optimizer file: its groups' names, partition_count and group_paddings as saved (ZeRO-1/2), or ZeRO-3's
+    ds_zero_partition_groups; and a note naming the padding each group gets (the padding is on the last rank of a
+    group's partition group only)."""
+    import glob
+    import re
+    out = {}
+    for p in sorted(glob.glob(os.path.join(tag_dir, "*optim_states.pt")),
+                    key=lambda x: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", x)]):
+        osd = g.load(p)["optimizer_state_dict"]
+        base = osd.get("base_optimizer_state") or osd.get("optimizer_state_dict") or {}
+        pg = base.get("param_groups") if isinstance(base, dict) else None
+        ent = {"group_names": [x.get("name") for x in pg] if pg else None}
+        for k in ("partition_count", "group_paddings", "ds_zero_partition_groups"):
+            if k in osd:
+                ent[k] = json.loads(json.dumps(osd[k], default=str))
+        out[os.path.basename(p)] = ent
+    pads = {}
+    for f, ent in out.items():
+        for gi, pad in enumerate(ent.get("group_paddings") or []):
+            if pad:
+                pads.setdefault((ent["group_names"] or [None] * (gi + 1))[gi] or gi, []).append(f"{f}: {pad}")
+    names = next(iter(out.values()), {}).get("group_names") if out else None
+    z3 = next((e["ds_zero_partition_groups"] for e in out.values() if "ds_zero_partition_groups" in e), None)
+    if z3 is not None:
+        note = ("ZeRO-3 sub-groups (rank 0's ds_zero_partition_groups): " +
+                "; ".join(f"sub-group {x['sub_group']} {x['group_names']} families {x['families']} over ranks "
+                          f"{x['partition_ranks']}" for x in z3) +
+                " (each expert sub-group cut over its expert-data-parallel group by ZeRO-3's per-param rule)")
+    elif not any("group_paddings" in e for e in out.values()):
+        note = None
+    elif pads:
+        note = ("group_paddings as saved, its non-zero entries (all others are 0): " +
+                "; ".join(f"group {k!r}: {v}" for k, v in pads.items()) +
+                f" (groups {names}, partition_count {next(iter(out.values())).get('partition_count')})")
+    else:
+        note = f"group_paddings: all 0 on every rank (groups {names})"
+    return out, note
 
 
 def build_autoep(ctx, spec, a, g):
@@ -298,6 +369,9 @@ def build_autoep(ctx, spec, a, g):
         "ds_config has no train_batch_size (DeepSpeed derives it: micro 2 x accumulation 1 x W); rank r takes rows "
         "[2r, 2r+2) of each step's batch",
     ] + alias_notes
+    parts, pad_note = _partition_facts(g, os.path.join(ckpt, tag))
+    notes = ([f"exercises: {spec['exercises']}"] if spec.get("exercises") else []) + notes + \
+        ([pad_note] if pad_note else [])
     recipe = {
         **g.recipe_commands("autoep_worker.py", W),
         "spec": dict(wspec, ckpt="<checkpoint dir>", result="<result path prefix>"),
@@ -330,6 +404,7 @@ def build_autoep(ctx, spec, a, g):
         "module_values": tr["module"],
         "file_facts": g.file_facts(os.path.join(ckpt, tag)),
         "model_states_facts": _autoep_states_facts(g, os.path.join(ckpt, tag)),
+        "partition_facts": parts,
         "versions": tr["versions"],
         "vs_0_14_5": None,
         "notes": notes,
@@ -345,9 +420,22 @@ MOE_MODEL = ("MoENet (tests/tools/modern/moe_worker.py): embed [61,16] -> deepsp
              "cross-entropy(next token) + 0.01 * l_aux")
 
 
+def moe_config(stage):
+    return {k: v for k, v in autoep_config(2, stage, "fp32").items() if k != "expert_parallel"}
+
+
 def register_moe(fixture):
     fixture("moe_z2_fp32_e2d2", kind="moe", builder=build_moe, W=4, E=2, N=4, stage=2, dtype="fp32",
-            ds_config={k: v for k, v in autoep_config(2, 2, "fp32").items() if k != "expert_parallel"})
+            ds_config=moe_config(2))
+    fixture("moe_z1_fp32_e2d2", kind="moe", builder=build_moe, W=4, E=2, N=4, stage=1, dtype="fp32",
+            ds_config=moe_config(1), exercises="ZeRO-1 (else as moe_z2_fp32_e2d2)")
+    # The same model at D = 3: the expert group (2 local experts x 544 = 1088 per EP rank) does not divide by
+    # 2 x 3, so it pads to 1092; the dense group (2109) pads to 2112 over 6 ranks.
+    fixture("moe_z2_fp32_e2d3", kind="moe", builder=build_moe, W=6, E=2, N=4, stage=2, dtype="fp32",
+            ds_config=moe_config(2),
+            exercises="D = 3 (W 6, EP 2): the expert group (1088 elements per EP rank) padded to 1092, so the last "
+                      "rank of each expert-data-parallel group carries end padding; the dense group (2109) padded "
+                      "to 2112")
 
 
 def build_moe(ctx, spec, a, g):
@@ -362,9 +450,9 @@ def build_moe(ctx, spec, a, g):
         "deepspeed.initialize as in training, engine.load_checkpoint(dir) (tag from latest), the live state "
         "gathered over EP as at save time, then 2 steps on batches 4 and 5")
     notes = [
-        f"ranks: {tr['rank_layout']} (ZeRO-2 partitions the dense group over all W ranks and the expert group "
-        "(param group 'ep_size_2', moe True, from deepspeed.moe.utils.split_params_into_different_moe_groups_for_"
-        "optimizer) over the expert-data-parallel group)",
+        f"ranks: {tr['rank_layout']} (ZeRO-{spec['stage']} partitions the dense group over all W ranks and the "
+        "expert group (param group 'ep_size_2', moe True, from deepspeed.moe.utils."
+        "split_params_into_different_moe_groups_for_optimizer) over the expert-data-parallel group)",
         "live values: common.live_state on every rank (dense params whole over all ranks; expert params this rank's "
         "local experts deepspeed_experts.0/1, whole over its expert-data-parallel group), renamed to the global "
         "expert id ep_rank * 2 + local id (the numbering of layer_0_expert_<id>_mp_rank_00_model_states.pt) and "
@@ -372,6 +460,9 @@ def build_moe(ctx, spec, a, g):
         "ds_config has no train_batch_size (DeepSpeed derives it: micro 2 x accumulation 1 x W); rank r takes rows "
         "[2r, 2r+2) of each step's batch",
     ]
+    parts, pad_note = _partition_facts(g, os.path.join(ckpt, tag))
+    notes = ([f"exercises: {spec['exercises']}"] if spec.get("exercises") else []) + notes + \
+        ([pad_note] if pad_note else [])
     if not all(c["ok"] for r in roots for c in r["converter"]):
         notes.append("ds_to_universal cannot convert a native DeepSpeed MoE checkpoint (see roots[].converter[]."
                      "attempts for the error): the live values in live_state are the reference for this fixture")
@@ -407,6 +498,7 @@ def build_moe(ctx, spec, a, g):
         "module_values": tr["module"],
         "file_facts": g.file_facts(os.path.join(ckpt, tag)),
         "model_states_facts": _autoep_states_facts(g, os.path.join(ckpt, tag)),
+        "partition_facts": parts,
         "versions": tr["versions"],
         "vs_0_14_5": None,
         "notes": notes,
