@@ -9,7 +9,9 @@
 #     Trainer, accelerate, Lightning and PEFT on torch 2.14) against DeepSpeed 0.19.8's own converter and
 #     zero_to_fp32, loaded by torch 2.14 (weights_only where DeepSpeed's own files load so);
 #   - resume_checks.sh, when present: the trainers' own resume code through the mounts (its CI subset);
-#   - autotp_resume_test.py: DeepSpeed 0.19.8 resumes its AutoTP checkpoints natively at a new D, T kept (CI subset).
+#   - autotp_resume_test.py: DeepSpeed 0.19.8 resumes its AutoTP checkpoints natively at a new D, T kept (CI subset);
+#   - expert_resume_test.py: DeepSpeed 0.19.8 resumes its MoE and AutoEP checkpoints natively at a new D (EP kept) and
+#     through its universal loader (AutoEP at a new EP too) (CI subset).
 # A ucfs built with sanitizers writes its reports to $UCFS_SANITIZER_REPORTS (default: a fresh temp dir); any
 # report fails the run. Exits 1 if any check failed.
 set -uo pipefail
@@ -38,6 +40,8 @@ run() {  # run NAME CMD...
 run "views over DeepSpeed 0.19.8 fixtures" /usr/bin/python3 "$here/modern_views_test.py" "$ucfs" \
   "$repo/tests/data/modern"
 run "AutoTP resumed at a new D through the reshard view" /usr/bin/python3 "$here/autotp_resume_test.py" "$ucfs"
+run "Expert parallelism resumed through the reshard and universal views" /usr/bin/python3 \
+  "$here/expert_resume_test.py" "$ucfs"
 if [ -x "$here/resume_checks.sh" ]; then
   run "the trainers' resume through the mounts" "$here/resume_checks.sh" "$ucfs"
 fi
