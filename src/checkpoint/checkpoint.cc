@@ -77,8 +77,16 @@ std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partit
                                                  uint64_t flat_offset, uint64_t first,
                                                  uint64_t last,
                                                  const std::vector<uint32_t>* members) const {
+  const bool remap = members != nullptr && !members->empty();
   if (partitioning_ == Partitioning::kPerParam) {
-    return SplitByRank(numel, world_size(), first, last);
+    // An expert param is cut over its EDP group (members), rank k of it
+    // members[k].
+    std::vector<RankPiece> pieces = SplitByRank(
+        numel, remap ? static_cast<uint32_t>(members->size()) : world_size(), first, last);
+    for (RankPiece& piece : pieces) {
+      if (remap) piece.rank = (*members)[piece.rank];
+    }
+    return pieces;
   }
   // The flat offsets fit: Open bounds every group to 2^58 elements.
   std::vector<RankPiece> pieces =
@@ -87,7 +95,7 @@ std::vector<RankPiece> Checkpoint::PlaceElements(uint64_t numel, uint64_t partit
     piece.global_begin -= flat_offset;
     // Partition k of an expert family is its EDP group's k-th rank; past
     // the last, an index MapPieces refuses.
-    if (members != nullptr && !members->empty()) {
+    if (remap) {
       piece.rank = piece.rank < members->size() ? (*members)[piece.rank] : world_size();
     }
   }
@@ -100,10 +108,10 @@ uint32_t Checkpoint::expert_parallel() const {
   return ep;
 }
 
-std::optional<size_t> Checkpoint::SubGroupOnRank(uint32_t group, uint32_t rank) const {
+std::optional<size_t> Checkpoint::SubGroupOnRank(uint32_t buffer, uint32_t rank) const {
   for (size_t k = 0; k < sub_groups_.size(); ++k) {
     const SubGroupInfo& sg = sub_groups_[k];
-    if (sg.param_group != group) continue;
+    if (sg.file_buffer != buffer) continue;
     if (sg.members.empty() ||
         std::find(sg.members.begin(), sg.members.end(), rank) != sg.members.end()) {
       return k;

@@ -36,13 +36,12 @@ Result<Checkpoint> CheckpointBuilder::BuildFrom(CheckpointFiles files) {
   // against it.
   const std::string& model0_path = c_.files_.model_files[0];
   UCFS_ASSIGN_OR_RETURN(ParsedRankFile model0, Load(w, model0_path));
-  UCFS_RETURN_IF_ERROR(RefuseUnservedModelStates(*model0.doc, model0_path));
+  UCFS_RETURN_IF_ERROR(
+      RefuseUnservedModelStates(*model0.doc, model0_path, c_.files_.model_per_rank));
   UCFS_RETURN_IF_ERROR(ReadModelStates(model0).WithFile(model0_path));
   for (uint32_t r = 0; r < w; ++r) {
     const std::string& optim_path = c_.files_.optim_files[r];
     UCFS_ASSIGN_OR_RETURN(ParsedRankFile optim, Load(r, optim_path));
-    UCFS_RETURN_IF_ERROR(RefuseUnservedOptimizerState(
-        *optim.doc, optim.doc->Get(optim.doc->root(), "optimizer_state_dict"), optim_path));
     UCFS_RETURN_IF_ERROR((flat_groups() ? ReadFlatGroupOptimizerStates(r, optim)
                                         : ReadZero3OptimizerStates(r, optim))
                              .WithFile(optim_path));

@@ -14,6 +14,7 @@
 //   flat_groups.cc         ZeRO-1/2's and BF16_Optimizer's (single_partition_of_fp32_groups,
 //                          base_optimizer_state)
 //   param_alignment.cc     ZeRO-1/2's paddings between params (param_alignment_paddings)
+//   expert_groups.cc       MoE expert groups: each EP rank's buffer, over its EDP group
 // Private to src/checkpoint/.
 #ifndef UCFS_CHECKPOINT_CHECKPOINT_BUILDER_H_
 #define UCFS_CHECKPOINT_CHECKPOINT_BUILDER_H_
@@ -115,7 +116,17 @@ class CheckpointBuilder {
   Status ReadFlatGroupOptimizer(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
   // partition_count: which groups are expert groups, over which ranks.
   Status ReadFlatGroupPartitionCounts(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
+
+  // --- expert groups (expert_groups.cc)
+  // Buffer k holds experts over EP size `ep`: cut over EP rank 0's EDP
+  // group, its partitions sized for it.
+  void MakeExpertGroup(size_t k, uint32_t ep);
+  // A sub-group per further EP rank of each expert buffer (its family).
   void AddExpertFamilies();
+  // The families' states are their buffer's (after DefineSubGroupStates).
+  void CopyStatesToFamilies();
+  // ZeRO-3: ds_zero_partition_groups, checked against the topology.
+  Status ReadZero3PartitionGroups(uint32_t rank, const ParsedRankFile& tf, pickle::NodeId osd);
   // The flat buffers each optimizer file lists (flat groups: the param
   // groups), and which sub-group buffer `k` of rank `rank`'s file is.
   size_t FileBuffers() const;

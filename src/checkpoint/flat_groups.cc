@@ -65,9 +65,7 @@ Status CheckpointBuilder::ReadFlatGroupOptimizerStates(uint32_t rank, const Pars
                                                 g.partition_numel, muon[k]));
     }
     // Every family of an expert group keeps its states.
-    for (size_t s = groups; s < c_.sub_groups_.size(); ++s) {
-      c_.group_states_[s] = c_.group_states_[c_.sub_groups_[s].param_group];
-    }
+    CopyStatesToFamilies();
     UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
   }
   return ReadFlatBuffers(rank, tf, *flats, "single_partition_of_fp32_groups", group_states);
@@ -182,41 +180,9 @@ Status CheckpointBuilder::ReadFlatGroupPartitionCounts(uint32_t rank, const Pars
                       " ranks of the " + std::to_string(w) + ", but partition_count says " +
                       std::to_string(*count));
     }
-    const ExpertTopology topology{w, *ep, c_.data_before_expert_parallelism_};
-    sg.members = topology.Members(0);
-    sg.expert_parallel = *ep;
-    sg.partition_numel = FlatPartitionNumel(sg.numel, sg.partition_world());
-    for (uint32_t p : sg.params) c_.params_[p].partition_numel = sg.partition_numel;
+    MakeExpertGroup(k, *ep);
   }
   return Status::OK();
-}
-
-// Each expert group's buffers of EP ranks 1..N-1: a sub-group per family,
-// its params listed again under their local names (family 0's are the
-// group's own). After the alignment paddings: the families share offsets.
-void CheckpointBuilder::AddExpertFamilies() {
-  const size_t groups = c_.param_group_count_;
-  for (size_t k = 0; k < groups; ++k) {
-    const SubGroupInfo& own = c_.sub_groups_[k];
-    if (own.expert_parallel == 1) continue;
-    const ExpertTopology topology{c_.world_size(), own.expert_parallel,
-                                  c_.data_before_expert_parallelism_};
-    for (uint32_t e = 1; e < own.expert_parallel; ++e) {
-      SubGroupInfo family = c_.sub_groups_[k];
-      family.family = e;
-      family.members = topology.Members(e);
-      family.params.clear();
-      const auto index = static_cast<uint32_t>(c_.sub_groups_.size());
-      for (uint32_t p : c_.sub_groups_[k].params) {
-        ParamInfo copy = c_.params_[p];
-        copy.family = e;
-        copy.sub_group = index;
-        family.params.push_back(static_cast<uint32_t>(c_.params_.size()));
-        c_.params_.push_back(std::move(copy));
-      }
-      c_.sub_groups_.push_back(std::move(family));
-    }
-  }
 }
 
 }  // namespace ucfs

@@ -91,7 +91,7 @@ std::string GroupsText(const Checkpoint& c) {
     }
     return out;
   }
-  return out + ", " + std::to_string(c.sub_groups().size()) + " sub-group(s)" +
+  return out + ", " + std::to_string(c.file_buffer_count()) + " sub-group(s)" +
          (c.configured_sub_group_size()
               ? ", sub_group_size " + std::to_string(*c.configured_sub_group_size())
               : "");

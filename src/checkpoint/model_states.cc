@@ -37,6 +37,7 @@ Status CheckpointBuilder::ReadParamShapes(const ParsedRankFile& tf) {
     auto items = doc.MappingItems(group);
     if (!items) return tf.Error("param_shapes holds a " + doc.Repr(group, 60) + ", not a dict");
     SubGroupInfo sg;
+    sg.file_buffer = static_cast<uint32_t>(c_.sub_groups_.size());
     uint64_t offset = 0;
     for (const auto& [k, v] : *items) {
       auto name = doc.AsStr(k);
@@ -97,6 +98,7 @@ Status CheckpointBuilder::ReadParamShapes(const ParsedRankFile& tf) {
     c_.sub_groups_.push_back(std::move(sg));
   }
   if (flat_groups()) c_.param_group_count_ = static_cast<uint32_t>(c_.sub_groups_.size());
+  c_.file_buffer_count_ = static_cast<uint32_t>(c_.sub_groups_.size());
   return Status::OK();
 }
 

@@ -155,17 +155,14 @@ Status CheckpointBuilder::ReadFlatBuffers(uint32_t rank, const ParsedRankFile& t
   // Rank 0 holds family 0 of every expert group: the others' scalars (the
   // step every rank takes alike) are its.
   for (size_t k = FileBuffers(); rank == 0 && k < c_.sub_groups_.size(); ++k) {
-    c_.scalars_[k] = c_.scalars_[c_.sub_groups_[k].param_group];
+    c_.scalars_[k] = c_.scalars_[c_.sub_groups_[k].file_buffer];
   }
   return Status::OK();
 }
 
-size_t CheckpointBuilder::FileBuffers() const {
-  return flat_groups() ? c_.param_group_count_ : c_.sub_groups_.size();
-}
+size_t CheckpointBuilder::FileBuffers() const { return c_.file_buffer_count_; }
 
 size_t CheckpointBuilder::BufferOnRank(size_t k, uint32_t rank) const {
-  if (!flat_groups()) return k;
   return c_.SubGroupOnRank(static_cast<uint32_t>(k), rank).value_or(k);
 }
 

@@ -91,19 +91,8 @@ Status RefuseUnmatchedParamAlignment(const std::string& file, const std::string&
                 "paddings follow none it knows");
 }
 
-Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
-                                    const std::string& file) {
-  // stage3.py: written only where a sub-group holds AutoEP experts.
-  const pickle::NodeId groups = doc.Get(osd, "ds_zero_partition_groups");
-  if (groups != pickle::kNoNode && doc.node(groups).kind != pickle::Kind::kNone) {
-    return Refuse(file, "AutoEP experts at ZeRO-3 (ds_zero_partition_groups)",
-                  "expert sub-groups are partitioned over the expert-parallel group's ranks, not "
-                  "over every data-parallel rank");
-  }
-  return Status::OK();
-}
-
-Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file) {
+Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file,
+                                 bool per_rank_model_states) {
   const pickle::NodeId layers = doc.Get(doc.root(), "ds_autoep_layers");
   if (layers == pickle::kNoNode || doc.node(layers).kind == pickle::Kind::kNone) {
     return Status::OK();
@@ -114,9 +103,10 @@ Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string&
                   "DeepSpeed 0.19.8 saves one dict per AutoEP layer");
   }
   // ZeRO-1/2 AutoEP saves its experts per global expert
-  // (checkpoint_format 'per_expert_files'); ZeRO-3 partitions them
-  // ('zero3_partitioned'), and with AutoTP they are folded into its ranks
-  // (a 'folding' key): both laid out otherwise.
+  // (checkpoint_format 'per_expert_files'), ZeRO-3 partitions them over
+  // their EDP groups ('zero3_partitioned'); with AutoTP they are folded
+  // into its ranks (a 'folding' key), laid out otherwise.
+  const std::string_view served = per_rank_model_states ? "zero3_partitioned" : "per_expert_files";
   for (pickle::NodeId entry : *entries) {
     const std::optional<std::string_view> format = doc.AsStr(doc.Get(entry, "checkpoint_format"));
     if (doc.Get(entry, "folding") != pickle::kNoNode) {
@@ -124,12 +114,13 @@ Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string&
                     "each rank then holds a share of other ranks' experts, which ucfs does not "
                     "yet lay out");
     }
-    if (format != "per_expert_files") {
+    if (format != served) {
       return Refuse(file,
                     "AutoEP experts saved as " +
                         (format ? "'" + Printable(*format) + "'" : std::string("no known format")) +
                         " (ds_autoep_layers checkpoint_format)",
-                    "ucfs serves the ZeRO-1/2 layout, 'per_expert_files', only");
+                    std::string("ucfs serves '") + std::string(served) + "' at ZeRO stage " +
+                        (per_rank_model_states ? "3" : "1 or 2"));
     }
   }
   return Status::OK();

@@ -20,7 +20,7 @@
 //   follow no rule, where the ds_config does not say whether it is on
 //                                         params not where DeepSpeed's
 //                                         arithmetic puts them
-//   AutoEP (ds_autoep_layers, ds_zero_partition_groups)
+//   AutoEP folded into AutoTP, or saved in another stage's format (ds_autoep_layers)
 //                                         expert params partitioned over
 //                                         fewer ranks than the others
 //
@@ -54,13 +54,10 @@ Status RefuseElasticCheckpoint(const std::string& file);
 // check them against (param_alignment.cc).
 Status RefuseUnmatchedParamAlignment(const std::string& file, const std::string& what);
 
-// From an optimizer file's optimizer_state_dict (`osd`): AutoEP's partition
-// groups.
-Status RefuseUnservedOptimizerState(const pickle::Document& doc, pickle::NodeId osd,
-                                    const std::string& file);
-
-// From a model-states file: AutoEP's ds_autoep_layers.
-Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file);
+// From a model-states file: AutoEP's ds_autoep_layers other than the
+// layout of its stage (`per_rank_model_states`: ZeRO-3's).
+Status RefuseUnservedModelStates(const pickle::Document& doc, const std::string& file,
+                                 bool per_rank_model_states);
 
 }  // namespace ucfs
 

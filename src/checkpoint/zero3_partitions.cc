@@ -43,21 +43,25 @@ Status CheckpointBuilder::ReadZero3OptimizerStates(uint32_t rank, const ParsedRa
                     std::to_string(*partition_count) + " but the tag directory has " +
                     std::to_string(c_.world_size()) + " ranks of optimizer files");
   }
+  const NodeId inner = doc.Get(osd, "optimizer_state_dict");
+  // The sub-groups' owners before AutoEP's families copy them.
+  if (rank == 0) UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
+  UCFS_RETURN_IF_ERROR(ReadZero3PartitionGroups(rank, tf, osd));
+  if (rank == 0) AddExpertFamilies();
   auto flats = doc.SequenceItems(doc.Get(osd, "fp32_flat_groups"));
   if (!flats) return tf.Error("no 'fp32_flat_groups' list");
-  const size_t groups = c_.sub_groups_.size();
+  const size_t groups = FileBuffers();
   if (flats->size() != groups) {
     return tf.Error(std::to_string(flats->size()) + " fp32_flat_groups, but param_shapes in " +
                     std::string(BaseName(c_.files_.model_files[0])) + " has " +
                     std::to_string(groups) + " sub-groups");
   }
   if (groups == 0) return tf.Error("no trainable parameters: param_shapes is empty");
-  const NodeId inner = doc.Get(osd, "optimizer_state_dict");
   const std::vector<NodeId> group_states = StatesByGroup(doc, doc.Get(inner, "state"), groups);
   if (rank == 0) {
     UCFS_ASSIGN_OR_RETURN(TensorRef flat0, tf.RequireTensor((*flats)[0], "fp32_flat_groups[0]"));
     DefineMasterState(flat0);
-    c_.group_states_.resize(groups);
+    c_.group_states_.resize(c_.sub_groups_.size());
     for (size_t k = 0; k < groups; ++k) {
       UCFS_ASSIGN_OR_RETURN(
           TensorRef flat,
@@ -66,7 +70,7 @@ Status CheckpointBuilder::ReadZero3OptimizerStates(uint32_t rank, const ParsedRa
       UCFS_RETURN_IF_ERROR(
           DefineSubGroupStates(tf, k, group_states[k], flat.numel(), flat.numel(), false));
     }
-    UCFS_RETURN_IF_ERROR(ReadParamGroups(tf, doc.Get(inner, "param_groups")));
+    CopyStatesToFamilies();
     UCFS_RETURN_IF_ERROR(AllocateSlots(tf));
   }
   return ReadFlatBuffers(rank, tf, *flats, "fp32_flat_groups", group_states);

@@ -23,7 +23,8 @@ std::string ExpertFileName(int64_t layer, int64_t expert, uint32_t mp_rank) {
 }  // namespace
 
 void CheckExpertFiles(Env& env, const Checkpoint& c, const ProblemSink& problem) {
-  if (c.expert_parallel() == 1) return;
+  // ZeRO-3 (AutoEP) keeps its experts in the rank files, partitioned.
+  if (c.expert_parallel() == 1 || c.partitioning() == Partitioning::kPerParam) return;
   const pickle::Document& doc = c.rank0_model();
   const std::string& model0 = c.files().model_files[0];
   auto layers = doc.SequenceItems(doc.Get(doc.root(), "num_experts"));

@@ -16,7 +16,8 @@ namespace ucfs {
 // per layer) and each expert g below its count: the file is there (else
 // kMissing, naming it), a torch.save zip whose tensors lie in their
 // records (else kUnreadable / kTensor); an expert file of a layer or
-// expert past those counts is kStructure. Nothing without expert groups.
+// expert past those counts is kStructure. Nothing without expert groups,
+// or at ZeRO-3, where AutoEP keeps its experts in the rank files.
 void CheckExpertFiles(Env& env, const Checkpoint& c, const ProblemSink& problem);
 
 }  // namespace ucfs

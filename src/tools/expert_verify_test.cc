@@ -40,7 +40,15 @@ TEST_P(ExpertVerifyTest, MissingAndStrayExpertFilesAreNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertVerifyTest,
-                         ::testing::Values("moe_z2_fp32_e2d2", "autoep_z2_fp32_e2d2"));
+                         ::testing::Values("moe_z1_fp32_e2d2", "moe_z2_fp32_e2d2",
+                                           "autoep_z2_fp32_e2d2"));
+
+// AutoEP at ZeRO-3 keeps its experts in the rank files: no expert files.
+TEST(ExpertVerify, AutoEpAtZero3IsOkWithoutExpertFiles) {
+  auto r = Verify(*Env::Posix(), ModernDir("autoep_z3_fp32_e2d2") + "/checkpoint");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << (r->problems.empty() ? "" : r->problems[0].message);
+}
 
 }  // namespace
 }  // namespace ucfs

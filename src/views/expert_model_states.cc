@@ -5,7 +5,6 @@
 
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/views/torch_pickle_builder.h"
-#include "views/reshard_rank_files.h"
 
 namespace ucfs {
 
@@ -33,41 +32,53 @@ void SetItem(Document& doc, NodeId dict, const std::string& key, NodeId value) {
 }  // namespace
 
 Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
-    std::shared_ptr<const Checkpoint> ckpt, SourceFiles* crc_reader) {
-  const Checkpoint& c = *ckpt;
-  const Document& src = c.rank0_model();
-  const std::string& path = c.rank0_model_summary().path;
+    std::shared_ptr<const Checkpoint> ckpt, const Document& src, const TorchFileSummary& summary,
+    uint32_t source, SourceFiles* crc_reader) {
+  const std::string& path = summary.path;
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
-  UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroModelStates(c, b, &copied));
+  UCFS_ASSIGN_OR_RETURN(NodeId root, b.Copy(src, src.root(), summary, source, &copied));
   Document& doc = b.doc();
+  doc.set_root(root);
   if (doc.node(root).kind != Kind::kDict) {
     return Status::Corruption(path + ": the model states are not a dict");
   }
-  auto layers = src.SequenceItems(src.Get(src.root(), "ds_autoep_layers"));
+  const NodeId saved_layers = src.Get(src.root(), "ds_autoep_layers");
+  auto layers = src.SequenceItems(saved_layers);
   if (!layers) return Status::Corruption(path + ": ds_autoep_layers is not a list");
 
-  // The converter takes the metadata from a torch.load of its own: its
-  // objects are not the rewritten file's, so they are copied afresh (one
-  // copy of each, as that load shares them), and its keys are the
-  // module's constants, one str object each.
-  std::vector<NodeId> fresh;
-  std::vector<NodeId> keys;
-  for (const char* field : kLightweightFields) keys.push_back(doc.AddStr(field));
-  std::vector<NodeId> entries;
-  for (NodeId entry : *layers) {
-    if (!src.MappingItems(entry)) {
-      return Status::Corruption(path + ": ds_autoep_layers holds " + src.Repr(entry, 60) +
-                                ", not a layer's dict");
+  const bool zero3 = ckpt->partitioning() == Partitioning::kPerParam;
+  NodeId metadata = pickle::kNoNode;
+  if (zero3) {
+    // _get_autoep_metadata(model_state): the loaded list itself.
+    if (saved_layers >= copied.size() || copied[saved_layers] == pickle::kNoNode) {
+      return Status::Corruption(path + ": ds_autoep_layers was not copied");
     }
-    std::vector<NodeId> kv;
-    for (size_t i = 0; i < std::size(kLightweightFields); ++i) {
-      const NodeId v = src.Get(entry, kLightweightFields[i]);
-      if (v == pickle::kNoNode) continue;
-      kv.push_back(keys[i]);
-      kv.push_back(doc.CopyFrom(src, v, &fresh));
+    metadata = copied[saved_layers];
+  } else {
+    // The converter takes the metadata from a torch.load of its own: its
+    // objects are not the rewritten file's, so they are copied afresh (one
+    // copy of each, as that load shares them), and its keys are the
+    // module's constants, one str object each.
+    std::vector<NodeId> fresh;
+    std::vector<NodeId> keys;
+    for (const char* field : kLightweightFields) keys.push_back(doc.AddStr(field));
+    std::vector<NodeId> entries;
+    for (NodeId entry : *layers) {
+      if (!src.MappingItems(entry)) {
+        return Status::Corruption(path + ": ds_autoep_layers holds " + src.Repr(entry, 60) +
+                                  ", not a layer's dict");
+      }
+      std::vector<NodeId> kv;
+      for (size_t i = 0; i < std::size(kLightweightFields); ++i) {
+        const NodeId v = src.Get(entry, kLightweightFields[i]);
+        if (v == pickle::kNoNode) continue;
+        kv.push_back(keys[i]);
+        kv.push_back(doc.CopyFrom(src, v, &fresh));
+      }
+      entries.push_back(doc.AddDict(std::move(kv)));
     }
-    entries.push_back(doc.AddDict(std::move(kv)));
+    metadata = doc.AddList(std::move(entries));
   }
 
   NodeId info = doc.Get(root, "universal_checkpoint_info");
@@ -78,9 +89,9 @@ Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
     return Status::Corruption(path + ": universal_checkpoint_info is not a dict");
   }
   SetItem(doc, info, "expert_parameter_patterns",
-          doc.AddList({doc.AddStr(R"(\.experts\.w[123]$)")}));
-  SetItem(doc, info, "ds_autoep_layers", doc.AddList(std::move(entries)));
-  return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)), crc_reader);
+          doc.AddList({doc.AddStr(zero3 ? R"(.*\.experts\.w[123]$)" : R"(\.experts\.w[123]$)")}));
+  SetItem(doc, info, "ds_autoep_layers", metadata);
+  return b.Finish(ckpt, ArchivePrefixFor(std::string(BaseName(path))), crc_reader);
 }
 
 }  // namespace ucfs

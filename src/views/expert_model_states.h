@@ -7,22 +7,27 @@
 
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_file.h"
 #include "ucfs/vfs/source_files.h"
 #include "ucfs/views/torch_file_content.h"
 
 namespace ucfs {
 
-// mp_rank_00_model_states.pt as DeepSpeed 0.19.8's ds_to_universal.py
-// rewrites it for an AutoEP run at ZeRO-1/2 (expert-layouts.md §3.6): the
-// saved pickle, torch.load'ed and torch.save'd again, with two values of
-// its universal_checkpoint_info set (appended where absent):
-// 'expert_parameter_patterns' = ['\.experts\.w[123]$'] and
-// 'ds_autoep_layers' = the lightweight metadata of every layer of the
-// top-level ds_autoep_layers (moe_layer_id, module_path, expert_key_prefix,
-// num_experts, num_local_experts, ep_size: those an entry has, in that
-// order). Its sources are `ckpt`'s own indices.
+// A model-states file of an AutoEP run as DeepSpeed 0.19.8's
+// ds_to_universal.py rewrites it (expert-layouts.md §3.6): the saved pickle
+// (`model`, of `ckpt`'s source `source`), torch.load'ed and torch.save'd
+// again, with two values of its universal_checkpoint_info set (appended
+// where absent). At ZeRO-1/2 (mp_rank_00): 'expert_parameter_patterns' =
+// ['\.experts\.w[123]$'] and 'ds_autoep_layers' = the lightweight
+// metadata of every layer of the top-level ds_autoep_layers (moe_layer_id,
+// module_path, expert_key_prefix, num_experts, num_local_experts, ep_size:
+// those an entry has, in that order), from a load of its own. At ZeRO-3
+// (each rank's file): ['.*\.experts\.w[123]$'] and the top-level list
+// itself, one object twice in the pickle.
 Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
-    std::shared_ptr<const Checkpoint> ckpt, SourceFiles* crc_reader);
+    std::shared_ptr<const Checkpoint> ckpt, const pickle::Document& model,
+    const TorchFileSummary& summary, uint32_t source, SourceFiles* crc_reader);
 
 }  // namespace ucfs
 

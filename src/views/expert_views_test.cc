@@ -5,6 +5,8 @@
 // a multiple of EP is refused.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/expert_topology.h"
@@ -32,14 +34,21 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
     ASSERT_TRUE(listed.ok());
     size_t expert_files = 0;
     for (const DirEntry& e : *listed) expert_files += IsExpertFileName(e.name);
-    // One per MoE layer and global expert, whatever N is.
-    EXPECT_EQ(expert_files, source->autoep() ? 8u : 4u);
+    // One per MoE layer and global expert, whatever N is: the source's.
+    size_t saved = 0;
+    for (const auto& e : std::filesystem::directory_iterator(source->files().tag_dir)) {
+      saved += IsExpertFileName(e.path().filename().string());
+    }
+    EXPECT_EQ(expert_files, saved);
+    EXPECT_GT(saved, 0u);
     auto r = Checkpoint::Open(out, "/r");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->world_size(), n);
     ASSERT_EQ(r->sub_groups().size(), 3u);
-    EXPECT_EQ(r->sub_groups()[1].members, (ExpertTopology{n, 2, false}.Members(0)));
-    EXPECT_EQ(r->sub_groups()[2].members, (ExpertTopology{n, 2, false}.Members(1)));
+    const bool data_first = source->data_before_expert_parallelism();
+    EXPECT_EQ(r->data_before_expert_parallelism(), data_first);
+    EXPECT_EQ(r->sub_groups()[1].members, (ExpertTopology{n, 2, data_first}.Members(0)));
+    EXPECT_EQ(r->sub_groups()[2].members, (ExpertTopology{n, 2, data_first}.Members(1)));
     ASSERT_EQ(r->params().size(), source->params().size());
     for (size_t p = 0; p < r->params().size(); ++p) {
       const ParamInfo& info = r->params()[p];
@@ -57,8 +66,27 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
       << refused.status().ToString();
 }
 
+// AutoEP at ZeRO-3: each rank's expert partition groups at N are not
+// written yet: refused, naming the file, rather than served wrong.
+TEST(ExpertReshard, AutoEpAtZero3IsRefused) {
+  Env& env = *Env::Posix();
+  auto c = Checkpoint::Open(env, ModernDir("autoep_z3_fp32_e2d2") + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto view = BuildReshardView(env, std::make_shared<const Checkpoint>(std::move(c).value()),
+                               {2, std::nullopt});
+  ASSERT_FALSE(view.ok());
+  EXPECT_EQ(view.status().code(), Status::Code::kNotSupported);
+  EXPECT_NE(view.status().message().find("zero_pp_rank_0_mp_rank_00_model_states.pt: AutoEP "
+                                         "experts at ZeRO-3 (ds_zero_partition_groups)"),
+            std::string::npos)
+      << view.status().ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertReshardTest,
-                         ::testing::Values("moe_z2_fp32_e2d2", "autoep_z2_fp32_e2d2"));
+                         ::testing::Values("moe_z1_fp32_e2d2", "moe_z2_fp32_e2d2",
+                                           "moe_z2_fp32_e2d3", "autoep_z1_fp32_e2d2",
+                                           "autoep_z2_fp32_e2d2", "autoep_z2_fp32_e2d3",
+                                           "autoep_z2_fp32_e2d2_dbe"));
 
 }  // namespace
 }  // namespace ucfs

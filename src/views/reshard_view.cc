@@ -65,6 +65,15 @@ Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& opt
     }
     return layout;
   }
+  if (c.expert_parallel() > 1) {
+    // Each rank's file would need its own ds_zero_partition_groups and
+    // ds_autoep_layers (EP rank, EDP rank, experts) at N: not built yet.
+    return Status::NotSupported(
+        c.files().model_files[0] +
+        ": AutoEP experts at ZeRO-3 (ds_zero_partition_groups): the reshard view does not yet "
+        "write each rank's expert partition groups at another world size; the universal view "
+        "serves the checkpoint, and DeepSpeed's universal loader resumes it at any EP and D");
+  }
   // Each param group's params, in order: its old sub-groups concatenated.
   for (uint32_t g = 0; g < c.param_group_count(); ++g) {
     std::vector<uint32_t> params;

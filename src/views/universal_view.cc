@@ -221,8 +221,10 @@ Result<std::shared_ptr<TorchFileContent>> StateFile(
   StorageSpec storage;
   storage.key = "0";
   std::string pkl;
-  if (FormOf(*c) == StateFileForm::kBare) {
-    // ZeRO-3's bare tensors take no merge rule at T = 1.
+  if (FormOf(*c) == StateFileForm::kBare && p.expert_families.empty()) {
+    // ZeRO-3's bare tensors take no merge rule at T = 1 (its expert stacks
+    // are the dicts ZeRO-1/2's are: ds_to_universal.py
+    // _consolidate_zero3_autoep_expert_states).
     const uint64_t numel = NumelOf(p.local_shape);
     UCFS_ASSIGN_OR_RETURN(
         pkl, BareTensorPickle(state.dtype, {static_cast<int64_t>(numel)}, state.requires_grad));
@@ -342,8 +344,20 @@ Result<std::unique_ptr<View>> BuildUniversalView(Env& env,
       const SourceFile& model = shard.sources()[w + r];
       if (model.path.empty()) continue;
       if (shard.autoep() && c->degrees().mp() == 1) {
-        // Re-saved with AutoEP's universal metadata (its one file: ZeRO-1/2).
-        UCFS_ASSIGN_OR_RETURN(auto rewritten, AutoEpUniversalModelStates(shard0, crc_reader.get()));
+        // Re-saved with AutoEP's universal metadata: ZeRO-1/2's one file, or
+        // each rank's at ZeRO-3 (rank 0's parsed already, the others here).
+        std::optional<TorchFileSummary> summary;
+        std::optional<Document> doc;
+        if (r > 0) {
+          UCFS_ASSIGN_OR_RETURN(summary, SummarizeTorchFile(env, model.path));
+          auto parsed = pickle::Parse(summary->pickle);
+          if (!parsed.ok()) return parsed.status().Annotate(model.path + ": data.pkl");
+          doc = std::move(parsed).value();
+        }
+        UCFS_ASSIGN_OR_RETURN(auto rewritten, AutoEpUniversalModelStates(
+                                                  shard0, r > 0 ? *doc : shard.rank0_model(),
+                                                  r > 0 ? *summary : shard.rank0_model_summary(),
+                                                  w + r, crc_reader.get()));
         UCFS_RETURN_IF_ERROR(
             view->AddFile(udir, std::string(BaseName(model.path)), std::move(rewritten)).status());
         continue;

@@ -63,11 +63,18 @@ INSTANTIATE_TEST_SUITE_P(AutoTp, ParallelUniversalViewTest,
                                            "modern/autotp_z3_fp32_t2d2",
                                            "modern/autotp_uneven_z1_fp32_t2d2"),
                          [](const auto& info) { return info.param.substr(7); });
-// DeepSpeed 0.19.8's AutoEP at ZeRO-2 (EP 2, D 2): each expert stack
-// gathered from its EP ranks' buffers, {'param', 'cat_dim', 'is_expert_param',
-// 'ep_num_experts'}, and mp_rank_00 re-saved with the lightweight metadata.
+// DeepSpeed 0.19.8's AutoEP (EP 2): each expert stack gathered from its EP
+// ranks' buffers, {'param', 'cat_dim', 'is_expert_param', 'ep_num_experts'};
+// at ZeRO-1/2 mp_rank_00 re-saved with the lightweight metadata, at ZeRO-3
+// each rank's model states with its own (and the dense params bare); D 3
+// pads the expert partitions; EP rank = rank div D with
+// use_data_before_expert_parallelism.
 INSTANTIATE_TEST_SUITE_P(AutoEp, ParallelUniversalViewTest,
-                         ::testing::Values("modern/autoep_z2_fp32_e2d2"),
+                         ::testing::Values("modern/autoep_z1_fp32_e2d2",
+                                           "modern/autoep_z2_fp32_e2d2",
+                                           "modern/autoep_z2_fp32_e2d3",
+                                           "modern/autoep_z2_fp32_e2d2_dbe",
+                                           "modern/autoep_z3_fp32_e2d2"),
                          [](const auto& info) { return info.param.substr(7); });
 // The merges Megatron never asks for (make_merge_rules_fixture.py): an
 // averaged param, SubparamShape along dim 0 and, viewed anew, along dim 1.

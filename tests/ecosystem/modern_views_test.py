@@ -49,11 +49,11 @@ def refusal(facts):
 
     Muon is served (its states per group; at ZeRO-1/2 a momentum buffer of the whole params a partition
     touches). Parameter alignment is served too, and so are AutoEP and native MoE at ZeRO-1/2 (experts
-    partitioned over their EP rank's expert-data-parallel group); AutoEP at ZeRO-3 partitions its experts
-    otherwise ('zero3_partitioned')."""
+    partitioned over their EP rank's expert-data-parallel group), and AutoEP at ZeRO-3 by its universal view;
+    its reshard view would have to write each rank's expert partition groups anew ("reshard": refused there)."""
     cfg = facts.get("ds_config") or {}  # None where a trainer made the config
     if (cfg.get("expert_parallel") or {}).get("autoep_size", 1) > 1 and facts["zero_stage"] == 3:
-        return "AutoEP experts saved as 'zero3_partitioned'", "all"
+        return "AutoEP experts at ZeRO-3 (ds_zero_partition_groups)", "reshard"
     return None
 
 
@@ -152,6 +152,8 @@ def test_root(name, base, facts, root):
     label = f"{name}/{root['root']}"
     refused, views = refusal(facts) or (None, None)
     whole = views == "all"
+    if views == "reshard":
+        refused = None  # every view but the reshard one serves it: checked below
 
     def inspect_and_verify():
         for command in ("inspect", "verify"):
@@ -232,7 +234,14 @@ def test_root(name, base, facts, root):
         w = facts["world_size"] // tp
         ep = facts.get("ep_size", 1)  # experts keep their EP size: N = EP · D'
         d = w // ep
-        for n in sorted({ep * (max(1, d - 1) if d > 1 else 2), ep * (d + 1)}):
+        if views == "reshard":
+            def reshard_refused():
+                with tempfile.TemporaryDirectory() as mnt:
+                    r = ucfs("mount", "--no-cache", "--world-size", str(ep * (d + 1)), src, mnt)
+                    what = refusal(facts)[0]
+                    assert r.returncode != 0 and what in r.stderr, r.stderr
+            check(f"{label}: the reshard view refuses it, naming {refusal(facts)[0]}", reshard_refused)
+        for n in [] if views == "reshard" else sorted({ep * (max(1, d - 1) if d > 1 else 2), ep * (d + 1)}):
             m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(n))
             mounts.append(m)
             tag = root["latest"]

@@ -95,9 +95,14 @@ struct SubGroupInfo {
   // (partition k is members[k]'s): all W for a dense group; for an expert
   // group of EP size N (expert_parallel), the EDP group of EP rank
   // `family`, one buffer per family (expert_topology.h).
+  // kPerParam: the same, each param cut over them by ZeRO-3's rule (empty:
+  // over all W).
   std::vector<uint32_t> members;
   uint32_t expert_parallel = 1;
   uint32_t family = 0;
+  // Which flat buffer of each optimizer file this is (an expert group's
+  // families: the same buffer of their ranks' files).
+  uint32_t file_buffer = 0;
   uint32_t partition_world() const { return static_cast<uint32_t>(members.size()); }
 };
 
@@ -202,9 +207,12 @@ class Checkpoint : public StateMapper {
   bool autoep() const { return autoep_; }
   // The largest EP size of any expert group; 1 without experts.
   uint32_t expert_parallel() const;
-  // The flat buffer rank `rank` holds of param group `group`: the group's
-  // own, or its family's for an expert group; nullopt for none.
-  std::optional<size_t> SubGroupOnRank(uint32_t group, uint32_t rank) const;
+  // The flat buffers each optimizer file lists (an expert group's is one of
+  // them, of its family on each rank).
+  uint32_t file_buffer_count() const { return file_buffer_count_; }
+  // The sub-group that is buffer `buffer` of rank `rank`'s optimizer file:
+  // the buffer's own, or its family's for an expert group; nullopt for none.
+  std::optional<size_t> SubGroupOnRank(uint32_t buffer, uint32_t rank) const;
   // ds_config's train_batch_size, micro batch and accumulation as saved.
   const BatchConfig& batch() const { return batch_; }
 
@@ -302,6 +310,7 @@ class Checkpoint : public StateMapper {
   std::optional<int64_t> global_steps_;
   std::optional<uint64_t> sub_group_size_;
   uint32_t param_group_count_ = 0;
+  uint32_t file_buffer_count_ = 0;
   bool round_robin_gradients_ = false;
   std::optional<bool> parameter_alignment_config_;  // ds_config's, if it says
   uint64_t param_alignment_ = 1;
