@@ -230,7 +230,7 @@ Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_
     if (t.shape.size() != 1 || t.numel() < valid || t.numel() > sg.partition_numel ||
         !t.contiguous()) {
       return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but param group " +
-                      std::to_string(k) + " (" + std::to_string(sg.numel) +
+                      std::to_string(sg.param_group) + " (" + std::to_string(sg.numel) +
                       " elements) has partitions of " + std::to_string(sg.partition_numel) +
                       (sg.expert_parallel > 1
                            ? " over its " + std::to_string(sg.partition_world()) +

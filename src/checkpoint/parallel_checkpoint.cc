@@ -1,5 +1,6 @@
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <utility>
@@ -237,13 +238,22 @@ Status StackExperts(const Checkpoint& lead, size_t i, uint32_t tp, MergedParam* 
                                 "DeepSpeed places otherwise")
         .WithFile(file);
   }
-  const uint32_t ep = lead.sub_groups()[param.sub_group].expert_parallel;
+  const SubGroupInfo& own = lead.sub_groups()[param.sub_group];
+  const uint32_t ep = own.expert_parallel;
   m->expert_families.assign(ep, i);
-  for (size_t j = 0; j < lead.params().size(); ++j) {
-    const ParamInfo& copy = lead.params()[j];
-    if (copy.family != 0 && copy.name == param.name && copy.param_group == param.param_group) {
-      m->expert_families[copy.family] = j;
+  // Each family lists its copies in the buffer's order (AddExpertFamilies).
+  const auto at = static_cast<size_t>(
+      std::find(own.params.begin(), own.params.end(), static_cast<uint32_t>(i)) -
+      own.params.begin());
+  for (const SubGroupInfo& family : lead.sub_groups()) {
+    if (family.file_buffer != own.file_buffer || family.family == 0) continue;
+    if (family.family >= ep || at >= family.params.size() ||
+        lead.params()[family.params[at]].name != param.name) {
+      return Status::Corruption(file + ": expert param '" + param.name +
+                                "' has no copy for EP rank " + std::to_string(family.family))
+          .WithFile(file);
     }
+    m->expert_families[family.family] = family.params[at];
   }
   if (lead.autoep()) {
     // [local experts, ...] by EP rank: every expert in global order.
