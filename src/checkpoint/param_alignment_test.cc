@@ -71,6 +71,30 @@ TEST_P(AlignedFixtureTest, EveryStateIsTheLiveEnginesValue) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, AlignedFixtureTest,
                          ::testing::Values("align_z1_fp32_ws2", "align_z2_fp32_ws3"));
 
+// bf16 training: DeepSpeed pads by 16 bytes of the training dtype, 8
+// elements, while the masters it pads stay float32.
+TEST(AlignedFixture, Bf16ParamsStartAtMultiplesOf8Elements) {
+  const std::string fixture = "align_z2_bf16_ws2";
+  auto c = Checkpoint::Open(*Env::Posix(), ModernDir(fixture) + "/checkpoint");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->lp_dtype(), DType::kBFloat16);
+  EXPECT_EQ(c->param_alignment(), 8u);
+  ASSERT_EQ(c->sub_groups().size(), 2u);
+  EXPECT_EQ(c->sub_groups()[0].numel, 836u);
+  EXPECT_EQ(c->sub_groups()[1].numel, 136u);
+  size_t compared = 0;
+  for (size_t p = 0; p < c->params().size(); ++p) {
+    const ParamInfo& info = c->params()[p];
+    EXPECT_EQ(info.offset % 8, 0u) << info.name;
+    for (size_t s = 0; s < c->states().size(); ++s) {
+      EXPECT_EQ(testing::FullState(*c, p, s), LiveState(fixture, info.name, c->states()[s].name))
+          << info.name << " " << c->states()[s].name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 12u * 3);
+}
+
 // A copy of align_z1_fp32_ws2 in memory, its files edited.
 class BrokenAlignmentTest : public ::testing::Test {
  protected:

@@ -11,9 +11,10 @@ DeepSpeed engine.save_checkpoint runs of TrickyNet (kind "ds", ds_worker.py):
   bf16masters_z1_ws2, bf16masters_z2_ws2, bf16masters_z3_ws2: bf16 training with bf16.bf16_master_weights_and_grads
       and bf16.bf16_optimizer_states (DeepSpeed 0.19.8 precision_config.py DeepSpeedBF16Config; config.py asserts
       ZeRO 1-3 and that the second needs the first).
-  align_z1_fp32_ws2, align_z2_fp32_ws3: zero_optimization.parameter_alignment (zero/config.py), which pads every
-      param but the last of each flat group to 16 bytes (fp32: 4 elements) inside the flat buffer; TrickyNet's tri [3]
-      and gate [1] get paddings 1 and 3 (param_alignment_paddings in the optimizer files).
+  align_z1_fp32_ws2, align_z2_fp32_ws3, align_z2_bf16_ws2: zero_optimization.parameter_alignment (zero/config.py),
+      which pads every param but the last of each flat group to 16 bytes of the training dtype (fp32: 4 elements,
+      bf16: 8) inside the flat buffer; TrickyNet's tri [3] and gate [1] get paddings 1 and 3 in fp32
+      (param_alignment_paddings in the optimizer files).
 
 register(fixture, ds_config, MUON) is called by make_modern_fixtures.py with its own helpers.
 """
@@ -75,3 +76,5 @@ def register(fixture, ds_config, MUON):
             ds_config=ds_config(2, 1, "fp32", {"parameter_alignment": True}))
     fixture("align_z2_fp32_ws3", kind="ds", W=3, stage=2, dtype="fp32", old="z2_tricky_fp32_ws2",
             ds_config=ds_config(3, 2, "fp32", {"parameter_alignment": True}))
+    fixture("align_z2_bf16_ws2", kind="ds", W=2, stage=2, dtype="bf16", old="z2_tricky_bf16_ws4",
+            ds_config=ds_config(2, 2, "bf16", {"parameter_alignment": True}))
