@@ -29,26 +29,14 @@ sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
 import mount_testing  # noqa: E402
 from mount_testing import Results  # noqa: E402
 
+sys.path.insert(0, HERE)
+from live_values import differing  # noqa: E402
+
 MODERN = os.path.join(REPO, "tests", "data", "modern")
 FIXTURES = ["autotp_z1_fp32_t2d2", "autotp_z2_bf16_t2d2", "autotp_z3_fp32_t2d2", "autotp_uneven_z1_fp32_t2d2"]
 # The CI subset: each fixture at one D', both directions covered.
 CI = {"autotp_z1_fp32_t2d2": [3], "autotp_z2_bf16_t2d2": [1], "autotp_z3_fp32_t2d2": [3],
       "autotp_uneven_z1_fp32_t2d2": [1]}
-
-
-def differing(facts, loaded):
-    """Names whose bytes differ between the save-time values and those right after the load."""
-    bad = []
-    for name, states in facts["live_state"]["params"].items():
-        for key, want in states.items():
-            got = loaded["live"]["params"].get(name, {}).get(key)
-            if not got or got.get("sha256") != want["sha256"]:
-                bad.append(f"{name}.{key}")
-    for name, want in facts["module_values"]["params"].items():
-        got = loaded["module"]["params"].get(name)
-        if not got or got.get("sha256") != want["sha256"]:
-            bad.append(f"module.{name}")
-    return bad
 
 
 def resume(ucfs, name, facts, d, results, new_tp=None):

@@ -39,6 +39,9 @@ sys.path.insert(0, os.path.join(REPO, "tests", "tools"))
 import mount_testing  # noqa: E402
 from mount_testing import Results  # noqa: E402
 
+sys.path.insert(0, HERE)
+from live_values import differing  # noqa: E402
+
 MODERN = os.path.join(REPO, "tests", "data", "modern")
 WORKERS = os.path.join(REPO, "tests", "tools", "modern")
 FIXTURES = ["autoep_z2_fp32_e2d2", "autoep_z1_fp32_e2d2", "autoep_z2_fp32_e2d3", "autoep_z2_fp32_e2d2_dbe",
@@ -66,22 +69,6 @@ def reshard_ds(facts):
         return []
     d = facts["world_size"] // facts["ep_size"]
     return [1, 3] if d != 3 else [1, 2]
-
-
-def differing(facts, loaded):
-    """Names whose bytes differ between the save-time values and those right after the load."""
-    bad = []
-    for name, states in facts["live_state"]["params"].items():
-        for key, want in states.items():
-            got = loaded["live"]["params"].get(name, {}).get(key)
-            if not got or got.get("sha256") != want["sha256"]:
-                bad.append(f"{name}.{key}")
-    for name, want in facts["module_values"]["params"].items():
-        got = loaded["module"]["params"].get(name)
-        if not got or got.get("sha256") != want["sha256"]:
-            bad.append(f"module.{name}")
-    extra = sorted(set(loaded["live"]["params"]) - set(facts["live_state"]["params"]))
-    return bad + [f"{n} (not in the saved state)" for n in extra]
 
 
 def counted(facts):
