@@ -10,6 +10,7 @@
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/expert_topology.h"
+#include "ucfs/views/hf_weights.h"
 #include "ucfs/views/reshard_view.h"
 
 namespace ucfs {
@@ -80,6 +81,25 @@ TEST(ExpertReshard, AutoEpAtZero3IsRefused) {
                                          "experts at ZeRO-3 (ds_zero_partition_groups)"),
             std::string::npos)
       << view.status().ToString();
+}
+
+// Hugging Face weights beside a config.json: native MoE's global names are
+// the model's own; AutoEP's engine names are not, and are not guessed.
+TEST(ExpertHfWeights, NativeServedAutoEpRefused) {
+  Env& env = *Env::Posix();
+  auto native = Checkpoint::Open(env, ModernDir("moe_z2_fp32_e2d2") + "/checkpoint");
+  ASSERT_TRUE(native.ok()) << native.status().ToString();
+  auto files = HfWeightsFiles(env, std::make_shared<const Checkpoint>(std::move(native).value()));
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_FALSE(files->empty());
+  auto autoep = Checkpoint::Open(env, ModernDir("autoep_z2_fp32_e2d2") + "/checkpoint");
+  ASSERT_TRUE(autoep.ok()) << autoep.status().ToString();
+  auto refused = HfWeightsFiles(env, std::make_shared<const Checkpoint>(std::move(autoep).value()));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kNotSupported);
+  EXPECT_NE(refused.status().message().find("an AutoEP run names its experts' stacks"),
+            std::string::npos)
+      << refused.status().ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertReshardTest,

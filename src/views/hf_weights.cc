@@ -28,6 +28,17 @@ bool WantsHfWeights(const std::vector<DirEntry>& entries) {
 Result<std::vector<NamedContent>> HfWeightsFiles(Env& env,
                                                  std::shared_ptr<const Checkpoint> checkpoint,
                                                  const HfWeightsOptions& options) {
+  if (checkpoint->autoep() && checkpoint->expert_parallel() > 1) {
+    // AutoEP replaced the model's MoE blocks: its names are the engine's,
+    // whose mapping to the model's lives in AutoEP's presets, not in the
+    // checkpoint. Served under them, from_pretrained would start every
+    // expert anew, with a warning easy to miss.
+    return Status::NotSupported(
+        checkpoint->files().model_files[0] +
+        ": an AutoEP run names its experts' stacks <layer>.experts.w1/w2/w3 and its router "
+        "<layer>.router.gate, not as the model's config.json does (Mixtral's gate_up_proj, "
+        "down_proj, gate); <tag>_fp32/ holds them by the engine's names");
+  }
   StateDictOptions dict;
   dict.others = OtherTensors::kAsSaved;
   dict.drop_aliases = true;

@@ -45,7 +45,9 @@ struct HfWeightsOptions {
 bool WantsHfWeights(const std::vector<DirEntry>& entries);
 
 // The files, for `checkpoint` (which they keep alive); `env` reads its
-// rank files and must outlive them.
+// rank files and must outlive them. NotSupported for an AutoEP run, whose
+// engine names are not the model's (native MoE's experts are served under
+// the global names its expert files use, the model's own).
 Result<std::vector<NamedContent>> HfWeightsFiles(Env& env,
                                                  std::shared_ptr<const Checkpoint> checkpoint,
                                                  const HfWeightsOptions& options = {});
