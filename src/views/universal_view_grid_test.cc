@@ -61,7 +61,8 @@ INSTANTIATE_TEST_SUITE_P(AutoTp, ParallelUniversalViewTest,
                          ::testing::Values("modern/autotp_z1_fp32_t2d2",
                                            "modern/autotp_z2_bf16_t2d2",
                                            "modern/autotp_z3_fp32_t2d2",
-                                           "modern/autotp_uneven_z1_fp32_t2d2"),
+                                           "modern/autotp_uneven_z1_fp32_t2d2",
+                                           "modern/autotp_kv4_z1_fp32_t2d2"),
                          [](const auto& info) { return info.param.substr(7); });
 // DeepSpeed 0.19.8's AutoEP (EP 2): each expert stack gathered from its EP
 // ranks' buffers, {'param', 'cat_dim', 'is_expert_param', 'ep_num_experts'};

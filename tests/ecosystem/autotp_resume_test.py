@@ -12,7 +12,8 @@ seed, AutoTP sharding it at T, deepspeed.initialize with the recipe's ds_config,
   - the recipe's next steps run (losses finite; their values differ from the saving run's: its global batch was
     2 x D rows).
 The same from the universal view with "checkpoint": {"load_universal": true}: DeepSpeed 0.19.8's universal loader
-reading the files ucfs lays out from the affine map.
+reading the files ucfs lays out from the affine map, at a new D, and at a new T where the model's heads split whole
+(autotp_kv4_z1_fp32_t2d2, saved at T = 2, loaded at T = 4).
 usage: autotp_resume_test.py UCFS_BIN [--full] [FIXTURE...]   (default: the CI subset, one D' per fixture)
 Needs root (FUSE) and the modern root (tests/ecosystem/setup.sh). Ends with "N passed, M failed".
 """
@@ -33,10 +34,14 @@ sys.path.insert(0, HERE)
 from live_values import differing  # noqa: E402
 
 MODERN = os.path.join(REPO, "tests", "data", "modern")
-FIXTURES = ["autotp_z1_fp32_t2d2", "autotp_z2_bf16_t2d2", "autotp_z3_fp32_t2d2", "autotp_uneven_z1_fp32_t2d2"]
+FIXTURES = ["autotp_z1_fp32_t2d2", "autotp_z2_bf16_t2d2", "autotp_z3_fp32_t2d2", "autotp_uneven_z1_fp32_t2d2",
+            "autotp_kv4_z1_fp32_t2d2"]
+# A new T through the universal view: (T', D') where the model's heads split whole (4 KV heads at T' = 4; the
+# other fixtures' 2 or 3 KV heads do not split 4 ways, and the program needs TP groups, so T' > 1).
+NEW_T = {"autotp_kv4_z1_fp32_t2d2": [(4, 1)]}
 # The CI subset: each fixture at one D', both directions covered.
 CI = {"autotp_z1_fp32_t2d2": [3], "autotp_z2_bf16_t2d2": [1], "autotp_z3_fp32_t2d2": [3],
-      "autotp_uneven_z1_fp32_t2d2": [1]}
+      "autotp_uneven_z1_fp32_t2d2": [1], "autotp_kv4_z1_fp32_t2d2": [3]}
 
 
 def resume(ucfs, name, facts, d, results, new_tp=None):
@@ -89,11 +94,12 @@ def main():
         facts = json.load(open(os.path.join(MODERN, name, "MODERN.json")))
         for d in ([1, 3] if full else CI[name]):
             resume(ucfs, name, facts, d, results)
-        # DeepSpeed's universal loader, from ucfs's universal view, at a new D. (A new T: the fixture's
-        # program needs DeepSpeed's TP groups, which AutoTP makes only at T > 1, and T = 4 would split the
-        # model's 2 KV heads.)
+        # DeepSpeed's universal loader, from ucfs's universal view, at a new D, and at a new T where the
+        # model's heads allow it (NEW_T).
         for d in ([1, 3] if full else [3]):
             resume(ucfs, name, facts, d, results, new_tp=facts["tp_size"])
+        for t, d in NEW_T.get(name, []):
+            resume(ucfs, name, facts, d, results, new_tp=t)
     return results.finish()
 
 

@@ -58,6 +58,9 @@ def register(fixture):
             ds_config=autotp_config(4, 2, 3, "fp32", {"stage3_param_persistence_threshold": 0}), **common)
     fixture("autotp_uneven_z1_fp32_t2d2", stage=1, dtype="fp32", llama=llama(6, 3, 24, layers=1),
             ds_config=autotp_config(4, 2, 1, "fp32"), **common)
+    # 4 KV heads: a universal load at T = 4 splits every head whole (resume at a new T).
+    fixture("autotp_kv4_z1_fp32_t2d2", stage=1, dtype="fp32", llama=llama(4, 4, 16, layers=1),
+            ds_config=autotp_config(4, 2, 1, "fp32"), **common)
     register_autoep(fixture)
     register_moe(fixture)
 
