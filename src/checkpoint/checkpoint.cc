@@ -108,16 +108,25 @@ uint32_t Checkpoint::expert_parallel() const {
   return ep;
 }
 
-std::optional<size_t> Checkpoint::SubGroupOnRank(uint32_t buffer, uint32_t rank) const {
-  for (size_t k = 0; k < sub_groups_.size(); ++k) {
-    const SubGroupInfo& sg = sub_groups_[k];
+std::optional<RankBuffer> FindBufferOnRank(const std::vector<SubGroupInfo>& sub_groups,
+                                           uint32_t buffer, uint32_t rank) {
+  for (size_t k = 0; k < sub_groups.size(); ++k) {
+    const SubGroupInfo& sg = sub_groups[k];
     if (sg.file_buffer != buffer) continue;
-    if (sg.members.empty() ||
-        std::find(sg.members.begin(), sg.members.end(), rank) != sg.members.end()) {
-      return k;
+    // Sub-groups are bounded by the slot table (kMaxSlots): k fits.
+    const auto index = static_cast<uint32_t>(k);
+    if (sg.members.empty()) return RankBuffer{index, rank};
+    auto it = std::find(sg.members.begin(), sg.members.end(), rank);
+    if (it != sg.members.end()) {
+      return RankBuffer{index, static_cast<uint32_t>(it - sg.members.begin())};
     }
   }
   return std::nullopt;
+}
+
+std::optional<size_t> Checkpoint::SubGroupOnRank(uint32_t buffer, uint32_t rank) const {
+  auto found = FindBufferOnRank(sub_groups_, buffer, rank);
+  return found ? std::optional<size_t>(found->sub_group) : std::nullopt;
 }
 
 Status Checkpoint::MapPieces(uint32_t element_size, uint64_t slot_element_offset, const Slot* slots,

@@ -4,6 +4,9 @@
 // MapState serves is the live value the saving run recorded.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "test_support.h"
 #include "ucfs/base/env.h"
 #include "ucfs/checkpoint/checkpoint.h"
@@ -68,7 +71,8 @@ TEST_P(AutoEpCheckpointTest, StacksAreTheirEpRanksExperts) {
     if (sg.expert_parallel == 1) continue;
     EXPECT_EQ(sg.members, (ExpertTopology{w, 2, data_first}.Members(sg.family)));
   }
-  size_t compared = 0;
+  // Every live (param, state), experts once per EP rank.
+  std::map<std::string, size_t> compared;
   for (size_t p = 0; p < c->params().size(); ++p) {
     const ParamInfo& param = c->params()[p];
     const bool expert = c->sub_groups()[param.sub_group].expert_parallel > 1;
@@ -83,10 +87,15 @@ TEST_P(AutoEpCheckpointTest, StacksAreTheirEpRanksExperts) {
       }
       EXPECT_TRUE(testing::FullState(*c, p, gs.state) == live)
           << param.name << " (family " << param.family << ") " << state;
-      ++compared;
+      compared[param.name + " " + state] += 1;
     }
   }
-  EXPECT_GE(compared, 2 * 3 * 3u);
+  std::map<std::string, size_t> want;
+  for (const auto& [name, states] : facts["live_state"]["params"].items()) {
+    const bool expert = name.find(".experts.") != std::string::npos;
+    for (const auto& [state, value] : states.items()) want[name + " " + state] = expert ? 2 : 1;
+  }
+  EXPECT_EQ(compared, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, AutoEpCheckpointTest,

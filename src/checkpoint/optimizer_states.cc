@@ -224,9 +224,9 @@ Status CheckpointBuilder::SetSlot(const ParsedRankFile& tf, uint32_t rank, size_
     // A partition may be saved without its padding (DeepSpeedZeroOptimizer
     // drops it from the fp32 weights; elastic checkpoints from every
     // state), never without a valid element.
-    const auto member = std::find(sg.members.begin(), sg.members.end(), rank);
-    const auto k_rank = static_cast<uint32_t>(member - sg.members.begin());
-    const uint64_t valid = FlatValidNumel(sg.numel, sg.partition_world(), k_rank);
+    const uint32_t part =
+        FindBufferOnRank(c_.sub_groups_, sg.file_buffer, rank).value_or(RankBuffer{}).part;
+    const uint64_t valid = FlatValidNumel(sg.numel, sg.partition_world(), part);
     if (t.shape.size() != 1 || t.numel() < valid || t.numel() > sg.partition_numel ||
         !t.contiguous()) {
       return tf.Error(what + " has shape " + ShapeString(t.shape) + ", but param group " +

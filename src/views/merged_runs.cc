@@ -26,8 +26,9 @@ StorageRun InterleavedRun(const MergedParam& p, uint32_t tp, size_t s, uint64_t 
   auto gather = std::make_shared<Gather>();
   gather->state = static_cast<uint32_t>(s);
   for (uint32_t t = 0; t < tp; ++t) {
-    gather->blocks.push_back({shard(t), static_cast<uint32_t>(p.slices[t]), t * chunk, tp * chunk,
-                              0, chunk, chunks, chunk});
+    gather->blocks.push_back({{t * chunk, tp * chunk, 0, chunk, chunks, chunk},
+                              shard(t),
+                              static_cast<uint32_t>(p.slices[t])});
   }
   StorageRun run;
   run.kind = StorageRun::Kind::kGathered;
@@ -42,10 +43,8 @@ StorageRun AffineRun(const MergedParam& p, size_t s, uint64_t element_size,
   auto gather = std::make_shared<Gather>();
   gather->state = static_cast<uint32_t>(s);
   for (const AffineBlock& b : *p.affine_blocks) {
-    gather->blocks.push_back({shard(b.rank), static_cast<uint32_t>(p.slices[b.rank]),
-                              b.start * element_size, b.period * element_size,
-                              b.slice_start * element_size, b.slice_period * element_size, b.count,
-                              b.length * element_size});
+    gather->blocks.push_back(
+        {b.Scaled(element_size), shard(b.rank), static_cast<uint32_t>(p.slices[b.rank])});
   }
   StorageRun run;
   run.kind = StorageRun::Kind::kGathered;

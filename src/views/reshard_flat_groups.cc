@@ -18,21 +18,11 @@ using pickle::NodeId;
 
 namespace {
 
-// A new rank's buffer of param group g: the layout's sub-group (the
-// group's own, or its EP rank's family) and the rank's partition of it.
-struct RankBuffer {
-  uint32_t sub_group = 0;
-  uint32_t part = 0;
-};
-
+// A new rank's buffer of param group g (FindBufferOnRank over the layout's
+// sub-groups, which keep their file buffers): PlanReshard gives every rank
+// one of each.
 RankBuffer BufferOf(const ReshardLayout& layout, uint32_t g, uint32_t rank) {
-  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
-    const std::vector<uint32_t>& members = layout.sub_groups[k].members;
-    if (layout.sub_groups[k].param_group != g) continue;
-    auto it = std::find(members.begin(), members.end(), rank);
-    if (it != members.end()) return {k, static_cast<uint32_t>(it - members.begin())};
-  }
-  return {g, rank};  // PlanReshard gives every rank a buffer of every group
+  return FindBufferOnRank(layout.sub_groups, g, rank).value_or(RankBuffer{g, rank});
 }
 
 // The first `length` elements of partition `part` of flat group k, for

@@ -105,6 +105,28 @@ def zero_to_fp32_of(base, root, tag):
             yield path
 
 
+def consolidated_loads(base, root, tag, facts, fp32):
+    """The in-root checks of <tag>_fp32/ (directory `fp32`): pytorch_model.bin and model.safetensors hold
+    zero_to_fp32.py's tensors wherever it ran; where it failed (AutoTP: it takes the 2 × 2 grid's 4 optimizer files
+    for 4 data-parallel ranks; MoE: it reads layer_*_expert_* files as model states), the training process's own
+    masters judge ours (native MoE's by the global names its expert files use)."""
+    loads = []
+    made = list(zero_to_fp32_of(base, root, tag))
+    if not made and facts.get("live_state", {}).get("params"):
+        for name in ("pytorch_model.bin", "model.safetensors"):
+            loads.append({"ours": os.path.join(fp32, name), "theirs": os.path.join(base, "MODERN.json"),
+                          "kind": "live"})
+    for z2f in made:
+        # zero_to_fp32.py drops the frozen params at ZeRO-1 (no frozen_param_shapes there): ucfs keeps them, from
+        # the model states; the rest must be its bytes.
+        extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
+        loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
+                      "ours_only": extra})
+        loads.append({"ours": os.path.join(fp32, "model.safetensors"), "theirs": z2f, "kind": "safetensors",
+                      "ours_only": extra})
+    return loads
+
+
 def converted(root):
     """(tag, output dir) of each tag the converter wrote."""
     return [(c["tag"], c["output"]) for c in root.get("converter", []) if c.get("ok")]
@@ -190,21 +212,7 @@ def test_root(name, base, facts, root):
                   same_bytes)
             for rel in files_below(ref):
                 loads.append({"ours": os.path.join(mine, rel), "theirs": os.path.join(ref, rel), "kind": "universal"})
-            fp32 = os.path.join(m.dir, tag + "_fp32")
-            if not any(zero_to_fp32_of(base, root, tag)) and facts.get("live_state", {}).get("params"):
-                # zero_to_fp32.py failed (AutoTP: it takes the 2 × 2 grid's 4 optimizer files for 4
-                # data-parallel ranks): the training process's own masters judge ours.
-                for name in ("pytorch_model.bin", "model.safetensors"):
-                    loads.append({"ours": os.path.join(fp32, name), "theirs": os.path.join(base, "MODERN.json"),
-                                  "kind": "live"})
-            for z2f in zero_to_fp32_of(base, root, tag):
-                # zero_to_fp32.py drops the frozen params at ZeRO-1 (no frozen_param_shapes there):
-                # ucfs keeps them, from the model states; the rest must be its bytes.
-                extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
-                loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
-                              "ours_only": extra})
-                loads.append({"ours": os.path.join(fp32, "model.safetensors"), "theirs": z2f,
-                              "kind": "safetensors", "ours_only": extra})
+            loads.extend(consolidated_loads(base, root, tag, facts, os.path.join(m.dir, tag + "_fp32")))
         for tag in ([] if refused else unconverted(root)):
             if (facts.get("live_state") or {}).get("tag") != tag or root["root"] != "checkpoint":
                 continue
@@ -218,17 +226,7 @@ def test_root(name, base, facts, root):
             check(f"{label}: {tag}_universal (no converter output) holds each param's fp32.pt and its group's "
                   "states by key", state_files)
             loads.extend(live_loads)
-            fp32 = os.path.join(m.dir, tag + "_fp32")
-            if not any(zero_to_fp32_of(base, root, tag)) and native_moe(facts):
-                # zero_to_fp32.py fails on MoE checkpoints (it reads layer_*_expert_* files as model
-                # states): the live masters, by the global names the expert files use, judge ours.
-                for name in ("pytorch_model.bin", "model.safetensors"):
-                    loads.append({"ours": os.path.join(fp32, name), "theirs": os.path.join(base, "MODERN.json"),
-                                  "kind": "live"})
-            for z2f in zero_to_fp32_of(base, root, tag):
-                extra = frozen_names(facts) if facts["zero_stage"] == 1 else []
-                loads.append({"ours": os.path.join(fp32, "pytorch_model.bin"), "theirs": z2f, "kind": "fp32",
-                              "ours_only": extra})
+            loads.extend(consolidated_loads(base, root, tag, facts, os.path.join(m.dir, tag + "_fp32")))
         # Data-parallel ranks anew; tensor-parallel ranks kept (each writes its rank files at N).
         tp = facts.get("tp_size", 1)
         w = facts["world_size"] // tp

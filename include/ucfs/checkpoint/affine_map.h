@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "ucfs/base/periodic_runs.h"
 #include "ucfs/base/status.h"
 #include "ucfs/codec/pickle.h"
 
@@ -65,17 +66,9 @@ inline constexpr int64_t kAffineMapVersion = 1;
 // fields added since could be misread).
 Result<AffineMaps> ReadAffineMaps(const pickle::Document& doc, pickle::NodeId affine_map);
 
-// Runs of elements from one rank's slice: run i covers elements
-// [start + i * period, + length) of the full param and
-// [slice_start + i * slice_period, + length) of the rank's slice.
-struct AffineBlock {
+// Runs of elements from one rank's slice: the whole is the full param.
+struct AffineBlock : PeriodicRuns {
   uint32_t rank = 0;
-  uint64_t start = 0;
-  uint64_t period = 0;
-  uint64_t slice_start = 0;
-  uint64_t slice_period = 0;
-  uint64_t count = 0;
-  uint64_t length = 0;
 };
 
 // The blocks that make the full param (logical_shape) of `map` from the

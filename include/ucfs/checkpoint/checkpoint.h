@@ -125,6 +125,17 @@ enum class StateLayout : uint8_t {
   kWholeParams,
 };
 
+// Buffer `buffer` of rank `rank`'s optimizer file among `sub_groups`: the
+// buffer's own sub-group, or its EP rank's family for an expert group, and
+// the rank's partition of it (its place in `members`; the rank itself
+// where they are empty). nullopt where no sub-group holds the rank.
+struct RankBuffer {
+  uint32_t sub_group = 0;
+  uint32_t part = 0;
+};
+std::optional<RankBuffer> FindBufferOnRank(const std::vector<SubGroupInfo>& sub_groups,
+                                           uint32_t buffer, uint32_t rank);
+
 struct SubGroupState {
   uint32_t state = 0;  // index into Checkpoint::states()
   StateLayout layout = StateLayout::kPartition;
@@ -210,8 +221,8 @@ class Checkpoint : public StateMapper {
   // The flat buffers each optimizer file lists (an expert group's is one of
   // them, of its family on each rank).
   uint32_t file_buffer_count() const { return file_buffer_count_; }
-  // The sub-group that is buffer `buffer` of rank `rank`'s optimizer file:
-  // the buffer's own, or its family's for an expert group; nullopt for none.
+  // The sub-group that is buffer `buffer` of rank `rank`'s optimizer file
+  // (FindBufferOnRank).
   std::optional<size_t> SubGroupOnRank(uint32_t buffer, uint32_t rank) const;
   // ds_config's train_batch_size, micro batch and accumulation as saved.
   const BatchConfig& batch() const { return batch_; }

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ucfs/base/periodic_runs.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/vfs/view.h"
@@ -56,21 +57,14 @@ StorageRun ComputedRun(std::shared_ptr<const ComputedBytes> bytes, uint64_t leng
 // Runs of tensor-parallel slices' states repeated with a period: the
 // merged storage of a param whose slices interleave (concatenated along a
 // dimension past the first, equal sub-params past dim 0, an affine map).
-// Block b's run i is bytes [start + i * period, + length) of the run's
-// storage, from bytes [slice_start + i * slice_period, + length) of its
-// slice's state. The blocks' runs tile the storage; a read maps only the
-// runs it covers, so a row-parallel weight is a few blocks, not a run per
-// row.
+// Each block's runs are bytes of the run's storage (the whole) from bytes
+// of its slice's state. The blocks' runs tile the storage; a read maps only
+// the runs it covers, so a row-parallel weight is a few blocks, not a run
+// per row.
 struct Gather {
-  struct Block {
+  struct Block : PeriodicRuns {
     uint32_t shard = 0;  // the slice: its shard group (StateMapper), its param there
     uint32_t param = 0;
-    uint64_t start = 0;
-    uint64_t period = 0;
-    uint64_t slice_start = 0;
-    uint64_t slice_period = 0;
-    uint64_t count = 0;
-    uint64_t length = 0;
   };
   uint32_t state = 0;
   std::vector<Block> blocks;
