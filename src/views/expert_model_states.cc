@@ -1,9 +1,11 @@
 #include "views/expert_model_states.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/expert_topology.h"
 #include "ucfs/views/torch_pickle_builder.h"
 
 namespace ucfs {
@@ -92,6 +94,38 @@ Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
           doc.AddList({doc.AddStr(zero3 ? R"(.*\.experts\.w[123]$)" : R"(\.experts\.w[123]$)")}));
   SetItem(doc, info, "ds_autoep_layers", metadata);
   return b.Finish(ckpt, ArchivePrefixFor(std::string(BaseName(path))), crc_reader);
+}
+
+void SetAutoEpLayersRank(Document& doc, NodeId root, uint32_t world, uint32_t rank,
+                         bool data_before_expert_parallelism) {
+  for (NodeId layers : {doc.Get(root, "ds_autoep_layers"),
+                        doc.Get(doc.Get(root, "universal_checkpoint_info"), "ds_autoep_layers")}) {
+    auto entries = doc.SequenceItems(layers);
+    if (!entries) continue;
+    for (NodeId entry : std::vector<NodeId>(*entries)) {
+      auto ep = doc.AsInt(doc.Get(entry, "ep_size"));
+      if (!ep || *ep <= 0 || world % *ep != 0) continue;
+      const ExpertTopology topology{world, static_cast<uint32_t>(*ep),
+                                    data_before_expert_parallelism};
+      const int64_t ep_rank = topology.EpRank(rank);
+      const std::pair<const char*, int64_t> values[] = {
+          {"ep_rank", ep_rank},
+          {"expert_data_parallel_rank", topology.EdpRank(rank)},
+          {"expert_data_parallel_world_size", topology.edp_size()},
+      };
+      for (const auto& [key, value] : values) {
+        if (NodeId* slot = ValueSlot(doc, entry, key)) *slot = doc.AddInt(value);
+      }
+      if (auto local = doc.AsInt(doc.Get(entry, "num_local_experts"))) {
+        if (NodeId* start = ValueSlot(doc, entry, "global_expert_start")) {
+          *start = doc.AddInt(ep_rank * *local);
+        }
+        if (NodeId* end = ValueSlot(doc, entry, "global_expert_end")) {
+          *end = doc.AddInt((ep_rank + 1) * *local);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace ucfs

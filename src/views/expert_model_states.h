@@ -1,5 +1,6 @@
-// The model-states file of an AutoEP run's universal checkpoint. Private
-// to src/views/.
+// The model-states files of an AutoEP run: its universal checkpoint's, and
+// what each rank's says of its place at another world size. Private to
+// src/views/.
 #ifndef UCFS_VIEWS_EXPERT_MODEL_STATES_H_
 #define UCFS_VIEWS_EXPERT_MODEL_STATES_H_
 
@@ -28,6 +29,16 @@ namespace ucfs {
 Result<std::shared_ptr<TorchFileContent>> AutoEpUniversalModelStates(
     std::shared_ptr<const Checkpoint> ckpt, const pickle::Document& model,
     const TorchFileSummary& summary, uint32_t source, SourceFiles* crc_reader);
+
+// Every entry of an AutoEP model-states pickle's ds_autoep_layers (the
+// top-level list and universal_checkpoint_info's) as rank `rank` of
+// `world` data-parallel ranks saves it (engine.py _save_moe_checkpoint):
+// its EP rank, EDP rank and EDP size, and the global experts it holds
+// (global_expert_start/end, num_local_experts of them from EP rank ·
+// num_local_experts). Entries without an ep_size, and keys an entry does
+// not have, are left as they are.
+void SetAutoEpLayersRank(pickle::Document& doc, pickle::NodeId root, uint32_t world, uint32_t rank,
+                         bool data_before_expert_parallelism);
 
 }  // namespace ucfs
 

@@ -1,8 +1,10 @@
 // The reshard view of DeepSpeed 0.19.8's expert-parallel fixtures
-// (moe_z2_fp32_e2d2, autoep_z2_fp32_e2d2: W 4, EP 2) at N = EP · D': its
-// rank files open as a checkpoint whose expert groups are cut over the EDP
-// groups of N, every state of every EP rank's experts the source's; N not
-// a multiple of EP is refused.
+// (moe_z2_fp32_e2d2, autoep_z2_fp32_e2d2, autoep_z3_fp32_e2d2: W 4, EP 2)
+// at N = EP · D': its rank files open as a checkpoint whose expert groups
+// are cut over the EDP groups of N (at ZeRO-3 each rank's partition groups
+// checked as the open checks them), every state of every EP rank's experts
+// the source's, each rank's AutoEP metadata its own; N not a multiple of
+// EP is refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +12,8 @@
 #include "test_support.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/expert_topology.h"
+#include "ucfs/codec/pickle.h"
+#include "ucfs/codec/torch_file.h"
 #include "ucfs/views/hf_weights.h"
 #include "ucfs/views/reshard_view.h"
 
@@ -19,6 +23,39 @@ namespace {
 using testing::ModernDir;
 
 class ExpertReshardTest : public ::testing::TestWithParam<std::string> {};
+
+// Every entry of both ds_autoep_layers lists of model-states file `path`
+// says it is rank `rank` of `n` (EP 2): its EP rank, EDP rank and size, its
+// experts. Returns how many entries it checked.
+size_t ExpectAutoEpRank(Env& env, const std::string& path, uint32_t n, uint32_t rank,
+                        bool data_first) {
+  auto summary = SummarizeTorchFile(env, path);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  if (!summary.ok()) return 0;
+  auto doc = pickle::Parse(summary->pickle);
+  EXPECT_TRUE(doc.ok()) << doc.status().ToString();
+  if (!doc.ok()) return 0;
+  const ExpertTopology topology{n, 2, data_first};
+  const int64_t ep_rank = topology.EpRank(rank);
+  size_t checked = 0;
+  for (pickle::NodeId layers :
+       {doc->Get(doc->root(), "ds_autoep_layers"),
+        doc->Get(doc->Get(doc->root(), "universal_checkpoint_info"), "ds_autoep_layers")}) {
+    auto entries = doc->SequenceItems(layers);
+    if (!entries) continue;
+    for (pickle::NodeId entry : *entries) {
+      auto field = [&](const char* key) { return doc->AsInt(doc->Get(entry, key)).value_or(-1); };
+      const int64_t local = field("num_local_experts");
+      EXPECT_EQ(field("ep_rank"), ep_rank) << path;
+      EXPECT_EQ(field("expert_data_parallel_rank"), topology.EdpRank(rank)) << path;
+      EXPECT_EQ(field("expert_data_parallel_world_size"), n / 2) << path;
+      EXPECT_EQ(field("global_expert_start"), ep_rank * local) << path;
+      EXPECT_EQ(field("global_expert_end"), (ep_rank + 1) * local) << path;
+      ++checked;
+    }
+  }
+  return checked;
+}
 
 TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
   Env& env = *Env::Posix();
@@ -41,7 +78,8 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
       saved += IsExpertFileName(e.path().filename().string());
     }
     EXPECT_EQ(expert_files, saved);
-    EXPECT_GT(saved, 0u);
+    // ZeRO-3 keeps its experts in the rank files only.
+    EXPECT_EQ(saved > 0, source->partitioning() == Partitioning::kFlatGroup);
     auto r = Checkpoint::Open(out, "/r");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->world_size(), n);
@@ -60,27 +98,27 @@ TEST_P(ExpertReshardTest, EveryEpRanksStatesAtNewD) {
             << info.name << " family " << info.family << " " << r->states()[s].name;
       }
     }
+    if (!source->autoep()) continue;
+    // ZeRO-1/2's one model-states file is rank 0's; ZeRO-3's each rank's.
+    const bool per_rank = source->partitioning() == Partitioning::kPerParam;
+    // Each layer's entry, in both lists.
+    const pickle::Document& saved_model = source->rank0_model();
+    const size_t entries =
+        2 *
+        saved_model.SequenceItems(saved_model.Get(saved_model.root(), "ds_autoep_layers"))->size();
+    ASSERT_GT(entries, 0u);
+    for (uint32_t rank = 0; rank < (per_rank ? n : 1); ++rank) {
+      const std::string name =
+          per_rank ? "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.pt"
+                   : "mp_rank_00_model_states.pt";
+      EXPECT_EQ(ExpectAutoEpRank(out, "/r/global_step4/" + name, n, rank, data_first), entries)
+          << name;
+    }
   }
   auto refused = BuildReshardView(env, source, {3, std::nullopt});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("N must be a multiple of 2, not 3"), std::string::npos)
       << refused.status().ToString();
-}
-
-// AutoEP at ZeRO-3: each rank's expert partition groups at N are not
-// written yet: refused, naming the file, rather than served wrong.
-TEST(ExpertReshard, AutoEpAtZero3IsRefused) {
-  Env& env = *Env::Posix();
-  auto c = Checkpoint::Open(env, ModernDir("autoep_z3_fp32_e2d2") + "/checkpoint");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto view = BuildReshardView(env, std::make_shared<const Checkpoint>(std::move(c).value()),
-                               {2, std::nullopt});
-  ASSERT_FALSE(view.ok());
-  EXPECT_EQ(view.status().code(), Status::Code::kNotSupported);
-  EXPECT_NE(view.status().message().find("zero_pp_rank_0_mp_rank_00_model_states.pt: AutoEP "
-                                         "experts at ZeRO-3 (ds_zero_partition_groups)"),
-            std::string::npos)
-      << view.status().ToString();
 }
 
 // Hugging Face weights beside a config.json: native MoE's global names are
@@ -106,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertReshardTest,
                          ::testing::Values("moe_z1_fp32_e2d2", "moe_z2_fp32_e2d2",
                                            "moe_z2_fp32_e2d3", "autoep_z1_fp32_e2d2",
                                            "autoep_z2_fp32_e2d2", "autoep_z2_fp32_e2d3",
-                                           "autoep_z2_fp32_e2d2_dbe"));
+                                           "autoep_z2_fp32_e2d2_dbe", "autoep_z3_fp32_e2d2"));
 
 }  // namespace
 }  // namespace ucfs

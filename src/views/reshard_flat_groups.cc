@@ -7,6 +7,7 @@
 
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/views/torch_pickle_builder.h"
+#include "views/expert_model_states.h"
 #include "views/reshard_rank_files.h"
 #include "views/universal_files.h"
 
@@ -260,17 +261,7 @@ Result<std::shared_ptr<TorchFileContent>> SharedModelFile(std::shared_ptr<const 
   // AutoEP records each layer's EDP size (N / EP at N), in its metadata
   // and in universal_checkpoint_info's copy of it; rank 0's other fields
   // (EP rank 0, EDP rank 0) hold at any N.
-  for (NodeId layers : {doc.Get(root, "ds_autoep_layers"),
-                        doc.Get(doc.Get(root, "universal_checkpoint_info"), "ds_autoep_layers")}) {
-    auto entries = doc.SequenceItems(layers);
-    if (!entries) continue;
-    for (NodeId entry : std::vector<NodeId>(*entries)) {
-      auto ep = doc.AsInt(doc.Get(entry, "ep_size"));
-      NodeId* edp = ValueSlot(doc, entry, "expert_data_parallel_world_size");
-      if (!ep || *ep <= 0 || edp == nullptr) continue;
-      *edp = doc.AddInt(layout.world_size / *ep);
-    }
-  }
+  SetAutoEpLayersRank(doc, root, layout.world_size, 0, c.data_before_expert_parallelism());
   return b.Finish(ckpt, ArchivePrefixFor(SharedModelFileName(c.files().mp_rank)));
 }
 

@@ -5,8 +5,6 @@
 #include <map>
 #include <mutex>
 
-#include "ucfs/checkpoint/expert_topology.h"
-#include "ucfs/checkpoint/partition.h"
 #include "ucfs/vfs/lazy_content.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/rank_file_extras.h"
@@ -19,93 +17,6 @@ namespace ucfs {
 using pickle::Document;
 using pickle::Kind;
 using pickle::NodeId;
-
-Result<ReshardLayout> PlanReshard(const Checkpoint& c, const ReshardOptions& options) {
-  if (options.world_size == 0) return Status::InvalidArgument("world size must be at least 1");
-  ReshardLayout layout;
-  layout.world_size = options.world_size;
-  layout.sub_group_size =
-      c.configured_sub_group_size().value_or(options.sub_group_size.value_or(kDefaultSubGroupSize));
-  layout.sub_group_of.resize(c.params().size());
-  layout.offset_of.resize(c.params().size());
-  if (c.partitioning() == Partitioning::kFlatGroup) {
-    if (c.round_robin_gradients() && options.world_size != c.world_size()) {
-      // DeepSpeed would flatten each group in another order at N
-      // (stage_1_and_2.py _round_robin_reorder), which the files do not
-      // record: refused rather than guessed.
-      return Status::NotSupported(
-          c.files().model_files[0] +
-          ": trained with zero_optimization.round_robin_gradients, which orders each param "
-          "group's flat buffer by the world size; the reshard view cannot show it at another "
-          "world size (the universal view and the consolidated weights can)");
-    }
-    // ZeRO-1/2: the same param groups, in the same order, each cut into N
-    // partitions of its own; an expert group's buffer of each EP rank into
-    // N / EP, over that EP rank's EDP group at N (expert_topology.h).
-    for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
-      SubGroupInfo sg = c.sub_groups()[k];
-      if (options.world_size % sg.expert_parallel != 0) {
-        return Status::NotSupported(
-            c.files().model_files[0] + ": param group " + std::to_string(sg.param_group) +
-            " holds experts over " + std::to_string(sg.expert_parallel) +
-            " expert-parallel ranks, which DeepSpeed keeps at any world size: N must be a "
-            "multiple of " +
-            std::to_string(sg.expert_parallel) + ", not " + std::to_string(options.world_size));
-      }
-      sg.members =
-          ExpertTopology{options.world_size, sg.expert_parallel, c.data_before_expert_parallelism()}
-              .Members(sg.family);
-      sg.partition_numel = FlatPartitionNumel(sg.numel, sg.partition_world());
-      for (uint32_t p : sg.params) {
-        layout.sub_group_of[p] = k;
-        layout.offset_of[p] = c.params()[p].offset;
-      }
-      layout.sub_groups.push_back(std::move(sg));
-      layout.old_sub_group.push_back(k);
-    }
-    return layout;
-  }
-  if (c.expert_parallel() > 1) {
-    // Each rank's file would need its own ds_zero_partition_groups and
-    // ds_autoep_layers (EP rank, EDP rank, experts) at N: not built yet.
-    return Status::NotSupported(
-        c.files().model_files[0] +
-        ": AutoEP experts at ZeRO-3 (ds_zero_partition_groups): the reshard view does not yet "
-        "write each rank's expert partition groups at another world size; the universal view "
-        "serves the checkpoint, and DeepSpeed's universal loader resumes it at any EP and D");
-  }
-  // Each param group's params, in order: its old sub-groups concatenated.
-  for (uint32_t g = 0; g < c.param_group_count(); ++g) {
-    std::vector<uint32_t> params;
-    std::vector<uint32_t> old_of;  // the old sub-group of each
-    for (uint32_t k = 0; k < c.sub_groups().size(); ++k) {
-      if (c.sub_groups()[k].param_group != g) continue;
-      for (uint32_t p : c.sub_groups()[k].params) {
-        params.push_back(p);
-        old_of.push_back(k);
-      }
-    }
-    std::vector<uint64_t> parts;
-    for (uint32_t p : params)
-      parts.push_back(PartitionNumel(c.params()[p].numel, options.world_size));
-    size_t next = 0;
-    for (uint32_t count : SplitSubGroups(parts, layout.sub_group_size)) {
-      SubGroupInfo sg;
-      sg.param_group = g;
-      const auto index = static_cast<uint32_t>(layout.sub_groups.size());
-      layout.old_sub_group.push_back(old_of[next]);
-      for (uint32_t i = 0; i < count; ++i, ++next) {
-        const uint32_t p = params[next];
-        layout.sub_group_of[p] = index;
-        layout.offset_of[p] = sg.partition_numel;
-        sg.partition_numel += parts[next];
-        sg.params.push_back(p);
-      }
-      layout.sub_groups.push_back(std::move(sg));
-    }
-  }
-  return layout;
-}
 
 namespace {
 

@@ -7,6 +7,7 @@
 
 #include "ucfs/checkpoint/partition.h"
 #include "ucfs/views/torch_pickle_builder.h"
+#include "views/expert_model_states.h"
 #include "views/reshard_rank_files.h"
 #include "views/universal_files.h"
 
@@ -36,18 +37,23 @@ Result<NodeId> CopyRankZeroModelStates(const Checkpoint& c, TorchPickleBuilder& 
 
 namespace {
 
-// Rank s's slot of every param of a new sub-group, for one state: the valid
-// elements from the checkpoint, then zero padding.
+// Rank `rank`'s slot of every param of new buffer k, for one state: the
+// valid elements from the checkpoint, then zero padding. An expert
+// buffer's are its EP rank's copies of the params, cut over its EDP group.
 std::vector<StorageRun> FlatRuns(const Checkpoint& c, const ReshardLayout& layout, uint32_t k,
                                  uint32_t rank, uint32_t state) {
+  const RankBuffer buffer =
+      FindBufferOnRank(layout.sub_groups, k, rank).value_or(RankBuffer{k, rank});
+  const SubGroupInfo& sg = layout.sub_groups[buffer.sub_group];
+  const uint32_t world = sg.members.empty() ? layout.world_size : sg.partition_world();
   std::vector<StorageRun> runs;
   const uint64_t es = Info(c.states()[state].dtype).element_size;
-  for (uint32_t p : layout.sub_groups[k].params) {
+  for (uint32_t p : sg.params) {
     const uint64_t n = c.params()[p].numel;
-    const uint64_t part = PartitionNumel(n, layout.world_size);
-    const uint64_t valid = ValidNumel(n, layout.world_size, rank);
+    const uint64_t part = PartitionNumel(n, world);
+    const uint64_t valid = ValidNumel(n, world, buffer.part);
     if (valid > 0) {
-      runs.push_back(StateRun(0, p, state, rank * part * es, valid * es));
+      runs.push_back(StateRun(0, p, state, buffer.part * part * es, valid * es));
     }
     AppendZeros((part - valid) * es, &runs);
   }
@@ -151,7 +157,7 @@ Status RepartitionState(TorchPickleBuilder& b, const Checkpoint& c, const Reshar
     if (items && k) old_entries[*k] = std::move(*items);
   }
   std::vector<NodeId> kv;
-  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+  for (uint32_t k = 0; k < layout.file_buffers; ++k) {
     const std::vector<std::pair<NodeId, NodeId>>* template_items = nullptr;
     if (auto it = old_entries.find(layout.old_sub_group[k]); it != old_entries.end()) {
       template_items = &it->second;
@@ -191,7 +197,7 @@ Status ListNewSubGroups(Document& doc, const ReshardLayout& layout,
     NodeId* params = ValueSlot(doc, groups[g], "params");
     if (params == nullptr) return Status::Corruption(path + ": a param group without 'params'");
     std::vector<NodeId> ids;
-    for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+    for (uint32_t k = 0; k < layout.file_buffers; ++k) {
       if (layout.sub_groups[k].param_group == g) ids.push_back(doc.AddInt(k));
     }
     *params = doc.AddList(std::move(ids));
@@ -199,12 +205,59 @@ Status ListNewSubGroups(Document& doc, const ReshardLayout& layout,
   return Status::OK();
 }
 
-// The pickle of ZeRO-3's optimizer file at the layout's world size, the
-// same for every rank (each rank's partition of a param is as long as any
-// other's), and its storages, each flat slot tagged with its sub-group and
-// state (SlotTag) and holding rank 0's runs.
+// AutoEP's ds_zero_partition_groups (stage3.py
+// _zero3_partition_group_metadata), which DeepSpeed loads only if it
+// equals its own: per new buffer, rank `rank`'s place in it at N. Each
+// entry is its old buffer's, keys in their order, families and group_names
+// kept.
+Status RepartitionGroupsMetadata(Document& doc, const ReshardLayout& layout, uint32_t rank,
+                                 NodeId* groups, const std::string& path) {
+  const auto old = doc.SequenceItems(*groups);
+  if (!old) return Status::OK();  // None: no expert sub-group
+  std::vector<NodeId> entries;
+  for (uint32_t k = 0; k < layout.file_buffers; ++k) {
+    const uint32_t old_k = layout.old_sub_group[k];
+    auto items = old_k < old->size() ? doc.MappingItems((*old)[old_k]) : std::nullopt;
+    if (!items) {
+      return Status::Corruption(path + ": ds_zero_partition_groups has no entry for sub-group " +
+                                std::to_string(old_k));
+    }
+    const RankBuffer buffer =
+        FindBufferOnRank(layout.sub_groups, k, rank).value_or(RankBuffer{k, rank});
+    const SubGroupInfo& sg = layout.sub_groups[buffer.sub_group];
+    std::vector<NodeId> ranks;
+    for (uint32_t r = 0; r < (sg.members.empty() ? layout.world_size : sg.partition_world()); ++r) {
+      ranks.push_back(doc.AddInt(sg.members.empty() ? r : sg.members[r]));
+    }
+    std::vector<NodeId> entry;
+    for (const auto& [key, value] : *items) {
+      const std::string name(doc.AsStr(key).value_or(""));
+      entry.push_back(key);
+      if (name == "sub_group") {
+        entry.push_back(doc.AddInt(k));
+      } else if (name == "partition_count") {
+        entry.push_back(doc.AddInt(static_cast<int64_t>(ranks.size())));
+      } else if (name == "partition_rank") {
+        entry.push_back(doc.AddInt(buffer.part));
+      } else if (name == "partition_ranks") {
+        entry.push_back(doc.AddList(std::move(ranks)));
+      } else {
+        entry.push_back(value);
+      }
+    }
+    entries.push_back(doc.AddDict(std::move(entry)));
+  }
+  *groups = doc.AddList(std::move(entries));
+  return Status::OK();
+}
+
+// The pickle of ZeRO-3's optimizer file of `rank` at the layout's world
+// size, the same for every rank but AutoEP's partition groups (each rank's
+// partition of a param is as long as any other's), and its storages, each
+// flat slot tagged with its sub-group and state (SlotTag) and holding rank
+// 0's runs.
 Result<TorchPickleBuilder::Parts> OptimizerFileParts(const Checkpoint& c,
-                                                     const ReshardLayout& layout) {
+                                                     const ReshardLayout& layout, uint32_t rank) {
   TorchPickleBuilder b;
   std::vector<NodeId> copied;
   UCFS_ASSIGN_OR_RETURN(NodeId root, CopyRankZeroOptimizer(c, b, &copied));
@@ -222,10 +275,13 @@ Result<TorchPickleBuilder::Parts> OptimizerFileParts(const Checkpoint& c,
                               "fp32_flat_groups or param_groups");
   }
   *partition_count = doc.AddInt(layout.world_size);
+  if (NodeId* partition_groups = ValueSlot(doc, osd, "ds_zero_partition_groups")) {
+    UCFS_RETURN_IF_ERROR(RepartitionGroupsMetadata(doc, layout, rank, partition_groups, path));
+  }
 
   const StateInfo& fp32 = c.states()[0];
   std::vector<NodeId> new_flats;
-  for (uint32_t k = 0; k < layout.sub_groups.size(); ++k) {
+  for (uint32_t k = 0; k < layout.file_buffers; ++k) {
     new_flats.push_back(b.NewTensor(
         fp32.dtype, {static_cast<int64_t>(layout.sub_groups[k].partition_numel)},
         fp32.requires_grad, FlatRuns(c, layout, k, 0, 0), std::nullopt, SlotTag(c, k, 0)));
@@ -262,7 +318,8 @@ Result<TorchPickleBuilder::Parts> ModelFileParts(const Checkpoint& c, const Resh
     for (const auto& [k, v] : *items) shape_of[std::string(doc.AsStr(k).value_or(""))] = v;
   }
   std::vector<NodeId> shapes;
-  for (const SubGroupInfo& sg : layout.sub_groups) {
+  for (uint32_t k = 0; k < layout.file_buffers; ++k) {
+    const SubGroupInfo& sg = layout.sub_groups[k];
     NodeId od = doc.AddReduce(doc.Global("collections", "OrderedDict"), doc.AddTuple({}));
     for (uint32_t p : sg.params) {
       // DeepSpeed's names here are other str objects than the module's keys.
@@ -287,6 +344,7 @@ Result<TorchPickleBuilder::Parts> ModelFileParts(const Checkpoint& c, const Resh
   if (rank != 0) {
     if (NodeId* shared = ValueSlot(doc, root, "shared_params")) *shared = doc.AddDict({});
   }
+  SetAutoEpLayersRank(doc, root, layout.world_size, rank, c.data_before_expert_parallelism());
   return b.FinishParts();
 }
 
@@ -339,7 +397,8 @@ Result<std::shared_ptr<TorchFileContent>> LayOut(
 // rank's (tied params are recorded on rank 0 only), with the rank's own
 // bytes of each frozen fragment. Copying rank 0's pickles cost the daemon
 // 7 ms a model-states file of 723 params, and 15 ms an optimizer file of
-// 723 sub-groups (bench/README.md).
+// 723 sub-groups (bench/README.md). AutoEP's differ by rank (each says
+// where the rank stands in its partition groups): made for each.
 struct RankFileTemplates {
   OnceParts optim;
   OnceParts model[2];  // rank 0's, every other rank's
@@ -349,12 +408,30 @@ std::shared_ptr<RankFileTemplates> NewRankFileTemplates() {
   return std::make_shared<RankFileTemplates>();
 }
 
+namespace {
+
+// The pickle of a rank's file: `once`'s, shared, or, where the pickles
+// differ by rank, `make`'s own in `own`.
+Result<const TorchPickleBuilder::Parts*> PartsOf(
+    const Checkpoint& c, OnceParts& once,
+    const std::function<Result<TorchPickleBuilder::Parts>()>& make,
+    TorchPickleBuilder::Parts* own) {
+  if (c.expert_parallel() == 1) return once.Get(make);
+  UCFS_ASSIGN_OR_RETURN(*own, make());
+  return own;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<TorchFileContent>> OptimizerFile(std::shared_ptr<const Checkpoint> ckpt,
                                                         const ReshardLayout& layout, uint32_t rank,
                                                         RankFileTemplates& templates) {
   const Checkpoint& c = *ckpt;
-  UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts,
-                        templates.optim.Get([&] { return OptimizerFileParts(c, layout); }));
+  TorchPickleBuilder::Parts own;
+  UCFS_ASSIGN_OR_RETURN(
+      const TorchPickleBuilder::Parts* parts,
+      PartsOf(
+          c, templates.optim, [&] { return OptimizerFileParts(c, layout, rank); }, &own));
   return LayOut(ckpt, *parts,
                 ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kOptim, c.files().optim_prefix,
                                                  rank, c.files().mp_rank)),
@@ -368,9 +445,11 @@ Result<std::shared_ptr<TorchFileContent>> ModelFile(std::shared_ptr<const Checkp
                                                     const ReshardLayout& layout, uint32_t rank,
                                                     RankFileTemplates& templates) {
   const Checkpoint& c = *ckpt;
-  UCFS_ASSIGN_OR_RETURN(
-      const TorchPickleBuilder::Parts* parts,
-      templates.model[rank == 0 ? 0 : 1].Get([&] { return ModelFileParts(c, layout, rank); }));
+  TorchPickleBuilder::Parts own;
+  UCFS_ASSIGN_OR_RETURN(const TorchPickleBuilder::Parts* parts,
+                        PartsOf(
+                            c, templates.model[rank == 0 ? 0 : 1],
+                            [&] { return ModelFileParts(c, layout, rank); }, &own));
   return LayOut(
       ckpt, *parts,
       ArchivePrefixFor(RankFileNameFor(RankFileName::Kind::kModel, "", rank, c.files().mp_rank)),

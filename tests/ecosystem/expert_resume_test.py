@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""DeepSpeed 0.19.8 resumes its expert-parallel checkpoints (tests/data/modern/moe_* and autoep_*, ZeRO-1/2) through
+"""DeepSpeed 0.19.8 resumes its expert-parallel checkpoints (tests/data/modern/moe_* and autoep_*, ZeRO-1/2/3) through
 ucfs, on CPU ranks inside the modern root, with each fixture's own resume program (tests/tools/modern/moe_worker.py
 or autoep_worker.py --phase resume: the model built anew with another seed, deepspeed.initialize with the recipe's
 ds_config, engine.load_checkpoint(MNT)):
@@ -54,7 +54,7 @@ MOE_UNIVERSAL = [(2, 1), (2, 3), (4, 1)]  # EP' = 4: DeepSpeed must refuse
 CI = {"autoep_z2_fp32_e2d2": ([1], [(4, 1)]), "autoep_z1_fp32_e2d2": ([3], [(2, 3)]),
       "autoep_z2_fp32_e2d3": ([1], [(2, 1)]), "autoep_z2_fp32_e2d2_dbe": ([3], [(4, 1)]),
       "moe_z2_fp32_e2d2": ([3], [(2, 1), (4, 1)]), "moe_z1_fp32_e2d2": ([1], [(2, 3)]),
-      "moe_z2_fp32_e2d3": ([1], [(2, 3)]), "autoep_z3_fp32_e2d2": ([], [(2, 3)])}
+      "moe_z2_fp32_e2d3": ([1], [(2, 3)]), "autoep_z3_fp32_e2d2": ([1, 3], [(2, 3)])}
 
 
 def is_autoep(name):
@@ -62,11 +62,7 @@ def is_autoep(name):
 
 
 def reshard_ds(facts):
-    """D' of the reshard view: 1 and 3 around the saved D, or 1 and 2 when D is 3 (D' = D is the source itself);
-    none at ZeRO-3, whose AutoEP checkpoints ucfs serves by the universal view only (the reshard view refuses them:
-    modern_views_test.py)."""
-    if facts["zero_stage"] == 3:
-        return []
+    """D' of the reshard view: 1 and 3 around the saved D, or 1 and 2 when D is 3 (D' = D is the source itself)."""
     d = facts["world_size"] // facts["ep_size"]
     return [1, 3] if d != 3 else [1, 2]
 

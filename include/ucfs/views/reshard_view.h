@@ -20,7 +20,10 @@
 // P' = ceil(n/N) and the run's sub_group_size, flat buffers and every
 // per-element optimizer state re-partitioned with zero padding,
 // partition_count and dp_world_size N, param_shapes recomputed, frozen
-// fragments re-partitioned, shared_params on rank 0 only. Tensor bytes are
+// fragments re-partitioned, shared_params on rank 0 only. AutoEP's expert
+// sub-groups are cut over each EP rank's EDP group at N (P' = ceil(n/D'),
+// D' = N / EP, EP kept), and each rank's file says where it stands:
+// ds_zero_partition_groups and ds_autoep_layers at N. Tensor bytes are
 // mapped to the source shards exactly as in the universal view. The files
 // are built lazily (LazyContent); rank 0's and rank N-1's are built at once,
 // so a checkpoint the view cannot serve fails the mount, not a read.
@@ -59,9 +62,14 @@ struct ReshardOptions {
 struct ReshardLayout {
   uint32_t world_size = 0;
   uint64_t sub_group_size = 0;
-  std::vector<SubGroupInfo> sub_groups;  // params index Checkpoint::params()
-  std::vector<uint32_t> sub_group_of;    // per param
-  std::vector<uint64_t> offset_of;       // per param: elements into its sub-group's flat buffer
+  // params index Checkpoint::params(). The first `file_buffers` are the
+  // flat buffers of every rank's optimizer file; the rest are the expert
+  // families of those that hold experts (SubGroupInfo::family, members at
+  // N: FindBufferOnRank finds a rank's).
+  std::vector<SubGroupInfo> sub_groups;
+  uint32_t file_buffers = 0;
+  std::vector<uint32_t> sub_group_of;  // per param
+  std::vector<uint64_t> offset_of;     // per param: elements into its sub-group's flat buffer
   // Per new sub-group: the old sub-group whose scalar state (Adam's step) it carries.
   std::vector<uint32_t> old_sub_group;
 };
