@@ -125,6 +125,7 @@ Result<std::optional<UniversalInfo>> ReadUniversalInfo(const Document& doc) {
   UCFS_ASSIGN_OR_RETURN(info.row_parallel,
                         Strings(doc, node, "parameter_with_row_parallelism_patterns"));
   UCFS_ASSIGN_OR_RETURN(info.vocabulary, Strings(doc, node, "vocabulary_parameter_patterns"));
+  UCFS_ASSIGN_OR_RETURN(info.expert_patterns, Strings(doc, node, "expert_parameter_patterns"));
   if (NodeId subs = doc.Get(node, "parameter_with_sub_params"); subs != pickle::kNoNode) {
     auto items = doc.SequenceItems(subs);
     if (!items) return Wrong("parameter_with_sub_params", "a list");
@@ -202,7 +203,9 @@ Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document
 
 std::optional<std::string> UnsafeAtAnotherTensorDegree(const UniversalInfo& info,
                                                        uint32_t saved_tp) {
-  if (saved_tp != 1 || !info.row_parallel.empty()) return std::nullopt;
+  if (saved_tp != 1 || !info.row_parallel.empty() || !info.expert_patterns.empty()) {
+    return std::nullopt;
+  }
   return "saved at 1 tensor-parallel rank, its universal_checkpoint_info has no "
          "parameter_with_row_parallelism_patterns (Megatron-DeepSpeed writes them only when "
          "saving at T > 1): the universal checkpoint concatenates row-parallel weights on dim 0, "

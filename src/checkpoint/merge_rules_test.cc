@@ -53,6 +53,21 @@ TEST_P(FixtureMergeRulesTest, EveryParamGetsTheConvertersRule) {
 INSTANTIATE_TEST_SUITE_P(TpFixtures, FixtureMergeRulesTest,
                          ::testing::ValuesIn(testing::TpGridFixtureNames()));
 
+// DeepSpeed 0.19.8's AutoEP writes universal_checkpoint_info at T = 1 for
+// its experts only: no row-parallel patterns, and none needed (its loader
+// cuts by the live AutoTP metadata), so no warning.
+TEST(UniversalInfo, AutoEpsIsNotMegatronsAtOneRank) {
+  for (const char* name : {"autoep_z2_fp32_e2d2", "autoep_z3_fp32_e2d2"}) {
+    auto c = Checkpoint::Open(*Env::Posix(), testing::ModernDir(name) + "/checkpoint");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    auto saved = ResolveUniversalInfo(c->rank0_model(), "model", nullptr);
+    ASSERT_TRUE(saved.ok() && saved->has_value()) << name;
+    EXPECT_TRUE((*saved)->row_parallel.empty()) << name;
+    EXPECT_FALSE((*saved)->expert_patterns.empty()) << name;
+    EXPECT_FALSE(UnsafeAtAnotherTensorDegree(**saved, 1)) << name;
+  }
+}
+
 // Megatron-DeepSpeed at T = 1 saves no replicated or row-parallel
 // patterns: flagged, and the patterns a user supplies (--universal-info)
 // replace the saved lists key by key, the rest kept.

@@ -67,6 +67,9 @@ struct UniversalInfo {
   std::vector<std::string> row_parallel;
   std::vector<std::string> vocabulary;
   AffineMaps affine;  // AutoTP's affine_map (DeepSpeed >= 0.19)
+  // AutoEP's expert_parameter_patterns (DeepSpeed >= 0.19): the info of an
+  // AutoEP run, which DeepSpeed writes at any T.
+  std::vector<std::string> expert_patterns;
 };
 
 // The `universal_checkpoint_info` of a model-states pickle; nullopt where
@@ -99,7 +102,10 @@ Result<std::optional<UniversalInfo>> ResolveUniversalInfo(const pickle::Document
 // Why `info` would merge wrongly for a load at another tensor-parallel
 // degree than `saved_tp`: saved at T = 1 without row-parallel patterns, the
 // converter concatenates a row-parallel weight on dim 0 and the loader
-// splits it there (DeepSpeed resumes silently wrong). nullopt where safe.
+// splits it there (DeepSpeed resumes silently wrong). nullopt where safe,
+// and for an AutoEP run's info: its loader at T > 1 cuts each param by the
+// live AutoTP metadata (universal_checkpoint.py _resolve_autotp_partition),
+// not by the file's cat_dim.
 std::optional<std::string> UnsafeAtAnotherTensorDegree(const UniversalInfo& info,
                                                        uint32_t saved_tp);
 

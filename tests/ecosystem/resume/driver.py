@@ -369,7 +369,7 @@ def judge_ds(facts, r, mode, stage, adv, ucfs_cmd, cmd, log):
 
 DS_FIXTURES = ["z1_tricky_fp32_ws2", "z1_tricky_bf16opt_ws2", "z2_tricky_bf16_ws3", "z2_tricky_fp16_ws2",
                "z3_tricky_bf16_ws2", "z3_tricky_fp32_ws4", "align_z1_fp32_ws2", "align_z2_fp32_ws3",
-               "align_z2_bf16_ws2"]
+               "align_z2_bf16_ws2", "bf16masters_z1_ws2", "bf16masters_z2_ws2", "bf16masters_z3_ws2"]
 # DeepSpeed's Muon (MuonWithAuxAdam; tests/tools/modern/ds_worker_muon.py): natively at N only, as DeepSpeed 0.19.8's
 # universal loader cannot take a Muon group (ds_to_universal fails on it: KeyError 'exp_avg').
 MUON_FIXTURES = ["muon_z1_fp32_ws2", "muon_z2_fp32_ws3", "muon_z3_fp32_ws2", "z2_muon_fp32_ws2"]
