@@ -2,9 +2,10 @@
 # Time to the first tensor on DeepSpeed 0.19.8's checkpoints (tests/data/modern): a cold `ucfs mount` and
 # torch.load of the first param's fp32.pt in the universal view, against DeepSpeed 0.19.8's own
 # ds_to_universal.py on the same tag (with --inject_missing_state where the fixture's converter needed it), both
-# run in the modern root (torch 2.14: both pay its import), alternating, median of ROUNDS rounds.
+# run in the modern root (torch 2.14: both pay its import), alternating, median of ROUNDS rounds. Where the
+# converter fails (Muon, native MoE), its column is the time it took to fail, marked "!", and there is no ratio.
 #
-#   bench/modern_first_tensor.sh UCFS_BIN [FIXTURE...]   (default: the fixtures the converter converts)
+#   bench/modern_first_tensor.sh UCFS_BIN [FIXTURE...]   (default: every fixture with a plain save dir)
 #
 # Needs root (FUSE, the page cache dropped between runs) and the modern root (tests/ecosystem/setup.sh).
 set -euo pipefail
@@ -28,7 +29,7 @@ fixtures=("$@")
 if [ ${#fixtures[@]} -eq 0 ]; then
   for d in "$modern"/*/; do
     f=$(basename "$d")
-    [ -f "$d/checkpoint/latest" ] && [ -d "$d/expected" ] && fixtures+=("$f")
+    [ -f "$d/checkpoint/latest" ] && fixtures+=("$f")
   done
 fi
 
@@ -40,15 +41,17 @@ for f in "${fixtures[@]}"; do
   tag=$(cat "$src/latest")
   inject=$(/usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['roots'][0]['converter'][0]; \
 print('--inject_missing_state' if r['attempts'][-1]['inject_missing_state'] else '')" "$modern/$f/MODERN.json")
-  conv=() ours=() floor=() bytes=()
+  # the first param folder, as ls sorts them (the converter's and the view's hold the same names)
+  "$ucfs" mount --no-cache "$src" "$mnt"
+  first=$(ls "$mnt/${tag}_universal/zero" | grep -v optimizer_state.pt | head -1)
+  fusermount3 -u "$mnt"
+  conv=() ours=() floor=() bytes=() failed=""
   for _ in $(seq "$rounds"); do
     drop_caches
     t0=$(now)
     "$run" python3 -m deepspeed.checkpoint.ds_to_universal --input_folder "$src/$tag" \
-      --output_folder "$work/out/${tag}_universal" $inject >"$work/ds.log" 2>&1 ||
-      { echo "$f: ds_to_universal.py failed: $(tail -1 "$work/ds.log")"; continue 2; }
+      --output_folder "$work/out/${tag}_universal" $inject >"$work/ds.log" 2>&1 || failed="$(tail -1 "$work/ds.log")"
     conv+=("$(echo "$(now) - $t0" | bc)")
-    first=$(ls "$work/out/${tag}_universal/zero" | grep -v optimizer_state.pt | head -1)
     rm -rf "$work/out"
     drop_caches
     t0=$(now)
@@ -72,5 +75,9 @@ print('--inject_missing_state' if r['attempts'][-1]['inject_missing_state'] else
   o=$(printf '%s\n' "${ours[@]}" | median)
   fl=$(printf '%s\n' "${floor[@]}" | median)
   b=$(printf '%s\n' "${bytes[@]}" | median)
-  printf '%-28s %9.2fs %9.2fs %7.1fx %7.2fs %7.3fs\n' "$f" "$c" "$o" "$(echo "$c / $o" | bc -l)" "$fl" "$b"
+  if [ -n "$failed" ]; then
+    printf '%-28s %8.2fs! %9.2fs %8s %7.2fs %7.3fs  (converter: %s)\n' "$f" "$c" "$o" - "$fl" "$b" "${failed:0:80}"
+  else
+    printf '%-28s %9.2fs %9.2fs %7.1fx %7.2fs %7.3fs\n' "$f" "$c" "$o" "$(echo "$c / $o" | bc -l)" "$fl" "$b"
+  fi
 done
