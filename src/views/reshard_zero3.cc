@@ -225,10 +225,7 @@ Status RepartitionGroupsMetadata(Document& doc, const ReshardLayout& layout, uin
     const RankBuffer buffer =
         FindBufferOnRank(layout.sub_groups, k, rank).value_or(RankBuffer{k, rank});
     const SubGroupInfo& sg = layout.sub_groups[buffer.sub_group];
-    std::vector<NodeId> ranks;
-    for (uint32_t r = 0; r < (sg.members.empty() ? layout.world_size : sg.partition_world()); ++r) {
-      ranks.push_back(doc.AddInt(sg.members.empty() ? r : sg.members[r]));
-    }
+    const uint32_t count = sg.members.empty() ? layout.world_size : sg.partition_world();
     std::vector<NodeId> entry;
     for (const auto& [key, value] : *items) {
       const std::string name(doc.AsStr(key).value_or(""));
@@ -236,10 +233,14 @@ Status RepartitionGroupsMetadata(Document& doc, const ReshardLayout& layout, uin
       if (name == "sub_group") {
         entry.push_back(doc.AddInt(k));
       } else if (name == "partition_count") {
-        entry.push_back(doc.AddInt(static_cast<int64_t>(ranks.size())));
+        entry.push_back(doc.AddInt(count));
       } else if (name == "partition_rank") {
         entry.push_back(doc.AddInt(buffer.part));
       } else if (name == "partition_ranks") {
+        std::vector<NodeId> ranks;
+        for (uint32_t r = 0; r < count; ++r) {
+          ranks.push_back(doc.AddInt(sg.members.empty() ? r : sg.members[r]));
+        }
         entry.push_back(doc.AddList(std::move(ranks)));
       } else {
         entry.push_back(value);
