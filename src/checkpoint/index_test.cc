@@ -15,9 +15,9 @@ namespace ucfs {
 namespace {
 
 // Counts the rank files (*.pt) opened through it.
-class CountingEnv final : public Env {
+class RankFileOpenCounter final : public Env {
  public:
-  explicit CountingEnv(Env& base) : base_(base) {}
+  explicit RankFileOpenCounter(Env& base) : base_(base) {}
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
     if (path.ends_with(".pt")) ++opens;
     return base_.Open(path);
@@ -60,7 +60,7 @@ TEST(SummaryIndex, SecondOpenReadsNoShard) {
   MemEnv mem;
   ASSERT_TRUE(
       mem.CopyTreeFrom(testing::FixtureDir("z3_tricky_fp32_ws4") + "/checkpoint", "/ck").ok());
-  CountingEnv env(mem);
+  RankFileOpenCounter env(mem);
   const std::string dir = TempDir("second_open");
   {
     auto index = SummaryIndex::Open(env, dir);

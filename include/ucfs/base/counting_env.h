@@ -1,0 +1,77 @@
+// An Env that counts what is asked of the one below it, and can make each
+// metadata operation slow: what a mount costs the source file system, and
+// how a mount fares when every open, stat and listing is a round trip to a
+// loaded metadata server (a parallel file system's: Lustre, GPFS, NFS).
+// bench/mount_cost.cc measures mounts through it (issue 38).
+//
+// Confine hands out a CountingEnv over the confined Env that adds to the
+// same counts, so a mount planned on a counting host (mount/mount_plan.h)
+// is counted whole: discovery, the views' builds, and the source files'
+// reads. Thread-safe as the Env below is.
+#ifndef UCFS_BASE_COUNTING_ENV_H_
+#define UCFS_BASE_COUNTING_ENV_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucfs/base/env.h"
+
+namespace ucfs {
+
+// What was asked of the Env below, by kind.
+struct EnvCounts {
+  uint64_t opens = 0;      // Open (open(2) of a file)
+  uint64_t stats = 0;      // Stat, and Open's fstat where the file's identity is asked
+  uint64_t listings = 0;   // ListDir (a directory read whole)
+  uint64_t others = 0;     // ReadLink, RealPath, Confine (each a path walk)
+  uint64_t reads = 0;      // RandomAccessFile::Read calls
+  uint64_t bytes_read = 0;
+  // The metadata operations: what a metadata server answers.
+  uint64_t metadata() const { return opens + stats + listings + others; }
+};
+
+class CountingEnv final : public Env {
+ public:
+  // `base` may be a borrowed Env (Env::Posix()): wrap it with NotOwned.
+  // `metadata_delay` is slept before each metadata operation (not reads).
+  explicit CountingEnv(std::shared_ptr<Env> base,
+                       std::chrono::nanoseconds metadata_delay = std::chrono::nanoseconds(0));
+  static std::shared_ptr<Env> NotOwned(Env* env);
+
+  EnvCounts counts() const;
+  void Reset();
+
+  Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
+  Result<FileStat> Stat(const std::string& path) override;
+  Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
+  Result<LinkInfo> ReadLink(const std::string& path) override;
+  std::string Where(const std::string& path) override { return base_->Where(path); }
+  Result<std::string> RealPath(const std::string& path) override;
+  Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
+  Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override {
+    return base_->MakeDir(path, mode, mtime_ns);
+  }
+  WriteEnv* Writer() override { return base_->Writer(); }
+
+  struct Counters {
+    std::atomic<uint64_t> opens{0}, stats{0}, listings{0}, others{0}, reads{0}, bytes_read{0};
+  };
+
+ private:
+  CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds metadata_delay,
+              std::shared_ptr<Counters> counters);
+  // Counts one metadata operation in `counter`, after the delay.
+  void Metadata(std::atomic<uint64_t>& counter) const;
+
+  std::shared_ptr<Env> base_;
+  std::chrono::nanoseconds delay_;
+  std::shared_ptr<Counters> counters_;
+};
+
+}  // namespace ucfs
+
+#endif  // UCFS_BASE_COUNTING_ENV_H_

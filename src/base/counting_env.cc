@@ -1,0 +1,105 @@
+#include "ucfs/base/counting_env.h"
+
+#include <thread>
+#include <utility>
+
+namespace ucfs {
+
+namespace {
+
+// A file of the Env below, its reads and fstats counted.
+class CountingFile final : public RandomAccessFile {
+ public:
+  CountingFile(std::unique_ptr<RandomAccessFile> base,
+               std::shared_ptr<CountingEnv::Counters> counters)
+      : base_(std::move(base)), counters_(std::move(counters)) {}
+
+  Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
+    Status s = base_->Read(offset, n, buf, bytes_read);
+    counters_->reads.fetch_add(1, std::memory_order_relaxed);
+    if (s.ok()) counters_->bytes_read.fetch_add(*bytes_read, std::memory_order_relaxed);
+    return s;
+  }
+  uint64_t Size() const override { return base_->Size(); }
+  Result<FileStat> Stat() const override {
+    counters_->stats.fetch_add(1, std::memory_order_relaxed);
+    return base_->Stat();
+  }
+  const std::string& path() const override { return base_->path(); }
+  int fd() const override { return base_->fd(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> base_;
+  std::shared_ptr<CountingEnv::Counters> counters_;
+};
+
+}  // namespace
+
+CountingEnv::CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds metadata_delay)
+    : CountingEnv(std::move(base), metadata_delay, std::make_shared<Counters>()) {}
+
+CountingEnv::CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds metadata_delay,
+                         std::shared_ptr<Counters> counters)
+    : base_(std::move(base)), delay_(metadata_delay), counters_(std::move(counters)) {}
+
+std::shared_ptr<Env> CountingEnv::NotOwned(Env* env) {
+  return std::shared_ptr<Env>(env, [](Env*) {});
+}
+
+EnvCounts CountingEnv::counts() const {
+  EnvCounts c;
+  c.opens = counters_->opens.load();
+  c.stats = counters_->stats.load();
+  c.listings = counters_->listings.load();
+  c.others = counters_->others.load();
+  c.reads = counters_->reads.load();
+  c.bytes_read = counters_->bytes_read.load();
+  return c;
+}
+
+void CountingEnv::Reset() {
+  for (auto* counter : {&counters_->opens, &counters_->stats, &counters_->listings,
+                        &counters_->others, &counters_->reads, &counters_->bytes_read}) {
+    counter->store(0);
+  }
+}
+
+void CountingEnv::Metadata(std::atomic<uint64_t>& counter) const {
+  counter.fetch_add(1, std::memory_order_relaxed);
+  if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> CountingEnv::Open(const std::string& path) {
+  Metadata(counters_->opens);
+  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  return std::unique_ptr<RandomAccessFile>(
+      std::make_unique<CountingFile>(std::move(file), counters_));
+}
+
+Result<FileStat> CountingEnv::Stat(const std::string& path) {
+  Metadata(counters_->stats);
+  return base_->Stat(path);
+}
+
+Result<std::vector<DirEntry>> CountingEnv::ListDir(const std::string& path) {
+  Metadata(counters_->listings);
+  return base_->ListDir(path);
+}
+
+Result<LinkInfo> CountingEnv::ReadLink(const std::string& path) {
+  Metadata(counters_->others);
+  return base_->ReadLink(path);
+}
+
+Result<std::string> CountingEnv::RealPath(const std::string& path) {
+  Metadata(counters_->others);
+  return base_->RealPath(path);
+}
+
+Result<std::shared_ptr<Env>> CountingEnv::Confine(const std::string& dir) {
+  Metadata(counters_->others);
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  return std::shared_ptr<Env>(new CountingEnv(std::move(confined), delay_, counters_));
+}
+
+}  // namespace ucfs
