@@ -18,14 +18,14 @@
 //                   [--delay-ms D] [--label TEXT]
 // Prints one line per step: label, step, opens, stats, listings, others,
 // reads, bytes read, seconds.
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "ucfs/base/counting_env.h"
 #include "ucfs/mount/mount_plan.h"
@@ -67,8 +67,7 @@ ucfs::Result<ucfs::InodeId> FirstFile(ucfs::View& view, ucfs::InodeId tag_dir, b
   UCFS_ASSIGN_OR_RETURN(auto entries, view.ReadDir(tag_dir));
   if (reshard) {
     for (const auto& [name, attr] : entries) {
-      if (name.find("zero_pp_rank_0_") != std::string::npos &&
-          name.ends_with("_optim_states.pt")) {
+      if (name.find("zero_pp_rank_0_") != std::string::npos && name.ends_with("_optim_states.pt")) {
         return attr.inode;
       }
     }

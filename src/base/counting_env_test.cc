@@ -61,8 +61,8 @@ TEST(CountingEnv, DelaysMetadataNotReads) {
   ASSERT_TRUE(env.Stat("/ck/latest").ok());
   ASSERT_TRUE(env.ListDir("/ck").ok());
   const auto all = std::chrono::steady_clock::now() - start;
-  EXPECT_LT(reads, delay);       // five reads, no delay among them
-  EXPECT_GE(all, 2 * delay);     // a stat and a listing, each delayed
+  EXPECT_LT(reads, delay);    // five reads, no delay among them
+  EXPECT_GE(all, 2 * delay);  // a stat and a listing, each delayed
 }
 
 }  // namespace

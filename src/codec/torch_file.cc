@@ -217,65 +217,32 @@ namespace {
 
 constexpr char kSummaryVersion = 3;  // 3: ctime in the identity
 
-void PutString(std::string* out, std::string_view s) {
-  AppendLE64(out, s.size());
-  out->append(s);
-}
-
-class Decoder {
- public:
-  explicit Decoder(std::string_view in) : in_(in) {}
-  bool U64(uint64_t* v) {
-    if (in_.size() < 8) return false;
-    *v = LoadLE64(in_.data());
-    in_.remove_prefix(8);
-    return true;
-  }
-  bool I64(int64_t* v) {
-    uint64_t u;
-    if (!U64(&u)) return false;
-    *v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool Str(std::string* s) {
-    uint64_t n;
-    if (!U64(&n) || n > in_.size()) return false;
-    s->assign(in_.substr(0, n));
-    in_.remove_prefix(n);
-    return true;
-  }
-  bool empty() const { return in_.empty(); }
-
- private:
-  std::string_view in_;
-};
-
 }  // namespace
 
 std::string EncodeSummary(const TorchFileSummary& s) {
   std::string out(1, kSummaryVersion);
-  PutString(&out, s.path);
+  AppendLengthPrefixed(&out, s.path);
   AppendLE64(&out, s.identity.size);
   AppendLE64(&out, static_cast<uint64_t>(s.identity.mtime_ns));
   AppendLE64(&out, static_cast<uint64_t>(s.identity.ctime_ns));
   AppendLE64(&out, s.identity.inode);
   AppendLE64(&out, s.identity.device);
   AppendLE64(&out, s.legacy ? 1 : 0);
-  PutString(&out, s.prefix);
+  AppendLengthPrefixed(&out, s.prefix);
   AppendLE64(&out, s.records.size());
   for (const auto& r : s.records) {
-    PutString(&out, r.name);
+    AppendLengthPrefixed(&out, r.name);
     AppendLE64(&out, r.header_offset);
     AppendLE64(&out, r.data_offset);
     AppendLE64(&out, r.size);
     AppendLE64(&out, r.compressed_size);
     AppendLE64(&out, (static_cast<uint64_t>(r.method) << 32) | r.crc32);
   }
-  PutString(&out, s.pickle);
+  AppendLengthPrefixed(&out, s.pickle);
   AppendLE64(&out, s.small_records.size());
   for (const auto& [name, bytes] : s.small_records) {
-    PutString(&out, name);
-    PutString(&out, bytes);
+    AppendLengthPrefixed(&out, name);
+    AppendLengthPrefixed(&out, bytes);
   }
   return out;
 }
@@ -283,7 +250,7 @@ std::string EncodeSummary(const TorchFileSummary& s) {
 Result<TorchFileSummary> DecodeSummary(std::string_view bytes) {
   auto bad = [] { return Status::Corruption("index: malformed file summary"); };
   if (bytes.empty() || bytes[0] != kSummaryVersion) return bad();
-  Decoder d(bytes.substr(1));
+  LEReader d(bytes.substr(1));
   TorchFileSummary s;
   uint64_t n = 0;
   uint64_t legacy = 0;

@@ -24,11 +24,11 @@ namespace ucfs {
 
 // What was asked of the Env below, by kind.
 struct EnvCounts {
-  uint64_t opens = 0;      // Open (open(2) of a file)
-  uint64_t stats = 0;      // Stat, and Open's fstat where the file's identity is asked
-  uint64_t listings = 0;   // ListDir (a directory read whole)
-  uint64_t others = 0;     // ReadLink, RealPath, Confine (each a path walk)
-  uint64_t reads = 0;      // RandomAccessFile::Read calls
+  uint64_t opens = 0;     // Open (open(2) of a file)
+  uint64_t stats = 0;     // Stat, and Open's fstat where the file's identity is asked
+  uint64_t listings = 0;  // ListDir (a directory read whole)
+  uint64_t others = 0;    // ReadLink, RealPath, Confine (each a path walk)
+  uint64_t reads = 0;     // RandomAccessFile::Read calls
   uint64_t bytes_read = 0;
   // The metadata operations: what a metadata server answers.
   uint64_t metadata() const { return opens + stats + listings + others; }
