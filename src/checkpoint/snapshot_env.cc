@@ -1,0 +1,226 @@
+#include "ucfs/checkpoint/snapshot_env.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace ucfs {
+
+namespace {
+
+// `path` relative to `dir`: "" for `dir` itself, nullopt outside it.
+std::optional<std::string> RelativeTo(const std::string& dir, const std::string& path) {
+  if (path == dir) return std::string();
+  if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+      path[dir.size()] == '/') {
+    return path.substr(dir.size() + 1);
+  }
+  return std::nullopt;
+}
+
+FileStat Portable(FileStat stat) {
+  stat.identity = PortableIdentity(stat.identity);
+  return stat;
+}
+
+// A file of the Env below whose identity carries no device.
+class PortableFile final : public RandomAccessFile {
+ public:
+  explicit PortableFile(std::unique_ptr<RandomAccessFile> base) : base_(std::move(base)) {}
+  Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
+    return base_->Read(offset, n, buf, bytes_read);
+  }
+  uint64_t Size() const override { return base_->Size(); }
+  Result<FileStat> Stat() const override {
+    UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat());
+    return Portable(stat);
+  }
+  const std::string& path() const override { return base_->path(); }
+  int fd() const override { return base_->fd(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> base_;
+};
+
+// A small file's recorded bytes, with its recorded stat; it keeps the
+// snapshot holding them alive.
+class SnapshotFile final : public RandomAccessFile {
+ public:
+  SnapshotFile(std::shared_ptr<const TagSnapshot> snapshot, std::string path,
+               const std::string& bytes, FileStat stat)
+      : snapshot_(std::move(snapshot)), path_(std::move(path)), bytes_(bytes), stat_(stat) {}
+  Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
+    *bytes_read = 0;
+    if (offset >= bytes_.size()) return Status::OK();
+    *bytes_read = std::min<uint64_t>(n, bytes_.size() - offset);
+    std::copy_n(bytes_.data() + offset, *bytes_read, buf);
+    return Status::OK();
+  }
+  uint64_t Size() const override { return bytes_.size(); }
+  Result<FileStat> Stat() const override { return stat_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::shared_ptr<const TagSnapshot> snapshot_;
+  std::string path_;
+  const std::string& bytes_;  // snapshot_'s
+  FileStat stat_;
+};
+
+}  // namespace
+
+// --- RecordingEnv ------------------------------------------------------------
+
+RecordingEnv::RecordingEnv(std::shared_ptr<Env> base, std::string tag_dir)
+    : RecordingEnv(std::move(base), std::move(tag_dir), std::make_shared<Records>()) {}
+
+RecordingEnv::RecordingEnv(std::shared_ptr<Env> base, std::string tag_dir,
+                           std::shared_ptr<Records> records)
+    : base_(std::move(base)), tag_dir_(std::move(tag_dir)), records_(std::move(records)) {}
+
+std::optional<std::string> RecordingEnv::Relative(const std::string& path) const {
+  return RelativeTo(tag_dir_, path);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> RecordingEnv::Open(const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  if (auto rel = Relative(path)) {
+    MutexLock lock(records_->mu);
+    records_->opened.insert(*rel);
+  }
+  return file;
+}
+
+Result<FileStat> RecordingEnv::Stat(const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat(path));
+  if (auto rel = Relative(path)) {
+    MutexLock lock(records_->mu);
+    records_->snapshot.stats[*rel] = Portable(stat);
+  }
+  return stat;
+}
+
+Result<std::vector<DirEntry>> RecordingEnv::ListDir(const std::string& path) {
+  UCFS_ASSIGN_OR_RETURN(auto entries, base_->ListDir(path));
+  if (auto rel = Relative(path)) {
+    MutexLock lock(records_->mu);
+    records_->snapshot.listings[*rel] = entries;
+  }
+  return entries;
+}
+
+Result<std::shared_ptr<Env>> RecordingEnv::Confine(const std::string& dir) {
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  return std::shared_ptr<Env>(new RecordingEnv(std::move(confined), tag_dir_, records_));
+}
+
+Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
+                                           const FileIdentity& tag_dir_identity,
+                                           uint64_t max_file) {
+  TagSnapshot snapshot;
+  std::set<std::string> opened;
+  {
+    MutexLock lock(records_->mu);
+    snapshot = records_->snapshot;
+    opened = records_->opened;
+  }
+  snapshot.tag = tag;
+  snapshot.tag_dir_identity = PortableIdentity(tag_dir_identity);
+  for (const std::string& rel : opened) {
+    if (rel.ends_with(".pt")) continue;
+    const std::string path = tag_dir_ + "/" + rel;
+    UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+    UCFS_ASSIGN_OR_RETURN(FileStat stat, file->Stat());
+    if (stat.identity.size > max_file) continue;
+    UCFS_ASSIGN_OR_RETURN(std::string bytes, file->ReadString(0, stat.identity.size));
+    snapshot.stats[rel] = Portable(stat);
+    snapshot.files[rel] = std::move(bytes);
+  }
+  // Every rank file of the tag directory, summarised, with the stat the
+  // summary was made from.
+  if (auto listing = snapshot.listings.find(""); listing != snapshot.listings.end()) {
+    for (const DirEntry& e : listing->second) {
+      if (e.is_dir || !e.name.ends_with(".pt")) continue;
+      UCFS_ASSIGN_OR_RETURN(TorchFileSummary summary,
+                            SummarizeTorchFile(*base_, tag_dir_ + "/" + e.name));
+      FileStat stat;
+      stat.identity = PortableIdentity(summary.identity);
+      stat.access = summary.access;
+      snapshot.stats[e.name] = stat;
+      snapshot.summaries[e.name] = EncodeSummary(summary);
+    }
+  }
+  return snapshot;
+}
+
+// --- SnapshotEnv -------------------------------------------------------------
+
+SnapshotEnv::SnapshotEnv(std::shared_ptr<Env> base, std::string tag_dir,
+                         std::shared_ptr<const TagSnapshot> snapshot)
+    : base_(std::move(base)), tag_dir_(std::move(tag_dir)), snapshot_(std::move(snapshot)) {}
+
+std::optional<std::string> SnapshotEnv::Relative(const std::string& path) const {
+  return RelativeTo(tag_dir_, path);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> SnapshotEnv::Open(const std::string& path) {
+  if (auto rel = Relative(path)) {
+    if (auto file = snapshot_->files.find(*rel); file != snapshot_->files.end()) {
+      FileStat stat;
+      stat.identity.size = file->second.size();
+      if (auto it = snapshot_->stats.find(*rel); it != snapshot_->stats.end()) stat = it->second;
+      return std::unique_ptr<RandomAccessFile>(
+          std::make_unique<SnapshotFile>(snapshot_, path, file->second, stat));
+    }
+  }
+  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  return std::unique_ptr<RandomAccessFile>(std::make_unique<PortableFile>(std::move(file)));
+}
+
+Result<FileStat> SnapshotEnv::Stat(const std::string& path) {
+  if (auto rel = Relative(path)) {
+    if (auto it = snapshot_->stats.find(*rel); it != snapshot_->stats.end()) return it->second;
+  }
+  UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat(path));
+  return Portable(stat);
+}
+
+Result<std::vector<DirEntry>> SnapshotEnv::ListDir(const std::string& path) {
+  if (auto rel = Relative(path)) {
+    if (auto it = snapshot_->listings.find(*rel); it != snapshot_->listings.end()) {
+      return it->second;
+    }
+  }
+  return base_->ListDir(path);
+}
+
+Result<std::shared_ptr<Env>> SnapshotEnv::Confine(const std::string& dir) {
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  return std::shared_ptr<Env>(new SnapshotEnv(std::move(confined), tag_dir_, snapshot_));
+}
+
+// --- SummarySource -----------------------------------------------------------
+
+SummarySource::SummarySource(std::string tag_dir, std::shared_ptr<const TagSnapshot> snapshot,
+                             TorchFileSource& fallback)
+    : tag_dir_(std::move(tag_dir)), snapshot_(std::move(snapshot)), fallback_(fallback) {}
+
+Result<TorchFileSummary> SummarySource::Summarize(const std::string& path) {
+  const auto rel = RelativeTo(tag_dir_, path);
+  const auto encoded = rel ? snapshot_->summaries.find(*rel) : snapshot_->summaries.end();
+  const auto stat = rel ? snapshot_->stats.find(*rel) : snapshot_->stats.end();
+  if (encoded != snapshot_->summaries.end() && stat != snapshot_->stats.end()) {
+    auto summary = DecodeSummary(encoded->second);
+    // A summary of another version of the file than the one stat recorded
+    // is not used: the file is read instead.
+    if (summary.ok() && PortableIdentity(summary->identity) == stat->second.identity) {
+      ++hits_;
+      summary->path = path;
+      summary->identity = stat->second.identity;
+      summary->access = stat->second.access;
+      return summary;
+    }
+  }
+  return fallback_.Summarize(path);
+}
+
+}  // namespace ucfs
