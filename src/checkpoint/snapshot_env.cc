@@ -3,18 +3,16 @@
 #include <algorithm>
 #include <utility>
 
+#include "ucfs/base/path.h"
+
 namespace ucfs {
 
 namespace {
 
 // `path` relative to `dir`: "" for `dir` itself, nullopt outside it.
 std::optional<std::string> RelativeTo(const std::string& dir, const std::string& path) {
-  if (path == dir) return std::string();
-  if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-      path[dir.size()] == '/') {
-    return path.substr(dir.size() + 1);
-  }
-  return std::nullopt;
+  auto rel = RelativeBelow(path, dir);
+  return rel ? std::optional<std::string>(std::string(*rel)) : std::nullopt;
 }
 
 FileStat Portable(FileStat stat) {

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "cli/export_command.h"
 #include "cli/inspect_command.h"
@@ -21,8 +23,10 @@
 #include "cli/mount_helper.h"
 #include "cli/mount_options.h"
 #include "cli/verify_command.h"
+#include "ucfs/base/path.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
+#include "ucfs/mount/shared_index.h"
 
 #ifndef UCFS_VERSION
 #define UCFS_VERSION "unknown"
@@ -47,6 +51,21 @@ int RunShow(const std::string& path) {
   auto shown = ucfs::Describe(*doc, doc->root());
   if (!shown.ok()) return Fail("show", shown.status().Annotate(path + ": data.pkl"));
   std::cout << *shown;
+  return 0;
+}
+
+// `ucfs index`: the tag's shared index written beside it (mount/shared_index.h).
+struct IndexArgs {
+  std::string checkpoint;
+  std::optional<std::string> tag;
+};
+
+int RunIndex(const IndexArgs& a) {
+  auto path = ucfs::RealPath(a.checkpoint);
+  if (!path.ok()) return Fail("index", path.status());
+  auto written = ucfs::WriteSharedIndex(*ucfs::Env::Posix(), *path, a.tag);
+  if (!written.ok()) return Fail("index", written.status());
+  std::cout << *written << "\n";
   return 0;
 }
 
@@ -158,6 +177,19 @@ CLI::App* AddExportCommand(CLI::App& app, ucfs::cli::ExportArgs* a) {
   return export_cmd;
 }
 
+CLI::App* AddIndexCommand(CLI::App& app, IndexArgs* a, int* verbosity) {
+  CLI::App* index = app.add_subcommand(
+      "index",
+      "Write a checkpoint tag's shared index beside it (<root>/<tag>.ucfs-index): what every "
+      "node's mount would otherwise ask the file system about each rank file, read once. Run it "
+      "after a save; a mount that finds a current one opens no rank file until bytes are read");
+  index->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      ->required();
+  index->add_option("--tag", a->tag, "Tag to index instead of the one `latest` names");
+  index->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
+  return index;
+}
+
 CLI::App* AddUmountCommand(CLI::App& app, std::string* path) {
   CLI::App* umount = app.add_subcommand("umount", "Unmount a ucfs mount (fusermount3 -u)");
   umount->add_option("MNT", *path, "The mountpoint")->required();
@@ -191,6 +223,8 @@ int main(int argc, char** argv) {
   CLI::App* export_cmd = AddExportCommand(app, &x);
   std::string umount_path;
   CLI::App* umount = AddUmountCommand(app, &umount_path);
+  IndexArgs ix;
+  CLI::App* index = AddIndexCommand(app, &ix, &verbosity);
 
   try {
     app.parse(argc, argv);
@@ -209,6 +243,7 @@ int main(int argc, char** argv) {
   if (*verify) return ucfs::cli::RunVerify(va);
   if (*show) return RunShow(show_path);
   if (*umount) return RunUmount(umount_path);
+  if (*index) return RunIndex(ix);
   if (*export_cmd) return ucfs::cli::RunExport(x);
   return kExitUsage;
 }

@@ -10,7 +10,9 @@
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/index.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/mount/placement.h"
+#include "ucfs/mount/shared_index.h"
 #include "ucfs/mount/source_env.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/hf_weights.h"
@@ -180,6 +182,19 @@ Status AddRootHfWeights(const MountRequest& r, Env& env,
 // the view at N; the root's other tags and Hugging Face weights beside.
 Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out,
                                  const std::string& path, const std::string& index_dir) {
+  // The tag's shared index (`ucfs index`), where there is one that still
+  // describes it: discovery then asks the source nothing of the tag.
+  std::shared_ptr<const TagSnapshot> shared;
+  std::string tag_dir;
+  if (auto where = LocateTag(*out.env, path, r.tag); where.ok()) {
+    std::string note;
+    shared = ReadSharedIndex(*out.env, *where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+    if (shared) {
+      tag_dir = where->tag_dir;
+      out.env = std::make_shared<SnapshotEnv>(out.env, tag_dir, shared);
+    }
+  }
   Env& env = *out.env;
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
@@ -190,15 +205,23 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
       spdlog::warn("{} (going on without the index)", TerminalSafe(opened.status().message()));
     }
   }
+  DirectTorchFileSource direct(env);
+  TorchFileSource& per_node = index ? static_cast<TorchFileSource&>(*index) : direct;
+  std::optional<SummarySource> from_shared;
+  if (shared) from_shared.emplace(tag_dir, shared, per_node);
   CheckpointOptions options;
   options.tag = r.tag;
-  options.source = index.get();
+  options.source = from_shared ? static_cast<TorchFileSource*>(&*from_shared) : index.get();
   UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(host, r.universal_info));
   UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::Open(env, path, options));
-  CheckpointMount mounted{std::make_shared<const Checkpoint>(std::move(opened)),
-                          index ? fmt::format("{} rank files from the index, {} read",
-                                              index->cache_hits(), index->cache_misses())
-                                : "no index"};
+  std::string index_note = index ? fmt::format("{} rank files from the index, {} read",
+                                               index->cache_hits(), index->cache_misses())
+                                 : "no index";
+  if (from_shared) {
+    index_note = fmt::format("{} rank files from the shared index; ", from_shared->cache_hits()) +
+                 index_note;
+  }
+  CheckpointMount mounted{std::make_shared<const Checkpoint>(std::move(opened)), index_note};
   const std::shared_ptr<const Checkpoint>& checkpoint = mounted.checkpoint;
   const CheckpointFiles& files = checkpoint->files();
   const std::string& tag = files.tag;

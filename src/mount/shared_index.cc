@@ -1,0 +1,140 @@
+#include "ucfs/mount/shared_index.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "ucfs/base/path.h"
+#include "ucfs/base/write_env.h"
+#include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/snapshot_env.h"
+#include "ucfs/mount/source_env.h"
+#include "ucfs/views/universal_view.h"
+
+namespace ucfs {
+
+namespace {
+
+constexpr std::string_view kSuffix = ".ucfs-index";
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// `bytes` as `dir`/`name`, whole or not at all: a temporary file beside
+// it, synced, renamed over it, the directory synced.
+Status WriteAtomically(WriteEnv& writer, const std::string& dir, const std::string& name,
+                       std::string_view bytes) {
+  UCFS_ASSIGN_OR_RETURN(UniqueFd dir_fd, writer.OpenAt(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY, 0));
+  const std::string temp = "." + name + ".tmp." + std::to_string(::getpid());
+  UCFS_ASSIGN_OR_RETURN(UniqueFd fd, writer.OpenAt(dir_fd.get(), temp,
+                                                   O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  Status written = [&]() -> Status {
+    uint64_t offset = 0;
+    while (offset < bytes.size()) {
+      UCFS_ASSIGN_OR_RETURN(size_t n, writer.Write(fd.get(), bytes.substr(offset), offset));
+      if (n == 0) return Status::IOError("no progress writing " + JoinPath(dir, temp));
+      offset += n;
+    }
+    UCFS_RETURN_IF_ERROR(writer.Sync(fd.get(), /*data_only=*/false));
+    return writer.RenameAt(dir_fd.get(), temp, dir_fd.get(), name, 0);
+  }();
+  if (!written.ok()) {
+    (void)writer.UnlinkAt(dir_fd.get(), temp, 0);
+    return written;
+  }
+  return writer.Sync(dir_fd.get(), /*data_only=*/false);
+}
+
+}  // namespace
+
+Result<TagLocation> LocateTag(Env& env, const std::string& path,
+                              const std::optional<std::string>& tag) {
+  TagLocation where;
+  const std::string latest = JoinPath(path, "latest");
+  if (auto stat = env.Stat(latest); stat.ok() && !stat->is_dir) {
+    where.root = path;
+    if (tag) {
+      where.tag = *tag;
+    } else {
+      UCFS_ASSIGN_OR_RETURN(std::string named, env.ReadSmallFile(latest, 4096));
+      where.tag = Trimmed(std::move(named));
+    }
+  } else {
+    const auto [parent, name] = SplitLast(path);
+    where.root = std::string(parent);
+    where.tag = std::string(name);
+  }
+  if (where.tag.empty() || where.tag.find('/') != std::string::npos) {
+    return Status::InvalidArgument(path + ": no tag to index ('" + where.tag + "')");
+  }
+  where.tag_dir = JoinPath(where.root, where.tag);
+  where.index_file = where.tag_dir + std::string(kSuffix);
+  return where;
+}
+
+Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
+                                     const std::optional<std::string>& tag) {
+  UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, checkpoint));
+  UCFS_ASSIGN_OR_RETURN(TagLocation where, LocateTag(*source.env, source.path, tag));
+  // Discovery as the universal view's mount makes it, recorded.
+  auto recording = std::make_shared<RecordingEnv>(source.env, where.tag_dir);
+  CheckpointOptions options;
+  options.tag = tag;
+  UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::Open(*recording, source.path, options));
+  UCFS_RETURN_IF_ERROR(
+      BuildUniversalView(*recording, std::make_shared<const Checkpoint>(std::move(opened)))
+          .status());
+  UCFS_ASSIGN_OR_RETURN(FileStat before, source.env->Stat(where.tag_dir));
+  UCFS_ASSIGN_OR_RETURN(TagSnapshot snapshot, recording->Snapshot(where.tag, before.identity));
+  // The tag directory again: a save into it meanwhile would make the
+  // snapshot a mix of two.
+  UCFS_ASSIGN_OR_RETURN(FileStat after, source.env->Stat(where.tag_dir));
+  if (!(PortableIdentity(after.identity) == snapshot.tag_dir_identity)) {
+    return Status::Posix(EAGAIN, where.tag_dir +
+                                     ": changed while it was indexed (a save in progress?); run "
+                                     "`ucfs index` again when it is done");
+  }
+  const auto [dir, name] = SplitLast(where.index_file);
+  UCFS_RETURN_IF_ERROR(WriteAtomically(*host.Writer(), std::string(dir), std::string(name),
+                                       EncodeTagSnapshot(snapshot))
+                           .Annotate("writing the index " + where.index_file));
+  return where.index_file;
+}
+
+std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& where,
+                                                   std::string* note) {
+  note->clear();
+  auto file = env.Open(where.index_file);
+  if (!file.ok()) {
+    if (file.status().posix_errno() != ENOENT) {
+      *note = where.index_file + ": " + file.status().message();
+    }
+    return nullptr;
+  }
+  auto bytes = (*file)->ReadString(0, (*file)->Size());
+  if (!bytes.ok()) {
+    *note = bytes.status().ToString();
+    return nullptr;
+  }
+  auto snapshot = DecodeTagSnapshot(*bytes);
+  if (!snapshot.ok()) {
+    *note = where.index_file + ": " + snapshot.status().message();
+    return nullptr;
+  }
+  if (snapshot->tag != where.tag) {
+    *note = where.index_file + ": an index of tag '" + snapshot->tag + "', not '" + where.tag + "'";
+    return nullptr;
+  }
+  auto dir = env.Stat(where.tag_dir);
+  if (!dir.ok() || !(PortableIdentity(dir->identity) == snapshot->tag_dir_identity)) {
+    *note = where.index_file + ": made before " + where.tag_dir +
+            " last changed; reading its rank files (run `ucfs index` again)";
+    return nullptr;
+  }
+  return std::make_shared<const TagSnapshot>(std::move(snapshot).value());
+}
+
+}  // namespace ucfs

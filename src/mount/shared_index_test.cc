@@ -1,0 +1,130 @@
+// The shared index on a real fixture copied to a real directory (it is
+// written through the real write seam): a mount that finds it asks the
+// source nothing of the tag and serves the same bytes; a damaged index, or
+// one made before the tag changed, is passed over for today's discovery.
+#include "ucfs/mount/shared_index.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.h"
+#include "ucfs/base/counting_env.h"
+#include "ucfs/mount/mount_plan.h"
+
+namespace ucfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Mounted {
+  EnvCounts asked;
+  std::map<std::string, std::string> files;
+};
+
+// The universal view of `ckpt` planned on a counting host, and every file
+// of it.
+Mounted MountAndRead(const std::string& ckpt) {
+  CountingEnv host(CountingEnv::NotOwned(Env::Posix()));
+  MountRequest request;
+  request.checkpoint = ckpt;
+  request.no_cache = true;
+  auto plan = PlanMount(host, request);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  Mounted m;
+  if (!plan.ok()) return m;
+  m.asked = host.counts();
+  testing::ViewTree(*plan->env, *plan->view, kRootInode, "", &m.files);
+  return m;
+}
+
+// A fixture's checkpoint copied into the test's own directory.
+std::string CopyOf(const std::string& fixture, const std::string& dir) {
+  fs::copy(testing::FixtureDir(fixture) + "/checkpoint", dir + "/" + fixture,
+           fs::copy_options::recursive);
+  return fs::canonical(dir + "/" + fixture).string();
+}
+
+// The view's files but the index itself, which the root shows as it
+// shows any file of the root.
+std::map<std::string, std::string> WithoutIndex(std::map<std::string, std::string> files) {
+  std::erase_if(files, [](const auto& f) { return f.first.ends_with(".ucfs-index"); });
+  return files;
+}
+
+class SharedIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::FreshTestDir("shared_index");
+    ckpt_ = CopyOf("z3_tricky_fp32_ws4", dir_);
+  }
+  std::string dir_, ckpt_;
+};
+
+TEST_F(SharedIndexTest, AMountReadsItInsteadOfTheTag) {
+  const Mounted plain = MountAndRead(ckpt_);
+  auto written = WriteSharedIndex(*Env::Posix(), ckpt_, std::nullopt);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(*written, ckpt_ + "/global_step4.ucfs-index");
+  const Mounted indexed = MountAndRead(ckpt_);
+  // Every file of the view, byte for byte (the rank files' bytes are read
+  // from the source in both).
+  EXPECT_EQ(indexed.files.size(), plain.files.size() + 1);
+  EXPECT_TRUE(WithoutIndex(indexed.files) == plain.files);
+  EXPECT_LT(indexed.asked.metadata(), plain.asked.metadata());
+  // What the plan asks of the source does not grow with the ranks: the
+  // same run saved at 2 ranks and at 4 costs the same (without the index,
+  // the 4 ranks' costs more).
+  std::vector<Mounted> by_world;
+  std::vector<Mounted> plain_by_world;
+  for (const char* fixture : {"z3_fp32_ws2", "z3_fp32_ws4"}) {
+    const std::string ckpt = CopyOf(fixture, dir_);
+    plain_by_world.push_back(MountAndRead(ckpt));
+    ASSERT_TRUE(WriteSharedIndex(*Env::Posix(), ckpt, std::nullopt).ok());
+    by_world.push_back(MountAndRead(ckpt));
+  }
+  EXPECT_EQ(by_world[0].asked.opens, by_world[1].asked.opens);
+  EXPECT_EQ(by_world[0].asked.stats, by_world[1].asked.stats);
+  EXPECT_EQ(by_world[0].asked.listings, by_world[1].asked.listings);
+  EXPECT_EQ(by_world[0].asked.metadata(), by_world[1].asked.metadata());
+  EXPECT_LT(plain_by_world[0].asked.metadata(), plain_by_world[1].asked.metadata());
+  // Written twice, the same bytes.
+  const std::string first = testing::ReadFile(*written);
+  ASSERT_TRUE(WriteSharedIndex(*Env::Posix(), ckpt_, std::nullopt).ok());
+  EXPECT_EQ(testing::ReadFile(*written), first);
+}
+
+TEST_F(SharedIndexTest, ADamagedOrStaleIndexIsPassedOver) {
+  const Mounted plain = MountAndRead(ckpt_);
+  auto written = WriteSharedIndex(*Env::Posix(), ckpt_, std::nullopt);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  const std::string good = testing::ReadFile(*written);
+  {
+    std::ofstream(*written, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() / 2);
+  }
+  TagLocation where{ckpt_, "global_step4", ckpt_ + "/global_step4", *written};
+  std::string note;
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_NE(note.find("checksum"), std::string::npos) << note;
+  Mounted m = MountAndRead(ckpt_);
+  EXPECT_TRUE(WithoutIndex(m.files) == plain.files);
+  EXPECT_EQ(m.asked.metadata(), plain.asked.metadata());  // today's discovery, whole
+  // A file added to the tag after the index: the directory changed.
+  { std::ofstream(*written, std::ios::binary | std::ios::trunc) << good; }
+  EXPECT_NE(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  { std::ofstream(ckpt_ + "/global_step4/notes.txt") << "later"; }
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_NE(note.find("made before"), std::string::npos) << note;
+  // Another tag's index under this tag's name.
+  where.tag = "global_step5";
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_NE(note.find("an index of tag 'global_step4'"), std::string::npos) << note;
+  // No index at all: nothing to say.
+  fs::remove(*written);
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_EQ(note, "");
+}
+
+}  // namespace
+}  // namespace ucfs
