@@ -2,7 +2,8 @@
 # What a mount costs the source file system (issue 38, point 1), on a checkpoint of W = 4096 ranks made by
 # make_checkpoint.py: bench/mount_cost (the daemon's mount without the kernel, every operation on the source counted
 # at the Env) for the universal view and the reshard view at N = 64, 1024 and 4096, each with no index, with a cold
-# per-node index (its first mount) and with a warm one; then the same with each metadata operation delayed by 1 ms
+# per-node index (its first mount), with a warm one, and with the shared index `ucfs index` writes beside the tag
+# (removed again at the end); then the same with each metadata operation delayed by 1 ms
 # (a loaded metadata server); then `strace -c` of one real `ucfs mount` in the foreground, an `ls -l` of the view's
 # tag directory and a `cat` of its rank 0 optimizer file, to check the Env's counts against the system calls.
 #
@@ -22,7 +23,8 @@ fi
 work=$(mktemp -d /tmp/ucfs_mount_cost.XXXXXX)
 mnt=$work/mnt
 mkdir -p "$mnt"
-cleanup() { fusermount3 -u "$mnt" 2>/dev/null || true; rm -rf "$work"; }
+tag=$(cat "$ckpt/latest")
+cleanup() { fusermount3 -u "$mnt" 2>/dev/null || true; rm -rf "$work" "$ckpt/$tag.ucfs-index"; }
 trap cleanup EXIT
 
 printf '%-36s %-6s %8s %8s %8s %8s %8s %12s %9s\n' view step opens stats listings others reads bytes seconds
@@ -36,11 +38,14 @@ for delay in 0 1; do
       --label "$name, cold index, ${delay}ms" 2>/dev/null
     "$cost" "$ckpt" "${args[@]}" --index-dir "$work/index" --delay-ms "$delay" \
       --label "$name, warm index, ${delay}ms" 2>/dev/null
+    "$ucfs" index "$ckpt" >/dev/null
+    "$cost" "$ckpt" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, shared index, ${delay}ms" \
+      2>/dev/null
+    rm -f "$ckpt/$tag.ucfs-index"
   done
 done
 
 # The system calls of a real mount at N = 1024 (no index): ls -l of the tag, cat of rank 0's optimizer file.
-tag=$(cat "$ckpt/latest")
 strace -f -c -o "$work/strace" "$ucfs" mount -f --no-cache --world-size 1024 "$ckpt" "$mnt" 2>/dev/null &
 for _ in $(seq 200); do mountpoint -q "$mnt" && break; sleep 0.05; done
 ls -l "$mnt/$tag" >/dev/null
