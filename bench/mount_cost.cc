@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   }
   request.extra_views = true;
   spdlog::set_level(spdlog::level::err);  // the batch-size advice of every reshard mount
-  ucfs::CountingEnv host(ucfs::CountingEnv::NotOwned(ucfs::Env::Posix()),
+  ucfs::CountingEnv host(ucfs::EnvWrapper::NotOwned(ucfs::Env::Posix()),
                          std::chrono::milliseconds(delay_ms));
   const auto start = Clock::now();
   auto plan = ucfs::PlanMount(host, request);

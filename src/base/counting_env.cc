@@ -40,11 +40,7 @@ CountingEnv::CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds met
 
 CountingEnv::CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds metadata_delay,
                          std::shared_ptr<Counters> counters)
-    : base_(std::move(base)), delay_(metadata_delay), counters_(std::move(counters)) {}
-
-std::shared_ptr<Env> CountingEnv::NotOwned(Env* env) {
-  return std::shared_ptr<Env>(env, [](Env*) {});
-}
+    : EnvWrapper(std::move(base)), delay_(metadata_delay), counters_(std::move(counters)) {}
 
 EnvCounts CountingEnv::counts() const {
   EnvCounts c;
@@ -71,34 +67,34 @@ void CountingEnv::Metadata(std::atomic<uint64_t>& counter) const {
 
 Result<std::unique_ptr<RandomAccessFile>> CountingEnv::Open(const std::string& path) {
   Metadata(counters_->opens);
-  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
   return std::unique_ptr<RandomAccessFile>(
       std::make_unique<CountingFile>(std::move(file), counters_));
 }
 
 Result<FileStat> CountingEnv::Stat(const std::string& path) {
   Metadata(counters_->stats);
-  return base_->Stat(path);
+  return target().Stat(path);
 }
 
 Result<std::vector<DirEntry>> CountingEnv::ListDir(const std::string& path) {
   Metadata(counters_->listings);
-  return base_->ListDir(path);
+  return target().ListDir(path);
 }
 
 Result<LinkInfo> CountingEnv::ReadLink(const std::string& path) {
   Metadata(counters_->others);
-  return base_->ReadLink(path);
+  return target().ReadLink(path);
 }
 
 Result<std::string> CountingEnv::RealPath(const std::string& path) {
   Metadata(counters_->others);
-  return base_->RealPath(path);
+  return target().RealPath(path);
 }
 
 Result<std::shared_ptr<Env>> CountingEnv::Confine(const std::string& dir) {
   Metadata(counters_->others);
-  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, target().Confine(dir));
   return std::shared_ptr<Env>(new CountingEnv(std::move(confined), delay_, counters_));
 }
 

@@ -73,14 +73,14 @@ RecordingEnv::RecordingEnv(std::shared_ptr<Env> base, std::string tag_dir)
 
 RecordingEnv::RecordingEnv(std::shared_ptr<Env> base, std::string tag_dir,
                            std::shared_ptr<Records> records)
-    : base_(std::move(base)), tag_dir_(std::move(tag_dir)), records_(std::move(records)) {}
+    : EnvWrapper(std::move(base)), tag_dir_(std::move(tag_dir)), records_(std::move(records)) {}
 
 std::optional<std::string> RecordingEnv::Relative(const std::string& path) const {
   return RelativeTo(tag_dir_, path);
 }
 
 Result<std::unique_ptr<RandomAccessFile>> RecordingEnv::Open(const std::string& path) {
-  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
   if (auto rel = Relative(path)) {
     MutexLock lock(records_->mu);
     records_->opened.insert(*rel);
@@ -89,7 +89,7 @@ Result<std::unique_ptr<RandomAccessFile>> RecordingEnv::Open(const std::string& 
 }
 
 Result<FileStat> RecordingEnv::Stat(const std::string& path) {
-  UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat(path));
+  UCFS_ASSIGN_OR_RETURN(FileStat stat, target().Stat(path));
   if (auto rel = Relative(path)) {
     MutexLock lock(records_->mu);
     records_->snapshot.stats[*rel] = Portable(stat);
@@ -98,7 +98,7 @@ Result<FileStat> RecordingEnv::Stat(const std::string& path) {
 }
 
 Result<std::vector<DirEntry>> RecordingEnv::ListDir(const std::string& path) {
-  UCFS_ASSIGN_OR_RETURN(auto entries, base_->ListDir(path));
+  UCFS_ASSIGN_OR_RETURN(auto entries, target().ListDir(path));
   if (auto rel = Relative(path)) {
     MutexLock lock(records_->mu);
     records_->snapshot.listings[*rel] = entries;
@@ -107,7 +107,7 @@ Result<std::vector<DirEntry>> RecordingEnv::ListDir(const std::string& path) {
 }
 
 Result<std::shared_ptr<Env>> RecordingEnv::Confine(const std::string& dir) {
-  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, target().Confine(dir));
   return std::shared_ptr<Env>(new RecordingEnv(std::move(confined), tag_dir_, records_));
 }
 
@@ -126,7 +126,7 @@ Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
   for (const std::string& rel : opened) {
     if (rel.ends_with(".pt")) continue;
     const std::string path = tag_dir_ + "/" + rel;
-    UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+    UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
     UCFS_ASSIGN_OR_RETURN(FileStat stat, file->Stat());
     if (stat.identity.size > max_file) continue;
     UCFS_ASSIGN_OR_RETURN(std::string bytes, file->ReadString(0, stat.identity.size));
@@ -139,7 +139,7 @@ Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
     for (const DirEntry& e : listing->second) {
       if (e.is_dir || !e.name.ends_with(".pt")) continue;
       UCFS_ASSIGN_OR_RETURN(TorchFileSummary summary,
-                            SummarizeTorchFile(*base_, tag_dir_ + "/" + e.name));
+                            SummarizeTorchFile(target(), tag_dir_ + "/" + e.name));
       FileStat stat;
       stat.identity = PortableIdentity(summary.identity);
       stat.access = summary.access;
@@ -154,7 +154,7 @@ Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
 
 SnapshotEnv::SnapshotEnv(std::shared_ptr<Env> base, std::string tag_dir,
                          std::shared_ptr<const TagSnapshot> snapshot)
-    : base_(std::move(base)), tag_dir_(std::move(tag_dir)), snapshot_(std::move(snapshot)) {}
+    : EnvWrapper(std::move(base)), tag_dir_(std::move(tag_dir)), snapshot_(std::move(snapshot)) {}
 
 std::optional<std::string> SnapshotEnv::Relative(const std::string& path) const {
   return RelativeTo(tag_dir_, path);
@@ -170,7 +170,7 @@ Result<std::unique_ptr<RandomAccessFile>> SnapshotEnv::Open(const std::string& p
           std::make_unique<SnapshotFile>(snapshot_, path, file->second, stat));
     }
   }
-  UCFS_ASSIGN_OR_RETURN(auto file, base_->Open(path));
+  UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
   return std::unique_ptr<RandomAccessFile>(std::make_unique<PortableFile>(std::move(file)));
 }
 
@@ -178,7 +178,7 @@ Result<FileStat> SnapshotEnv::Stat(const std::string& path) {
   if (auto rel = Relative(path)) {
     if (auto it = snapshot_->stats.find(*rel); it != snapshot_->stats.end()) return it->second;
   }
-  UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat(path));
+  UCFS_ASSIGN_OR_RETURN(FileStat stat, target().Stat(path));
   return Portable(stat);
 }
 
@@ -188,11 +188,11 @@ Result<std::vector<DirEntry>> SnapshotEnv::ListDir(const std::string& path) {
       return it->second;
     }
   }
-  return base_->ListDir(path);
+  return target().ListDir(path);
 }
 
 Result<std::shared_ptr<Env>> SnapshotEnv::Confine(const std::string& dir) {
-  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, base_->Confine(dir));
+  UCFS_ASSIGN_OR_RETURN(std::shared_ptr<Env> confined, target().Confine(dir));
   return std::shared_ptr<Env>(new SnapshotEnv(std::move(confined), tag_dir_, snapshot_));
 }
 

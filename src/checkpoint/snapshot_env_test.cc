@@ -36,6 +36,20 @@ std::shared_ptr<const TagSnapshot> Record(const std::shared_ptr<MemEnv>& mem) {
   return std::make_shared<const TagSnapshot>(std::move(snapshot).value());
 }
 
+// The Envs and summary source a mount reads a snapshot through.
+struct Replay {
+  Replay(std::shared_ptr<Env> below, std::shared_ptr<const TagSnapshot> snapshot)
+      : env(std::move(below), kTagDir, snapshot), direct(env), source(kTagDir, snapshot, direct) {}
+  Result<Checkpoint> Open() {
+    CheckpointOptions options;
+    options.source = &source;
+    return Checkpoint::Open(env, "/ck", options);
+  }
+  SnapshotEnv env;
+  DirectTorchFileSource direct;
+  SummarySource source;
+};
+
 TEST(SnapshotEnv, ReplaysDiscoveryWithoutTheSourceAndEqualsIt) {
   auto mem = Fixture();
   auto snapshot = Record(mem);
@@ -47,14 +61,10 @@ TEST(SnapshotEnv, ReplaysDiscoveryWithoutTheSourceAndEqualsIt) {
   auto replayed = std::make_shared<const TagSnapshot>(std::move(decoded).value());
 
   auto counting = std::make_shared<CountingEnv>(mem);
-  SnapshotEnv env(counting, kTagDir, replayed);
-  DirectTorchFileSource direct(env);
-  SummarySource source(kTagDir, replayed, direct);
-  CheckpointOptions options;
-  options.source = &source;
-  auto c = Checkpoint::Open(env, "/ck", options);
+  Replay replay(counting, replayed);
+  auto c = replay.Open();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(source.cache_hits(), 8u);
+  EXPECT_EQ(replay.source.cache_hits(), 8u);
   // Only the root's `latest` is asked of the source: nothing of the tag.
   const EnvCounts asked = counting->counts();
   EXPECT_LE(asked.metadata(), 3u) << asked.opens << " opens, " << asked.stats << " stats, "
@@ -66,7 +76,8 @@ TEST(SnapshotEnv, ReplaysDiscoveryWithoutTheSourceAndEqualsIt) {
   for (size_t p = 0; p < c->params().size(); ++p) {
     EXPECT_EQ(c->params()[p].name, plain->params()[p].name);
     for (size_t s = 0; s < c->states().size(); ++s) {
-      EXPECT_TRUE(testing::FullState(*c, p, s, &env) == testing::FullState(*plain, p, s, mem.get()))
+      EXPECT_TRUE(testing::FullState(*c, p, s, &replay.env) ==
+                  testing::FullState(*plain, p, s, mem.get()))
           << c->params()[p].name;
     }
   }
@@ -81,13 +92,10 @@ TEST(SnapshotEnv, ReplaysDiscoveryWithoutTheSourceAndEqualsIt) {
 TEST(SnapshotEnv, ARankFileChangedSinceIsCaughtAtItsRead) {
   auto mem = Fixture();
   auto snapshot = Record(mem);
-  SnapshotEnv env(mem, kTagDir, snapshot);
-  DirectTorchFileSource direct(env);
-  SummarySource source(kTagDir, snapshot, direct);
-  CheckpointOptions options;
-  options.source = &source;
-  auto c = Checkpoint::Open(env, "/ck", options);
+  Replay replay(mem, snapshot);
+  auto c = replay.Open();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  SnapshotEnv& env = replay.env;
   {
     SourceFiles reader(env, [&](uint32_t i) { return c->sources()[i]; });
     EXPECT_TRUE(reader.Get(1).ok());

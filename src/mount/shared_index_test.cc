@@ -26,7 +26,7 @@ struct Mounted {
 // The universal view of `ckpt` planned on a counting host, and every file
 // of it.
 Mounted MountAndRead(const std::string& ckpt) {
-  CountingEnv host(CountingEnv::NotOwned(Env::Posix()));
+  CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
   MountRequest request;
   request.checkpoint = ckpt;
   request.no_cache = true;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ucfs/base/env.h"
+#include "ucfs/base/env_wrapper.h"
 
 namespace ucfs {
 
@@ -34,13 +35,12 @@ struct EnvCounts {
   uint64_t metadata() const { return opens + stats + listings + others; }
 };
 
-class CountingEnv final : public Env {
+class CountingEnv final : public EnvWrapper {
  public:
   // `base` may be a borrowed Env (Env::Posix()): wrap it with NotOwned.
   // `metadata_delay` is slept before each metadata operation (not reads).
   explicit CountingEnv(std::shared_ptr<Env> base,
                        std::chrono::nanoseconds metadata_delay = std::chrono::nanoseconds(0));
-  static std::shared_ptr<Env> NotOwned(Env* env);
 
   EnvCounts counts() const;
   void Reset();
@@ -49,13 +49,8 @@ class CountingEnv final : public Env {
   Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
   Result<LinkInfo> ReadLink(const std::string& path) override;
-  std::string Where(const std::string& path) override { return base_->Where(path); }
   Result<std::string> RealPath(const std::string& path) override;
   Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
-  Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override {
-    return base_->MakeDir(path, mode, mtime_ns);
-  }
-  WriteEnv* Writer() override { return base_->Writer(); }
 
   struct Counters {
     std::atomic<uint64_t> opens{0}, stats{0}, listings{0}, others{0}, reads{0}, bytes_read{0};
@@ -67,7 +62,6 @@ class CountingEnv final : public Env {
   // Counts one metadata operation in `counter`, after the delay.
   void Metadata(std::atomic<uint64_t>& counter) const;
 
-  std::shared_ptr<Env> base_;
   std::chrono::nanoseconds delay_;
   std::shared_ptr<Counters> counters_;
 };

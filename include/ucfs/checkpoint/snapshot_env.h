@@ -27,13 +27,14 @@
 #include <vector>
 
 #include "ucfs/base/env.h"
+#include "ucfs/base/env_wrapper.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/checkpoint/tag_snapshot.h"
 #include "ucfs/codec/torch_file.h"
 
 namespace ucfs {
 
-class RecordingEnv final : public Env {
+class RecordingEnv final : public EnvWrapper {
  public:
   // Records what is asked at or below `tag_dir` (absolute, as `base` names
   // it).
@@ -51,14 +52,7 @@ class RecordingEnv final : public Env {
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
   Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
-  Result<LinkInfo> ReadLink(const std::string& path) override { return base_->ReadLink(path); }
-  std::string Where(const std::string& path) override { return base_->Where(path); }
-  Result<std::string> RealPath(const std::string& path) override { return base_->RealPath(path); }
   Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
-  Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override {
-    return base_->MakeDir(path, mode, mtime_ns);
-  }
-  WriteEnv* Writer() override { return base_->Writer(); }
 
  private:
   struct Records {
@@ -70,12 +64,11 @@ class RecordingEnv final : public Env {
   // `path` relative to the tag directory, or nullopt outside it.
   std::optional<std::string> Relative(const std::string& path) const;
 
-  std::shared_ptr<Env> base_;
   std::string tag_dir_;
   std::shared_ptr<Records> records_;
 };
 
-class SnapshotEnv final : public Env {
+class SnapshotEnv final : public EnvWrapper {
  public:
   // Serves `snapshot` for the tag directory `tag_dir` (absolute, as `base`
   // names it).
@@ -85,19 +78,11 @@ class SnapshotEnv final : public Env {
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
   Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override;
-  Result<LinkInfo> ReadLink(const std::string& path) override { return base_->ReadLink(path); }
-  std::string Where(const std::string& path) override { return base_->Where(path); }
-  Result<std::string> RealPath(const std::string& path) override { return base_->RealPath(path); }
   Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
-  Result<bool> MakeDir(const std::string& path, uint32_t mode, int64_t mtime_ns) override {
-    return base_->MakeDir(path, mode, mtime_ns);
-  }
-  WriteEnv* Writer() override { return base_->Writer(); }
 
  private:
   std::optional<std::string> Relative(const std::string& path) const;
 
-  std::shared_ptr<Env> base_;
   std::string tag_dir_;
   std::shared_ptr<const TagSnapshot> snapshot_;
 };
