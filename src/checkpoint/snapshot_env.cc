@@ -133,13 +133,19 @@ Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
     snapshot.stats[rel] = Portable(stat);
     snapshot.files[rel] = std::move(bytes);
   }
-  // Every rank file of the tag directory, summarised, with the stat the
-  // summary was made from.
+  // Every rank file of the tag directory with its stat (a view's listing
+  // shows them); those discovery read, summarised, at the stat the summary
+  // was made from.
   if (auto listing = snapshot.listings.find(""); listing != snapshot.listings.end()) {
     for (const DirEntry& e : listing->second) {
       if (e.is_dir || !e.name.ends_with(".pt")) continue;
-      UCFS_ASSIGN_OR_RETURN(TorchFileSummary summary,
-                            SummarizeTorchFile(target(), tag_dir_ + "/" + e.name));
+      const std::string path = tag_dir_ + "/" + e.name;
+      if (!opened.contains(e.name)) {
+        UCFS_ASSIGN_OR_RETURN(FileStat stat, target().Stat(path));
+        snapshot.stats[e.name] = Portable(stat);
+        continue;
+      }
+      UCFS_ASSIGN_OR_RETURN(TorchFileSummary summary, SummarizeTorchFile(target(), path));
       FileStat stat;
       stat.identity = PortableIdentity(summary.identity);
       stat.access = summary.access;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "mount/lazy_index.h"
+#include "mount/plan_memo_env.h"
 #include "ucfs/checkpoint/batch_size.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/index.h"
@@ -305,8 +306,15 @@ Status CheckRequest(Env& host, const MountRequest& r) {
 }
 
 Result<MountPlan> PlanMount(Env& host, const MountRequest& r) {
-  UCFS_RETURN_IF_ERROR(CheckRequest(host, r));
-  UCFS_ASSIGN_OR_RETURN(MountPlan plan, PlanKind(host, r));
+  // The plan's questions to the file system, each asked once
+  // (plan_memo_env.h); the daemon then asks them afresh.
+  PlanMemoEnv memo(EnvWrapper::NotOwned(&host));
+  struct ForgetAtEnd {
+    PlanMemoEnv& memo;
+    ~ForgetAtEnd() { memo.Forget(); }
+  } forget{memo};
+  UCFS_RETURN_IF_ERROR(CheckRequest(memo, r));
+  UCFS_ASSIGN_OR_RETURN(MountPlan plan, PlanKind(memo, r));
   plan.source_dirs.insert(plan.source_dirs.end(), r.layers.begin(), r.layers.end());
   if (r.upper && !plan.writable) {
     // The consolidated weights are shown read-only, --upper or not.

@@ -43,9 +43,10 @@ class RecordingEnv final : public EnvWrapper {
   // What was recorded, as a snapshot of tag `tag` whose directory is
   // `tag_dir_identity`: the listings and stats as answered; the whole
   // contents of each file opened that is no larger than `max_file` bytes
-  // and not a rank file (*.pt), read again through the Env below; and
-  // every rank file the tag directory's recorded listing holds,
-  // summarised (SummarizeTorchFile) with the stat it was summarised at.
+  // and not a rank file (*.pt), read again through the Env below; the stat
+  // of every rank file the tag directory's recorded listing holds; and of
+  // those discovery opened, the summary (SummarizeTorchFile), at the stat
+  // it was made from.
   Result<TagSnapshot> Snapshot(const std::string& tag, const FileIdentity& tag_dir_identity,
                                uint64_t max_file = 64 << 10);
 
