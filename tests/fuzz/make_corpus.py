@@ -15,6 +15,10 @@ Usage: make_corpus.py FIXTURES_DIR OUT_DIR
   OUT_DIR/grid/    mutation programs for grid_fuzz (over ../tp_fixtures):
                    every grid unmutated, and programs that remove and rename
                    its files and edit its universal_checkpoint_info
+  OUT_DIR/tag_snapshot/
+                   shared index files (checkpoint/tag_snapshot.h) for
+                   tag_snapshot_fuzz: an empty one, and one of each of the
+                   first fixtures' tag listings
 
 Seeds are named by the SHA-1 of their contents, as libFuzzer names the inputs
 it adds, so identical fixtures (the checkpoints repeat many files) collapse
@@ -27,8 +31,10 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import sys
 import zipfile
+import zlib
 
 # Enough zip seeds to cover every kind of fixture file without making each
 # smoke run spend its time on near-duplicates.
@@ -288,6 +294,40 @@ def data_pkl(path):
     return None
 
 
+def snapshot_file(tag, identity, listings, stats, files, summaries):
+    """A shared index file (checkpoint/tag_snapshot.h, format 1): magic, version, the tag, its directory's identity
+    (size, mtime, ctime, inode), the entries (kind 1 listing, 2 stat, 3 file, 4 summary: path, payload), CRC-32."""
+    u64 = lambda v: struct.pack("<Q", v)
+    text = lambda b: u64(len(b)) + b
+    entries = []
+    for path, names in listings:
+        payload = u64(len(names)) + b"".join(text(n) + u64(flags) for n, flags in names)
+        entries.append(u64(1) + text(path) + text(payload))
+    for path, (size, mtime, ctime, inode, mode, uid, gid, is_dir) in stats:
+        payload = b"".join(u64(v) for v in (size, mtime, ctime, inode, mode, uid, gid, is_dir))
+        entries.append(u64(2) + text(path) + text(payload))
+    entries += [u64(3) + text(p) + text(b) for p, b in files]
+    entries += [u64(4) + text(p) + text(b) for p, b in summaries]
+    body = b"UCFS-IDX" + u64(1) + text(tag) + b"".join(u64(v) for v in identity) + u64(len(entries))
+    body += b"".join(entries)
+    return body + struct.pack("<I", zlib.crc32(body) & 0xffffffff)
+
+
+def snapshot_seeds(fixtures):
+    """Shared index files: empty, and one of each fixture's tag listing (its rank files' names, stats, a file)."""
+    yield snapshot_file(b"", (0, 0, 0, 0), [], [], [], [])
+    for name in sorted(os.listdir(fixtures))[:4]:
+        tag_dir = os.path.join(fixtures, name, "checkpoint", "global_step4")
+        if not os.path.isdir(tag_dir):
+            continue
+        names = sorted(os.listdir(tag_dir))
+        listing = [(n.encode(), 0) for n in names]
+        stats = [(n.encode(), (os.path.getsize(os.path.join(tag_dir, n)), 1, 2, i + 3, 0o644, 0, 0, 0))
+                 for i, n in enumerate(names)]
+        yield snapshot_file(b"global_step4", (4096, 5, 6, 7), [(b"", listing)], stats,
+                            [(b"ds_config.json", b"{}")], [(names[0].encode(), b"\x03")])
+
+
 def main(argv):
     if len(argv) != 3:
         sys.stderr.write(__doc__)
@@ -349,10 +389,14 @@ def main(argv):
     reset_dir(grid_out)
     grids = sum(write_seed(grid_out, program) for _, program in grid_programs())
 
+    snapshot_out = os.path.join(out, "tag_snapshot")
+    reset_dir(snapshot_out)
+    snapshots = sum(write_seed(snapshot_out, seed) for seed in snapshot_seeds(fixtures))
+
     print("make_corpus.py: %d pickle seeds in %s, %d zip seeds in %s, %d checkpoint "
           "programs in %s, %d grid programs in %s"
           % (pickles, pickle_out, zips, zip_out, programs, checkpoint_out, grids, grid_out))
-    return 0 if pickles and zips and programs and grids else 1
+    return 0 if pickles and zips and programs and grids and snapshots else 1
 
 
 if __name__ == "__main__":
