@@ -114,6 +114,14 @@ std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& 
     }
     return nullptr;
   }
+  // About 3.4 kB a rank file: a larger file is not one `ucfs index` wrote,
+  // and is not read into memory.
+  constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
+  if ((*file)->Size() > kMaxIndexBytes) {
+    *note = where.index_file + ": " + std::to_string((*file)->Size()) +
+            " bytes, more than an index of any checkpoint holds";
+    return nullptr;
+  }
   auto bytes = (*file)->ReadString(0, (*file)->Size());
   if (!bytes.ok()) {
     *note = bytes.status().ToString();
