@@ -1,8 +1,8 @@
 #include "ucfs/checkpoint/snapshot_env.h"
 
-#include <algorithm>
 #include <utility>
 
+#include "ucfs/base/bytes_file.h"
 #include "ucfs/base/path.h"
 
 namespace ucfs {
@@ -37,31 +37,6 @@ class PortableFile final : public RandomAccessFile {
 
  private:
   std::unique_ptr<RandomAccessFile> base_;
-};
-
-// A small file's recorded bytes, with its recorded stat; it keeps the
-// snapshot holding them alive.
-class SnapshotFile final : public RandomAccessFile {
- public:
-  SnapshotFile(std::shared_ptr<const TagSnapshot> snapshot, std::string path,
-               const std::string& bytes, FileStat stat)
-      : snapshot_(std::move(snapshot)), path_(std::move(path)), bytes_(bytes), stat_(stat) {}
-  Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
-    *bytes_read = 0;
-    if (offset >= bytes_.size()) return Status::OK();
-    *bytes_read = std::min<uint64_t>(n, bytes_.size() - offset);
-    std::copy_n(bytes_.data() + offset, *bytes_read, buf);
-    return Status::OK();
-  }
-  uint64_t Size() const override { return bytes_.size(); }
-  Result<FileStat> Stat() const override { return stat_; }
-  const std::string& path() const override { return path_; }
-
- private:
-  std::shared_ptr<const TagSnapshot> snapshot_;
-  std::string path_;
-  const std::string& bytes_;  // snapshot_'s
-  FileStat stat_;
 };
 
 }  // namespace
@@ -172,8 +147,8 @@ Result<std::unique_ptr<RandomAccessFile>> SnapshotEnv::Open(const std::string& p
       FileStat stat;
       stat.identity.size = file->second.size();
       if (auto it = snapshot_->stats.find(*rel); it != snapshot_->stats.end()) stat = it->second;
-      return std::unique_ptr<RandomAccessFile>(
-          std::make_unique<SnapshotFile>(snapshot_, path, file->second, stat));
+      // The bytes stay the snapshot's, which the file keeps alive.
+      return NewBytesFile(path, std::shared_ptr<const std::string>(snapshot_, &file->second), stat);
     }
   }
   UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));

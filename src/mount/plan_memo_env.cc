@@ -1,10 +1,10 @@
 #include "mount/plan_memo_env.h"
 
-#include <algorithm>
 #include <atomic>
 #include <map>
 #include <utility>
 
+#include "ucfs/base/bytes_file.h"
 #include "ucfs/base/thread_annotations.h"
 
 namespace ucfs {
@@ -15,28 +15,8 @@ constexpr uint64_t kSmallFile = 64 << 10;
 
 // A small file's bytes as first read, with its stat then.
 struct SmallFile {
-  std::string bytes;
+  std::shared_ptr<const std::string> bytes;
   FileStat stat;
-};
-
-class RememberedFile final : public RandomAccessFile {
- public:
-  RememberedFile(std::string path, std::shared_ptr<const SmallFile> file)
-      : path_(std::move(path)), file_(std::move(file)) {}
-  Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
-    *bytes_read = 0;
-    if (offset >= file_->bytes.size()) return Status::OK();
-    *bytes_read = std::min<uint64_t>(n, file_->bytes.size() - offset);
-    std::copy_n(file_->bytes.data() + offset, *bytes_read, buf);
-    return Status::OK();
-  }
-  uint64_t Size() const override { return file_->bytes.size(); }
-  Result<FileStat> Stat() const override { return file_->stat; }
-  const std::string& path() const override { return path_; }
-
- private:
-  std::string path_;
-  std::shared_ptr<const SmallFile> file_;
 };
 
 }  // namespace
@@ -48,7 +28,7 @@ struct PlanMemoEnv::Memory {
   std::map<std::string, Result<std::vector<DirEntry>>> listings UCFS_GUARDED_BY(mu);
   std::map<std::string, Result<LinkInfo>> links UCFS_GUARDED_BY(mu);
   std::map<std::string, Result<std::string>> real_paths UCFS_GUARDED_BY(mu);
-  std::map<std::string, std::shared_ptr<const SmallFile>> files UCFS_GUARDED_BY(mu);
+  std::map<std::string, SmallFile> files UCFS_GUARDED_BY(mu);
 
   void Clear() {
     MutexLock lock(mu);
@@ -114,21 +94,22 @@ Result<std::unique_ptr<RandomAccessFile>> PlanMemoEnv::Open(const std::string& p
   {
     MutexLock lock(memory_->mu);
     if (auto it = memory_->files.find(key); it != memory_->files.end()) {
-      return std::unique_ptr<RandomAccessFile>(std::make_unique<RememberedFile>(path, it->second));
+      return NewBytesFile(path, it->second.bytes, it->second.stat);
     }
   }
   UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
   // Rank files are summarised once by the checkpoint's open (and the
   // index), never kept whole here: a plan must not hold W of them.
   if (file->Size() > kSmallFile || path.ends_with(".pt")) return file;
-  auto small = std::make_shared<SmallFile>();
-  UCFS_ASSIGN_OR_RETURN(small->stat, file->Stat());
-  UCFS_ASSIGN_OR_RETURN(small->bytes, file->ReadString(0, file->Size()));
+  SmallFile small;
+  UCFS_ASSIGN_OR_RETURN(small.stat, file->Stat());
+  UCFS_ASSIGN_OR_RETURN(std::string bytes, file->ReadString(0, file->Size()));
+  small.bytes = std::make_shared<const std::string>(std::move(bytes));
   {
     MutexLock lock(memory_->mu);
     memory_->files.emplace(key, small);
   }
-  return std::unique_ptr<RandomAccessFile>(std::make_unique<RememberedFile>(path, small));
+  return NewBytesFile(path, small.bytes, small.stat);
 }
 
 Result<std::shared_ptr<Env>> PlanMemoEnv::Confine(const std::string& dir) {
