@@ -15,7 +15,8 @@
 // walk): a loaded metadata server.
 //
 // usage: mount_cost CKPT [--world-size N] [--index-dir DIR | --no-cache]
-//                   [--delay-ms D] [--label TEXT]
+//                   [--delay-ms D] [--label TEXT] [--trace]
+// `--trace` prints each metadata operation (kind and path) to stderr.
 // Prints one line per step: label, step, opens, stats, listings, others,
 // reads, bytes read, seconds.
 #include <spdlog/spdlog.h>
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   ucfs::MountRequest request;
   std::string label;
   long delay_ms = 0;
+  bool trace = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -105,6 +107,8 @@ int main(int argc, char** argv) {
       request.no_cache = true;
     } else if (arg == "--delay-ms") {
       delay_ms = std::stol(value());
+    } else if (arg == "--trace") {
+      trace = true;
     } else if (arg == "--label") {
       label = value();
     } else if (request.checkpoint.empty() && !arg.starts_with("-")) {
@@ -112,7 +116,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: mount_cost CKPT [--world-size N] [--index-dir DIR | --no-cache] "
-                   "[--delay-ms D] [--label TEXT]\n");
+                   "[--delay-ms D] [--label TEXT] [--trace]\n");
       return 2;
     }
   }
@@ -124,6 +128,11 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::err);  // the batch-size advice of every reshard mount
   ucfs::CountingEnv host(ucfs::EnvWrapper::NotOwned(ucfs::Env::Posix()),
                          std::chrono::milliseconds(delay_ms));
+  if (trace) {
+    host.set_tracer([](const char* kind, const std::string& path) {
+      std::fprintf(stderr, "  %-8s %s\n", kind, path.c_str());
+    });
+  }
   const auto start = Clock::now();
   auto plan = ucfs::PlanMount(host, request);
   if (!plan.ok()) return Fail("mount " + request.checkpoint, plan.status());

@@ -42,8 +42,8 @@ const char* KindOf(mode_t mode) {
 
 class PosixFile final : public RandomAccessFile {
  public:
-  PosixFile(std::string path, UniqueFd fd, uint64_t size)
-      : path_(std::move(path)), fd_(std::move(fd)), size_(size) {}
+  PosixFile(std::string path, UniqueFd fd, FileStat opened)
+      : path_(std::move(path)), fd_(std::move(fd)), opened_(std::move(opened)) {}
 
   Status Read(uint64_t offset, size_t n, char* buf, size_t* bytes_read) const override {
     size_t done = 0;
@@ -61,19 +61,20 @@ class PosixFile final : public RandomAccessFile {
     *bytes_read = done;
     return Status::OK();
   }
-  uint64_t Size() const override { return size_; }
+  uint64_t Size() const override { return opened_.identity.size; }
   Result<FileStat> Stat() const override {
     struct stat st {};
     if (::fstat(fd_.get(), &st) != 0) return Status::FromErrno(path_, errno);
     return StatOf(st);
   }
+  Result<FileStat> OpenedStat() const override { return opened_; }
   const std::string& path() const override { return path_; }
   int fd() const override { return fd_.get(); }
 
  private:
   std::string path_;
   UniqueFd fd_;
-  uint64_t size_;
+  FileStat opened_;
 };
 
 // The error for an open(2) or stat(2) of `path` that failed with `err`,
@@ -99,8 +100,7 @@ Result<std::unique_ptr<RandomAccessFile>> FinishOpen(const std::string& path, Un
     return Status::InvalidArgument(std::string(KindOf(st.st_mode)) + ", not a regular file")
         .WithFile(path);
   }
-  return std::unique_ptr<RandomAccessFile>(
-      new PosixFile(path, std::move(fd), static_cast<uint64_t>(st.st_size)));
+  return std::unique_ptr<RandomAccessFile>(new PosixFile(path, std::move(fd), StatOf(st)));
 }
 
 Result<std::vector<DirEntry>> ListOpenDir(const std::string& path, UniqueFd fd) {

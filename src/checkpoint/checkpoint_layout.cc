@@ -245,14 +245,19 @@ Status CheckRankBound(uint32_t highest, const std::string& file, size_t present,
 
 Result<std::string> ResolveCheckpointRoot(Env& host, const std::string& path) {
   UCFS_ASSIGN_OR_RETURN(std::string dir, host.RealPath(path));
-  UCFS_ASSIGN_OR_RETURN(FileStat st, host.Stat(dir));
-  if (!st.is_dir) return dir;  // reported by the checkpoint's Open
-  // `latest` may be a link: it is there if it is a file or a link.
+  if (dir == "/") return dir;
+  // `latest` may be a link: it is there if it is a file or a link. Its stat
+  // also says whether `dir` is a directory (ENOTDIR), without a stat of its
+  // own: each is a round trip to a shared file system's metadata server.
+  const std::string latest = JoinPath(dir, "latest");
+  auto latest_stat = host.Stat(latest);
+  if (latest_stat.ok()) return dir;
+  if (latest_stat.status().posix_errno() == ENOTDIR) return dir;  // reported by the Open
+  if (host.ReadLink(latest).ok()) return dir;
   auto has_latest = [&host](const std::string& d) {
-    const std::string latest = JoinPath(d, "latest");
-    return host.Stat(latest).ok() || host.ReadLink(latest).ok();
+    const std::string l = JoinPath(d, "latest");
+    return host.Stat(l).ok() || host.ReadLink(l).ok();
   };
-  if (dir == "/" || has_latest(dir)) return dir;
   // A tag directory (no `latest` of its own) whose parent is the root.
   const std::string parent(SplitLast(dir).first);
   return has_latest(parent) ? parent : dir;

@@ -1,5 +1,7 @@
 #include "ucfs/checkpoint/snapshot_env.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <utility>
 
 #include "ucfs/base/bytes_file.h"
@@ -30,6 +32,10 @@ class PortableFile final : public RandomAccessFile {
   uint64_t Size() const override { return base_->Size(); }
   Result<FileStat> Stat() const override {
     UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->Stat());
+    return Portable(stat);
+  }
+  Result<FileStat> OpenedStat() const override {
+    UCFS_ASSIGN_OR_RETURN(FileStat stat, base_->OpenedStat());
     return Portable(stat);
   }
   const std::string& path() const override { return base_->path(); }
@@ -102,7 +108,7 @@ Result<TagSnapshot> RecordingEnv::Snapshot(const std::string& tag,
     if (rel.ends_with(".pt")) continue;
     const std::string path = tag_dir_ + "/" + rel;
     UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
-    UCFS_ASSIGN_OR_RETURN(FileStat stat, file->Stat());
+    UCFS_ASSIGN_OR_RETURN(FileStat stat, file->OpenedStat());
     if (stat.identity.size > max_file) continue;
     UCFS_ASSIGN_OR_RETURN(std::string bytes, file->ReadString(0, stat.identity.size));
     snapshot.stats[rel] = Portable(stat);
@@ -150,14 +156,31 @@ Result<std::unique_ptr<RandomAccessFile>> SnapshotEnv::Open(const std::string& p
       // The bytes stay the snapshot's, which the file keeps alive.
       return NewBytesFile(path, std::shared_ptr<const std::string>(snapshot_, &file->second), stat);
     }
+    if (KnownAbsent(*rel)) return Absent(path);
   }
   UCFS_ASSIGN_OR_RETURN(auto file, target().Open(path));
   return std::unique_ptr<RandomAccessFile>(std::make_unique<PortableFile>(std::move(file)));
 }
 
+bool SnapshotEnv::KnownAbsent(const std::string& rel) const {
+  if (rel.empty() || rel.find('/') != std::string::npos) return false;
+  auto listing = snapshot_->listings.find("");
+  if (listing == snapshot_->listings.end()) return false;
+  const std::vector<DirEntry>& entries = listing->second;
+  auto it =
+      std::lower_bound(entries.begin(), entries.end(), rel,
+                       [](const DirEntry& e, const std::string& name) { return e.name < name; });
+  return it == entries.end() || it->name != rel;
+}
+
+Status SnapshotEnv::Absent(const std::string& path) const {
+  return Status::Posix(ENOENT, "no such file (the tag's shared index lists none)").WithFile(path);
+}
+
 Result<FileStat> SnapshotEnv::Stat(const std::string& path) {
   if (auto rel = Relative(path)) {
     if (auto it = snapshot_->stats.find(*rel); it != snapshot_->stats.end()) return it->second;
+    if (KnownAbsent(*rel)) return Absent(path);
   }
   UCFS_ASSIGN_OR_RETURN(FileStat stat, target().Stat(path));
   return Portable(stat);

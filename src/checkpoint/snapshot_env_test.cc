@@ -116,10 +116,11 @@ TEST(SnapshotEnv, ARankFileChangedSinceIsCaughtAtItsRead) {
 TEST(SnapshotEnv, WhatItDoesNotHoldGoesBelow) {
   auto mem = Fixture();
   auto snapshot = std::make_shared<TagSnapshot>();
-  snapshot->listings[""] = {{"only", false, false}};
+  snapshot->listings[""] = {{"only", false, false},
+                            {"zero_pp_rank_0_mp_rank_00_optim_states.pt", false, false}};
   snapshot->files["ds_config.json"] = "{}";
   SnapshotEnv env(mem, kTagDir, snapshot);
-  ASSERT_EQ(env.ListDir(kTagDir)->size(), 1u);
+  ASSERT_EQ(env.ListDir(kTagDir)->size(), 2u);
   EXPECT_EQ(*env.ReadSmallFile(std::string(kTagDir) + "/ds_config.json"), "{}");
   EXPECT_EQ(env.ListDir("/ck")->size(), mem->ListDir("/ck")->size());
   EXPECT_EQ(*env.ReadSmallFile("/ck/latest"), *mem->ReadSmallFile("/ck/latest"));
@@ -128,6 +129,25 @@ TEST(SnapshotEnv, WhatItDoesNotHoldGoesBelow) {
   EXPECT_EQ(stat->identity.device, 0u);
   // A path that only starts like the tag directory is not in it.
   EXPECT_FALSE(env.ListDir("/ck/global_step4x").ok());
+}
+
+// An entry of the tag directory that its recorded listing lacks is absent
+// (the directory's mtime is the one recorded: nothing was made in it since),
+// answered without a question to the source.
+TEST(SnapshotEnv, WhatItsListingLacksIsAbsent) {
+  auto counting = std::make_shared<CountingEnv>(Fixture());
+  auto snapshot = std::make_shared<TagSnapshot>();
+  snapshot->listings[""] = {{"only", false, false}};
+  SnapshotEnv env(counting, kTagDir, snapshot);
+  const std::string rank_file = std::string(kTagDir) + "/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  EXPECT_EQ(env.Stat(rank_file).status().posix_errno(), ENOENT);
+  EXPECT_EQ(env.Open(rank_file).status().posix_errno(), ENOENT);
+  EXPECT_EQ(env.Stat(std::string(kTagDir) + "/latest").status().posix_errno(), ENOENT);
+  EXPECT_EQ(counting->counts().metadata(), 0u);
+  // Below a subdirectory, and the listed entry itself, the source answers.
+  (void)env.Stat(std::string(kTagDir) + "/only");
+  (void)env.Stat(std::string(kTagDir) + "/sub/file");
+  EXPECT_EQ(counting->counts().stats, 2u);
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ Result<TorchFileSummary> Summarize(Env& env, const std::string& path) {
   UCFS_ASSIGN_OR_RETURN(auto file, env.Open(path));
   // The identity of the very file read (not of a path that may be renamed
   // over meanwhile), checked again when it has been read.
-  UCFS_ASSIGN_OR_RETURN(FileStat at_open, file->Stat());
+  UCFS_ASSIGN_OR_RETURN(FileStat at_open, file->OpenedStat());
   s.identity = at_open.identity;
   s.access = at_open.access;
   UCFS_ASSIGN_OR_RETURN(std::string head, file->ReadString(0, std::min<uint64_t>(file->Size(), 4)));

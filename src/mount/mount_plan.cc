@@ -179,23 +179,34 @@ Status AddRootHfWeights(const MountRequest& r, Env& env,
   return Status::OK();
 }
 
+// The tag's shared index (`ucfs index`), where there is one that still
+// describes it: `out.env` then answers from it, and discovery asks the
+// source nothing of the tag.
+struct SharedTag {
+  std::shared_ptr<const TagSnapshot> snapshot;  // null where there is none
+  std::string tag_dir;
+};
+SharedTag ReadSharedTag(MountPlan& out, const CheckpointEnv& source,
+                        const std::optional<std::string>& tag) {
+  SharedTag shared;
+  auto where = LocateTag(*out.env, source.path, tag);
+  // A run directory, or a tag without a root, has no index within reach.
+  if (!where.ok() || !IsAtOrBelow(where->root, source.root)) return shared;
+  std::string note;
+  shared.snapshot = ReadSharedIndex(*out.env, *where, &note);
+  if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  if (shared.snapshot) {
+    shared.tag_dir = where->tag_dir;
+    out.env = std::make_shared<SnapshotEnv>(out.env, shared.tag_dir, shared.snapshot);
+  }
+  return shared;
+}
+
 // A checkpoint root or tag of data-parallel ranks: its universal view, or
 // the view at N; the root's other tags and Hugging Face weights beside.
 Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out,
-                                 const std::string& path, const std::string& index_dir) {
-  // The tag's shared index (`ucfs index`), where there is one that still
-  // describes it: discovery then asks the source nothing of the tag.
-  std::shared_ptr<const TagSnapshot> shared;
-  std::string tag_dir;
-  if (auto where = LocateTag(*out.env, path, r.tag); where.ok()) {
-    std::string note;
-    shared = ReadSharedIndex(*out.env, *where, &note);
-    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
-    if (shared) {
-      tag_dir = where->tag_dir;
-      out.env = std::make_shared<SnapshotEnv>(out.env, tag_dir, shared);
-    }
-  }
+                                 const std::string& path, const std::string& index_dir,
+                                 const SharedTag& shared) {
   Env& env = *out.env;
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
@@ -209,7 +220,7 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
   DirectTorchFileSource direct(env);
   TorchFileSource& per_node = index ? static_cast<TorchFileSource&>(*index) : direct;
   std::optional<SummarySource> from_shared;
-  if (shared) from_shared.emplace(tag_dir, shared, per_node);
+  if (shared.snapshot) from_shared.emplace(shared.tag_dir, shared.snapshot, per_node);
   CheckpointOptions options;
   options.tag = r.tag;
   options.source = from_shared ? static_cast<TorchFileSource*>(&*from_shared) : index.get();
@@ -265,6 +276,9 @@ Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
   if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(host, r.layers, source));
   out.env = source.env;
   const std::string index_dir = r.no_cache ? "" : IndexDir(r.cache_dir);
+  // The tag's shared index first: where it is current, the probes below
+  // (a run? a grid?) list the tag from it, not from the source.
+  const SharedTag shared = ReadSharedTag(out, source, r.tag);
   if (!IsCheckpointDirectory(*out.env, source.path) && out.env->IsDirectory(source.path)) {
     return PlanRun(host, r, std::move(out), source.path, index_dir);
   }
@@ -273,7 +287,7 @@ Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
       grid.ok() && grid->degrees.mp() > 1) {
     return PlanGrid(host, r, std::move(out), std::move(grid).value());
   }
-  return PlanCheckpoint(host, r, std::move(out), source.path, index_dir);
+  return PlanCheckpoint(host, r, std::move(out), source.path, index_dir, shared);
 }
 
 }  // namespace

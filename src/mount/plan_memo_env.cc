@@ -102,7 +102,7 @@ Result<std::unique_ptr<RandomAccessFile>> PlanMemoEnv::Open(const std::string& p
   // index), never kept whole here: a plan must not hold W of them.
   if (file->Size() > kSmallFile || path.ends_with(".pt")) return file;
   SmallFile small;
-  UCFS_ASSIGN_OR_RETURN(small.stat, file->Stat());
+  UCFS_ASSIGN_OR_RETURN(small.stat, file->OpenedStat());
   UCFS_ASSIGN_OR_RETURN(std::string bytes, file->ReadString(0, file->Size()));
   small.bytes = std::make_shared<const std::string>(std::move(bytes));
   {

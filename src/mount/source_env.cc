@@ -13,6 +13,7 @@ Result<CheckpointEnv> OpenCheckpointEnv(Env& host, const std::string& path) {
   UCFS_ASSIGN_OR_RETURN(std::string root, ResolveCheckpointRoot(host, path));
   UCFS_ASSIGN_OR_RETURN(out.env, host.Confine(root));
   UCFS_ASSIGN_OR_RETURN(out.path, host.RealPath(path));
+  out.root = std::move(root);
   return out;
 }
 

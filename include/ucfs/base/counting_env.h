@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,12 @@ class CountingEnv final : public EnvWrapper {
 
   EnvCounts counts() const;
   void Reset();
+  // Called with each metadata operation's kind ("open", "stat", "fstat",
+  // "list", "readlink", "realpath", "confine") and path (below a confined
+  // Env: the confining dir joined to it), here and in the Envs it confines:
+  // which questions a mount asks, not only how many. Set before use.
+  using Tracer = std::function<void(const char* kind, const std::string& path)>;
+  void set_tracer(Tracer tracer);
 
   Result<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
   Result<FileStat> Stat(const std::string& path) override;
@@ -54,16 +61,18 @@ class CountingEnv final : public EnvWrapper {
 
   struct Counters {
     std::atomic<uint64_t> opens{0}, stats{0}, listings{0}, others{0}, reads{0}, bytes_read{0};
+    Tracer tracer;
   };
 
  private:
   CountingEnv(std::shared_ptr<Env> base, std::chrono::nanoseconds metadata_delay,
-              std::shared_ptr<Counters> counters);
-  // Counts one metadata operation in `counter`, after the delay.
-  void Metadata(std::atomic<uint64_t>& counter) const;
+              std::shared_ptr<Counters> counters, std::string confined_to);
+  // Counts one metadata operation on `path` in `counter`, after the delay.
+  void Metadata(std::atomic<uint64_t>& counter, const char* kind, const std::string& path) const;
 
   std::chrono::nanoseconds delay_;
   std::shared_ptr<Counters> counters_;
+  std::string confined_to_;  // the dir this Env is confined to, for the tracer
 };
 
 }  // namespace ucfs

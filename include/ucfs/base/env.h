@@ -79,6 +79,11 @@ class RandomAccessFile {
   // was built from before its bytes are used. By default, a file that never
   // changes: its size and nothing else.
   virtual Result<FileStat> Stat() const;
+  // What the file was when it was opened: the fstat Open made where it made
+  // one (PosixEnv's, for its size and kind), so that whoever reads a file
+  // right after opening it need not ask the file system again: on a shared
+  // file system each fstat is a round trip. Stat() where none was made.
+  virtual Result<FileStat> OpenedStat() const { return Stat(); }
   // The path as given to Env::Open, for error messages.
   virtual const std::string& path() const = 0;
   // A file descriptor for splice/copy_file_range, or -1 (in-memory files).

@@ -83,6 +83,12 @@ class SnapshotEnv final : public EnvWrapper {
 
  private:
   std::optional<std::string> Relative(const std::string& path) const;
+  // Whether `rel` names an entry of the tag directory itself that its
+  // recorded listing lacks: the directory's identity (mtime) is the one
+  // recorded, so no entry was made or removed since, and the answer is
+  // ENOENT without asking the source.
+  bool KnownAbsent(const std::string& rel) const;
+  Status Absent(const std::string& path) const;
 
   std::string tag_dir_;
   std::shared_ptr<const TagSnapshot> snapshot_;

@@ -19,6 +19,7 @@ namespace ucfs {
 struct CheckpointEnv {
   std::shared_ptr<Env> env;
   std::string path;  // the checkpoint's path, resolved (what the Env accepts)
+  std::string root;  // the directory `env` is confined to: `path` or its parent
 };
 Result<CheckpointEnv> OpenCheckpointEnv(Env& host, const std::string& path);
 
