@@ -81,6 +81,10 @@ TEST_F(SharedIndexTest, AMountReadsItInsteadOfTheTag) {
   std::vector<Mounted> tag_by_world;  // the tag directory mounted, not its root
   for (const char* fixture : {"z3_fp32_ws2", "z3_fp32_ws4"}) {
     const std::string ckpt = CopyOf(fixture, dir_);
+    // The converter's output kept beside the fixture is another directory
+    // of the root (a stat and a listing more); DeepSpeed's root has none.
+    fs::remove_all(ckpt + "/global_step4_universal");
+    fs::remove(ckpt + "/latest_universal");
     plain_by_world.push_back(MountAndRead(ckpt));
     ASSERT_TRUE(WriteSharedIndex(*Env::Posix(), ckpt, std::nullopt).ok());
     by_world.push_back(MountAndRead(ckpt));
