@@ -14,7 +14,7 @@
 // sleeps D ms before each metadata operation (open, stat, listing, path
 // walk): a loaded metadata server.
 //
-// usage: mount_cost CKPT [--world-size N] [--index-dir DIR | --no-cache]
+// usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] [--index-dir DIR]
 //                   [--delay-ms D] [--label TEXT] [--trace]
 // `--trace` prints each metadata operation (kind and path) to stderr.
 // Prints one line per step: label, step, opens, stats, listings, others,
@@ -101,8 +101,10 @@ int main(int argc, char** argv) {
     };
     if (arg == "--world-size") {
       request.world_size = static_cast<uint32_t>(std::stoul(value()));
-    } else if (arg == "--index-dir") {
+    } else if (arg == "--cache-dir") {
       request.cache_dir = value();
+    } else if (arg == "--index-dir") {
+      request.index_dir = value();
     } else if (arg == "--no-cache") {
       request.no_cache = true;
     } else if (arg == "--delay-ms") {
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
       request.checkpoint = arg;
     } else {
       std::fprintf(stderr,
-                   "usage: mount_cost CKPT [--world-size N] [--index-dir DIR | --no-cache] "
+                   "usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] "
+                   "[--index-dir DIR] "
                    "[--delay-ms D] [--label TEXT] [--trace]\n");
       return 2;
     }

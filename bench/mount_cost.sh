@@ -34,9 +34,9 @@ for delay in 0 1; do
     [ -n "$n" ] && args=(--world-size "$n") && name="reshard N=$n"
     "$cost" "$ckpt" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, no index, ${delay}ms" 2>/dev/null
     rm -rf "$work/index"
-    "$cost" "$ckpt" "${args[@]}" --index-dir "$work/index" --delay-ms "$delay" \
+    "$cost" "$ckpt" "${args[@]}" --cache-dir "$work/index" --delay-ms "$delay" \
       --label "$name, cold index, ${delay}ms" 2>/dev/null
-    "$cost" "$ckpt" "${args[@]}" --index-dir "$work/index" --delay-ms "$delay" \
+    "$cost" "$ckpt" "${args[@]}" --cache-dir "$work/index" --delay-ms "$delay" \
       --label "$name, warm index, ${delay}ms" 2>/dev/null
     "$ucfs" index "$ckpt" >/dev/null
     "$cost" "$ckpt" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, shared index, ${delay}ms" \

@@ -58,12 +58,19 @@ int RunShow(const std::string& path) {
 struct IndexArgs {
   std::string checkpoint;
   std::optional<std::string> tag;
+  std::optional<std::string> index_dir;
 };
 
 int RunIndex(const IndexArgs& a) {
   auto path = ucfs::RealPath(a.checkpoint);
   if (!path.ok()) return Fail("index", path.status());
-  auto written = ucfs::WriteSharedIndex(*ucfs::Env::Posix(), *path, a.tag);
+  std::optional<std::string> index_dir;
+  if (a.index_dir) {
+    auto dir = ucfs::RealPath(*a.index_dir);
+    if (!dir.ok()) return Fail("index", dir.status());
+    index_dir = *dir;
+  }
+  auto written = ucfs::WriteSharedIndex(*ucfs::Env::Posix(), *path, a.tag, index_dir);
   if (!written.ok()) return Fail("index", written.status());
   std::cout << *written << "\n";
   return 0;
@@ -186,6 +193,9 @@ CLI::App* AddIndexCommand(CLI::App& app, IndexArgs* a, int* verbosity) {
   index->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
       ->required();
   index->add_option("--tag", a->tag, "Tag to index instead of the one `latest` names");
+  index->add_option("--index-dir", a->index_dir,
+                    "Write it into DIR (as <tag>-<hash>.ucfs-index) instead of beside the tag, "
+                    "for a checkpoint you cannot write into; mount with the same --index-dir");
   index->add_flag("-v,--verbose", *verbosity, "More log output (repeat for more)");
   return index;
 }

@@ -23,6 +23,7 @@ struct MountArgs {
   // Each -v: more log output.
   int verbosity = 0;
   std::optional<std::string> cache_dir;
+  std::optional<std::string> index_dir;  // the shared index's, if not beside the tag
   bool no_cache = false;
   bool crc = false;
   std::string log_file;

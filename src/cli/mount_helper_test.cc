@@ -162,8 +162,9 @@ TEST(MountHelper, ReturnsMountsExitStatuses) {
 
 TEST(MountHelper, UsageListsEveryUcfsOption) {
   const std::string u = MountHelperUsage("mount.fuse.ucfs");
-  for (const char* o : {"world_size=N", "upper=DIR", "layer=DIR", "tag=TAG", "sub_group_size=N",
-                        "cache_dir=DIR", "no_cache", "crc", "log_file=FILE", "verbose", "debug"}) {
+  for (const char* o :
+       {"world_size=N", "upper=DIR", "layer=DIR", "tag=TAG", "sub_group_size=N", "cache_dir=DIR",
+        "index_dir=DIR", "no_cache", "crc", "log_file=FILE", "verbose", "debug"}) {
     EXPECT_NE(u.find(std::string("  ") + o + " "), std::string::npos) << o;
   }
 }

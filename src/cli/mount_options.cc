@@ -118,6 +118,10 @@ const MountOption kOptions[] = {
     {"--cache-dir", "cache_dir", "DIR",
      "Where the index of parsed rank files lives (default $XDG_CACHE_HOME/ucfs)", false, true,
      TakeText<&MountArgs::cache_dir>, GivenText<&MountArgs::cache_dir>},
+    {"--index-dir", "index_dir", "DIR",
+     "Where `ucfs index --index-dir` wrote the tag's shared index (looked in before the tag's "
+     "side): for a checkpoint whose directory its indexer cannot write",
+     false, true, TakeText<&MountArgs::index_dir>, GivenText<&MountArgs::index_dir>},
     {"--weights-dtype", "weights_dtype", "DTYPE",
      "The dtype of the Hugging Face weights shown beside a root's config.json: bf16, fp16 or "
      "fp32 (default: the training dtype)",
@@ -215,6 +219,7 @@ Result<MountRequest> RequestOf(const MountArgs& a) {
   if (!a.mountpoint.empty()) r.mountpoint = absolute(a.mountpoint);
   r.tag = a.tag;
   r.cache_dir = a.cache_dir;
+  if (a.index_dir) r.index_dir = absolute(*a.index_dir);
   r.no_cache = a.no_cache;
   r.crc = a.crc;
   r.world_size = a.world_size;

@@ -87,7 +87,7 @@ void WarnOfUpperRootsAtOtherSizes(Env& host, const std::string& upper, uint32_t 
 // found (src/design/run-directories.md); with --upper, the checkpoints
 // saved into it are roots like the source's.
 Result<MountPlan> PlanRun(Env& host, const MountRequest& r, MountPlan out, const std::string& path,
-                          const std::string& index_dir) {
+                          const std::string& lmdb_dir) {
   // Say now, not at the first ls, when there is nothing to serve.
   UCFS_ASSIGN_OR_RETURN(RootListing first, FindFirstRoot(*out.env, path));
   if (r.tag) {
@@ -101,7 +101,7 @@ Result<MountPlan> PlanRun(Env& host, const MountRequest& r, MountPlan out, const
     upper = *r.upper;
     UCFS_ASSIGN_OR_RETURN(out.env, RouteUpper(host, std::move(out.env), path, &upper));
   }
-  if (!r.no_cache) out.index = std::make_shared<LazyIndex>(*out.env, index_dir);
+  if (!r.no_cache) out.index = std::make_shared<LazyIndex>(*out.env, lmdb_dir);
   UCFS_ASSIGN_OR_RETURN(RunViewOptions options, RunOptions(host, r, out.index.get()));
   UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, options));
   out.source_dirs = {path};
@@ -186,15 +186,24 @@ struct SharedTag {
   std::shared_ptr<const TagSnapshot> snapshot;  // null where there is none
   std::string tag_dir;
 };
-SharedTag ReadSharedTag(MountPlan& out, const CheckpointEnv& source,
-                        const std::optional<std::string>& tag) {
+SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
+                        const CheckpointEnv& source) {
   SharedTag shared;
-  auto where = LocateTag(*out.env, source.path, tag);
-  // A run directory, or a tag without a root, has no index within reach.
-  if (!where.ok() || !IsAtOrBelow(where->root, source.root)) return shared;
+  auto where = LocateTag(*out.env, source.path, r.tag);
+  if (!where.ok()) return shared;
   std::string note;
-  shared.snapshot = ReadSharedIndex(*out.env, *where, &note);
-  if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  // --index-dir first (outside the checkpoint: read through the host),
+  // then beside the tag, where a run directory or a tag without a root
+  // has none within reach.
+  if (r.index_dir) {
+    shared.snapshot =
+        ReadSharedIndex(host, IndexFileIn(*r.index_dir, *where), *out.env, *where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
+  if (!shared.snapshot && IsAtOrBelow(where->root, source.root)) {
+    shared.snapshot = ReadSharedIndex(*out.env, where->index_file, *out.env, *where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
   if (shared.snapshot) {
     shared.tag_dir = where->tag_dir;
     out.env = std::make_shared<SnapshotEnv>(out.env, shared.tag_dir, shared.snapshot);
@@ -205,12 +214,12 @@ SharedTag ReadSharedTag(MountPlan& out, const CheckpointEnv& source,
 // A checkpoint root or tag of data-parallel ranks: its universal view, or
 // the view at N; the root's other tags and Hugging Face weights beside.
 Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out,
-                                 const std::string& path, const std::string& index_dir,
+                                 const std::string& path, const std::string& lmdb_dir,
                                  const SharedTag& shared) {
   Env& env = *out.env;
   std::unique_ptr<SummaryIndex> index;
   if (!r.no_cache) {
-    auto opened = SummaryIndex::Open(env, index_dir);
+    auto opened = SummaryIndex::Open(env, lmdb_dir);
     if (opened.ok()) {
       index = std::move(opened).value();
     } else {
@@ -256,7 +265,7 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
   // config.json.
   if (!files.root.empty()) {
     UCFS_RETURN_IF_ERROR(AddRootHfWeights(r, env, checkpoint, *out.view));
-    if (!r.no_cache) out.index = std::make_shared<LazyIndex>(env, index_dir);
+    if (!r.no_cache) out.index = std::make_shared<LazyIndex>(env, lmdb_dir);
     UCFS_ASSIGN_OR_RETURN(RunViewOptions run_options, RunOptions(host, r, out.index.get()));
     UCFS_RETURN_IF_ERROR(AddOtherTagViews(*out.view, env, files.root, tag, run_options));
   }
@@ -275,19 +284,19 @@ Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, r.checkpoint));
   if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(host, r.layers, source));
   out.env = source.env;
-  const std::string index_dir = r.no_cache ? "" : IndexDir(r.cache_dir);
+  const std::string lmdb_dir = r.no_cache ? "" : IndexDir(r.cache_dir);
   // The tag's shared index first: where it is current, the probes below
   // (a run? a grid?) list the tag from it, not from the source.
-  const SharedTag shared = ReadSharedTag(out, source, r.tag);
+  const SharedTag shared = ReadSharedTag(host, r, out, source);
   if (!IsCheckpointDirectory(*out.env, source.path) && out.env->IsDirectory(source.path)) {
-    return PlanRun(host, r, std::move(out), source.path, index_dir);
+    return PlanRun(host, r, std::move(out), source.path, lmdb_dir);
   }
   // Read on the way to the index: a TP/PP grid is its own view.
   if (auto grid = ListParallelCheckpointFiles(*out.env, source.path, r.tag);
       grid.ok() && grid->degrees.mp() > 1) {
     return PlanGrid(host, r, std::move(out), std::move(grid).value());
   }
-  return PlanCheckpoint(host, r, std::move(out), source.path, index_dir, shared);
+  return PlanCheckpoint(host, r, std::move(out), source.path, lmdb_dir, shared);
 }
 
 }  // namespace

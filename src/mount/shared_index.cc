@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "ucfs/base/path.h"
 #include "ucfs/base/write_env.h"
@@ -75,8 +76,19 @@ Result<TagLocation> LocateTag(Env& env, const std::string& path,
   return where;
 }
 
+std::string IndexFileIn(const std::string& index_dir, const TagLocation& where) {
+  uint64_t hash = 0xcbf29ce484222325u;  // FNV-1a
+  for (const char c : where.tag_dir) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return JoinPath(index_dir, where.tag + "-" + hex + std::string(kSuffix));
+}
+
 Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
-                                     const std::optional<std::string>& tag) {
+                                     const std::optional<std::string>& tag,
+                                     const std::optional<std::string>& index_dir) {
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, checkpoint));
   UCFS_ASSIGN_OR_RETURN(TagLocation where, LocateTag(*source.env, source.path, tag));
   // Discovery as the universal view's mount makes it, recorded.
@@ -97,20 +109,22 @@ Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
                                      ": changed while it was indexed (a save in progress?); run "
                                      "`ucfs index` again when it is done");
   }
-  const auto [dir, name] = SplitLast(where.index_file);
+  const std::string index_file = index_dir ? IndexFileIn(*index_dir, where) : where.index_file;
+  const auto [dir, name] = SplitLast(index_file);
   UCFS_RETURN_IF_ERROR(WriteAtomically(*host.Writer(), std::string(dir), std::string(name),
                                        EncodeTagSnapshot(snapshot))
-                           .Annotate("writing the index " + where.index_file));
-  return where.index_file;
+                           .Annotate("writing the index " + index_file));
+  return index_file;
 }
 
-std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& where,
+std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& index_env, const std::string& index_file,
+                                                   Env& source, const TagLocation& where,
                                                    std::string* note) {
   note->clear();
-  auto file = env.Open(where.index_file);
+  auto file = index_env.Open(index_file);
   if (!file.ok()) {
     if (file.status().posix_errno() != ENOENT) {
-      *note = where.index_file + ": " + file.status().message();
+      *note = index_file + ": " + file.status().message();
     }
     return nullptr;
   }
@@ -118,7 +132,7 @@ std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& 
   // and is not read into memory.
   constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
   if ((*file)->Size() > kMaxIndexBytes) {
-    *note = where.index_file + ": " + std::to_string((*file)->Size()) +
+    *note = index_file + ": " + std::to_string((*file)->Size()) +
             " bytes, more than an index of any checkpoint holds";
     return nullptr;
   }
@@ -129,16 +143,16 @@ std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& 
   }
   auto snapshot = DecodeTagSnapshot(*bytes);
   if (!snapshot.ok()) {
-    *note = where.index_file + ": " + snapshot.status().message();
+    *note = index_file + ": " + snapshot.status().message();
     return nullptr;
   }
   if (snapshot->tag != where.tag) {
-    *note = where.index_file + ": an index of tag '" + snapshot->tag + "', not '" + where.tag + "'";
+    *note = index_file + ": an index of tag '" + snapshot->tag + "', not '" + where.tag + "'";
     return nullptr;
   }
-  auto dir = env.Stat(where.tag_dir);
+  auto dir = source.Stat(where.tag_dir);
   if (!dir.ok() || !(PortableIdentity(dir->identity) == snapshot->tag_dir_identity)) {
-    *note = where.index_file + ": made before " + where.tag_dir +
+    *note = index_file + ": made before " + where.tag_dir +
             " last changed; reading its rank files (run `ucfs index` again)";
     return nullptr;
   }

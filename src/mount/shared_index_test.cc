@@ -118,7 +118,7 @@ TEST_F(SharedIndexTest, ADamagedOrStaleIndexIsPassedOver) {
   }
   TagLocation where{ckpt_, "global_step4", ckpt_ + "/global_step4", *written};
   std::string note;
-  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where.index_file, *Env::Posix(), where, &note), nullptr);
   EXPECT_NE(note.find("checksum"), std::string::npos) << note;
   Mounted m = MountAndRead(ckpt_);
   EXPECT_TRUE(WithoutIndex(m.files) == plain.files);
@@ -126,18 +126,64 @@ TEST_F(SharedIndexTest, ADamagedOrStaleIndexIsPassedOver) {
   EXPECT_GE(m.asked.metadata(), plain.asked.metadata());
   // A file added to the tag after the index: the directory changed.
   { std::ofstream(*written, std::ios::binary | std::ios::trunc) << good; }
-  EXPECT_NE(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_NE(ReadSharedIndex(*Env::Posix(), where.index_file, *Env::Posix(), where, &note), nullptr);
   { std::ofstream(ckpt_ + "/global_step4/notes.txt") << "later"; }
-  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where.index_file, *Env::Posix(), where, &note), nullptr);
   EXPECT_NE(note.find("made before"), std::string::npos) << note;
   // Another tag's index under this tag's name.
   where.tag = "global_step5";
-  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where.index_file, *Env::Posix(), where, &note), nullptr);
   EXPECT_NE(note.find("an index of tag 'global_step4'"), std::string::npos) << note;
   // No index at all: nothing to say.
   fs::remove(*written);
-  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where, &note), nullptr);
+  EXPECT_EQ(ReadSharedIndex(*Env::Posix(), where.index_file, *Env::Posix(), where, &note), nullptr);
   EXPECT_EQ(note, "");
+}
+
+// `ucfs index --index-dir DIR`, for a checkpoint its indexer cannot write
+// into: the index lands in DIR under a name of the tag's path, nothing is
+// written beside the tag, and a mount finds it with the same --index-dir
+// (and only with it).
+TEST_F(SharedIndexTest, AnIndexDirHoldsItApartFromTheCheckpoint) {
+  const Mounted plain = MountAndRead(ckpt_);
+  const std::string index_dir = dir_ + "/indexes";
+  fs::create_directory(index_dir);
+  auto written = WriteSharedIndex(*Env::Posix(), ckpt_, std::nullopt, index_dir);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_TRUE(written->starts_with(index_dir + "/global_step4-")) << *written;
+  EXPECT_TRUE(written->ends_with(".ucfs-index")) << *written;
+  EXPECT_FALSE(fs::exists(ckpt_ + "/global_step4.ucfs-index"));
+  // Another checkpoint's tag of the same name gets another file.
+  const std::string other = CopyOf("z3_fp32_ws2", dir_);
+  auto other_written = WriteSharedIndex(*Env::Posix(), other, std::nullopt, index_dir);
+  ASSERT_TRUE(other_written.ok());
+  EXPECT_NE(*other_written, *written);
+
+  auto mount = [&](std::optional<std::string> dir) {
+    CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
+    MountRequest request;
+    request.checkpoint = ckpt_;
+    request.no_cache = true;
+    request.index_dir = std::move(dir);
+    auto plan = PlanMount(host, request);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    Mounted m;
+    if (!plan.ok()) return m;
+    m.asked = host.counts();
+    testing::ViewTree(*plan->env, *plan->view, kRootInode, "", &m.files);
+    return m;
+  };
+  const Mounted with_dir = mount(index_dir);
+  EXPECT_TRUE(with_dir.files == plain.files);
+  EXPECT_LT(with_dir.asked.metadata(), plain.asked.metadata());
+  const Mounted without_dir = mount(std::nullopt);
+  EXPECT_TRUE(without_dir.files == plain.files);
+  EXPECT_GT(without_dir.asked.metadata(), with_dir.asked.metadata());
+  // The other checkpoint's index, renamed to this one's name, is refused.
+  fs::rename(*other_written, *written);
+  const Mounted swapped = mount(index_dir);
+  EXPECT_TRUE(swapped.files == plain.files);
+  EXPECT_GE(swapped.asked.metadata(), plain.asked.metadata());
 }
 
 }  // namespace

@@ -35,6 +35,9 @@ struct MountRequest {
   std::string checkpoint;  // absolute
   std::optional<std::string> tag;
   std::optional<std::string> cache_dir;  // default: DefaultIndexDir()
+  // Where `ucfs index --index-dir` put the tag's shared index, looked in
+  // before the tag's side (mount/shared_index.h IndexFileIn).
+  std::optional<std::string> index_dir;
   bool no_cache = false;
   bool crc = false;
   std::optional<uint32_t> world_size;  // the reshard view; else the universal view

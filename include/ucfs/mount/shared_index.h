@@ -27,19 +27,28 @@ struct TagLocation {
 Result<TagLocation> LocateTag(Env& env, const std::string& path,
                               const std::optional<std::string>& tag);
 
+// The tag's index file in `index_dir` (`--index-dir`: where the checkpoint's
+// directory is not writable by whoever indexes it): <tag>-<hash>.ucfs-index,
+// the hash (FNV-1a, 64 bits) of the tag directory's absolute real path, so
+// that the tags of many runs share one directory.
+std::string IndexFileIn(const std::string& index_dir, const TagLocation& where);
+
 // `ucfs index`: runs the universal view's discovery of `checkpoint` (as
 // the user named it) through a RecordingEnv over `host`, and writes its
-// snapshot to the tag's index file atomically (a temporary file beside it,
-// fsync, rename, fsync of the directory) through host.Writer(). Returns the
-// index file's path.
+// snapshot atomically (a temporary file beside it, fsync, rename, fsync of
+// the directory) through host.Writer(), to the tag's index file beside it
+// or, given `index_dir`, to IndexFileIn(index_dir). Returns the file's path.
 Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
-                                     const std::optional<std::string>& tag);
+                                     const std::optional<std::string>& tag,
+                                     const std::optional<std::string>& index_dir = std::nullopt);
 
-// At mount: the snapshot of `where`, read through `env`, if there is one
-// and it still describes the tag directory (it decodes, it is of this tag,
-// and the directory's identity is the one recorded); nullopt otherwise,
-// with the reason in `note` ("" where there is no index file).
-std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& env, const TagLocation& where,
+// At mount: the snapshot in `index_file`, read through `index_env`, if there
+// is one and it still describes `where`'s tag directory as `source` sees it
+// (it decodes, it is of this tag, and the directory's identity is the one
+// recorded); null otherwise, with the reason in `note` ("" where there is no
+// index file).
+std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& index_env, const std::string& index_file,
+                                                   Env& source, const TagLocation& where,
                                                    std::string* note);
 
 }  // namespace ucfs
