@@ -185,6 +185,7 @@ Status AddRootHfWeights(const MountRequest& r, Env& env,
 struct SharedTag {
   std::shared_ptr<const TagSnapshot> snapshot;  // null where there is none
   std::string tag_dir;
+  std::string index_file;  // where it was read
 };
 SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
                         const CheckpointEnv& source) {
@@ -196,12 +197,13 @@ SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
   // then beside the tag, where a run directory or a tag without a root
   // has none within reach.
   if (r.index_dir) {
-    shared.snapshot =
-        ReadSharedIndex(host, IndexFileIn(*r.index_dir, *where), *out.env, *where, &note);
+    shared.index_file = IndexFileIn(*r.index_dir, *where);
+    shared.snapshot = ReadSharedIndex(host, shared.index_file, *out.env, *where, &note);
     if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
   }
   if (!shared.snapshot && IsAtOrBelow(where->root, source.root)) {
-    shared.snapshot = ReadSharedIndex(*out.env, where->index_file, *out.env, *where, &note);
+    shared.index_file = where->index_file;
+    shared.snapshot = ReadSharedIndex(*out.env, shared.index_file, *out.env, *where, &note);
     if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
   }
   if (shared.snapshot) {
@@ -279,15 +281,17 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
 }
 
 // The plan of whichever kind the path is.
-Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
+// The plan of whichever kind the path is, with the tag's shared index
+// where `shared_index` and there is a current one.
+Result<MountPlan> PlanKindWith(Env& host, const MountRequest& r, const CheckpointEnv& source,
+                               bool shared_index, std::string* index_used) {
   MountPlan out;
-  UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, r.checkpoint));
-  if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(host, r.layers, source));
   out.env = source.env;
   const std::string lmdb_dir = r.no_cache ? "" : IndexDir(r.cache_dir);
   // The tag's shared index first: where it is current, the probes below
   // (a run? a grid?) list the tag from it, not from the source.
-  const SharedTag shared = ReadSharedTag(host, r, out, source);
+  const SharedTag shared = shared_index ? ReadSharedTag(host, r, out, source) : SharedTag{};
+  if (shared.snapshot) *index_used = shared.index_file;
   if (!IsCheckpointDirectory(*out.env, source.path) && out.env->IsDirectory(source.path)) {
     return PlanRun(host, r, std::move(out), source.path, lmdb_dir);
   }
@@ -297,6 +301,23 @@ Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
     return PlanGrid(host, r, std::move(out), std::move(grid).value());
   }
   return PlanCheckpoint(host, r, std::move(out), source.path, lmdb_dir, shared);
+}
+
+Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
+  UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, r.checkpoint));
+  if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(host, r.layers, source));
+  std::string index_used;
+  auto plan = PlanKindWith(host, r, source, /*shared_index=*/true, &index_used);
+  if (plan.ok() || index_used.empty()) return plan;
+  // An index that decodes and is current but says what the tag's files do
+  // not (written by hand, or by a broken writer) must not make a good
+  // checkpoint unmountable, nor blame a rank file for it: the tag is read
+  // as if there were none.
+  spdlog::warn(
+      "{}: the mount failed with this shared index ({}); reading the tag itself (run "
+      "`ucfs index` again)",
+      TerminalSafe(index_used), TerminalSafe(plan.status().message()));
+  return PlanKindWith(host, r, source, /*shared_index=*/false, &index_used);
 }
 
 }  // namespace

@@ -140,6 +140,27 @@ TEST_F(SharedIndexTest, ADamagedOrStaleIndexIsPassedOver) {
   EXPECT_EQ(note, "");
 }
 
+// An index that decodes and is current but lies about the tag (here: its
+// listing lacks rank 1's optimizer file, which discovery then finds
+// missing) must not make the checkpoint unmountable: the plan made with it
+// fails, and the tag is read as if there were no index.
+TEST_F(SharedIndexTest, AnIndexThatLiesIsPassedOverWhenTheMountFailsWithIt) {
+  const Mounted plain = MountAndRead(ckpt_);
+  auto written = WriteSharedIndex(*Env::Posix(), ckpt_, std::nullopt);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  auto snapshot = DecodeTagSnapshot(testing::ReadFile(*written));
+  ASSERT_TRUE(snapshot.ok());
+  std::vector<DirEntry>& listing = snapshot->listings[""];
+  const size_t before = listing.size();
+  std::erase_if(listing, [](const DirEntry& e) {
+    return e.name == "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  });
+  ASSERT_EQ(listing.size(), before - 1);
+  { std::ofstream(*written, std::ios::binary | std::ios::trunc) << EncodeTagSnapshot(*snapshot); }
+  const Mounted lied_to = MountAndRead(ckpt_);
+  EXPECT_TRUE(WithoutIndex(lied_to.files) == plain.files);
+}
+
 // `ucfs index --index-dir DIR`, for a checkpoint its indexer cannot write
 // into: the index lands in DIR under a name of the tag's path, nothing is
 // written beside the tag, and a mount finds it with the same --index-dir

@@ -13,7 +13,9 @@ each case runs, each under a time and a memory bound:
   subset: every fourth case of each category), ucfs mount of the universal
   view and of the reshard view at world sizes 1 and 3, with every file of
   the mount (universal, reshard and consolidated trees) read whole, then
-  unmounted.
+  unmounted. The `index` category (index_cases.py: shared indexes made by
+  `ucfs index` and then broken) is made here, with the binary, and every
+  case of it is mounted.
 
 and asserts, for every command: it ends by itself within the time bound (no
 hang), by exit() and not a signal (no crash, no sanitizer abort, not killed
@@ -48,6 +50,8 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+
+from index_cases import make_index_cases
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TAG = "global_step4"
@@ -219,6 +223,31 @@ def mount_and_read(ucfs, case_root, extra, label):
                 os.remove(f)
 
 
+def tree_bytes(top):
+    files = {}
+    for d, _, names in os.walk(top):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                files[os.path.relpath(p, top)] = f.read()
+    return files
+
+
+def same_as_without_index(ucfs, root, out):
+    """A shared index refused whole changes nothing: the universal export made
+    with it equals the one made from a copy of the root without it."""
+    bare = os.path.join(out, "bare_root")
+    shutil.copytree(root, bare, symlinks=True,
+                    ignore=lambda d, names: [n for n in names if n.endswith(".ucfs-index")])
+    dst = os.path.join(out, "universal_without_index")
+    run("export without the index", [ucfs, "export", "--no-cache", "--no-sync", "-j", "2", bare, dst], bare)
+    with_index, without = tree_bytes(os.path.join(out, "universal")), tree_bytes(dst)
+    if with_index != without:
+        differ = sorted(set(with_index) ^ set(without)) or \
+            sorted(k for k in with_index if with_index[k] != without.get(k))
+        raise Failure(f"the export with a refused index differs from the one without it: {differ[:5]}")
+
+
 def run_case(ucfs, corpus, case, mount):
     root = os.path.join(corpus, case["case"])
     tag = os.path.join(root, TAG)
@@ -237,6 +266,8 @@ def run_case(ucfs, corpus, case, mount):
             dst = os.path.join(out, "x".join(extra) or "universal")
             run("export " + " ".join(extra), [ucfs, "export", "--no-cache", "--no-sync", "-j", "2", *extra, root, dst],
                 root)
+        if case.get("passed_over"):
+            same_as_without_index(ucfs, root, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     if mount:
@@ -259,13 +290,17 @@ def main():
     corpus = a.keep or tempfile.mkdtemp(prefix="ucfs_hostile_")
     subprocess.run([sys.executable, os.path.join(HERE, "make_hostile_corpus.py"), a.fixtures, corpus], check=True)
     with open(os.path.join(corpus, "cases.json")) as f:
-        cases = [c for c in json.load(f) if a.only in c["case"]]
+        cases = json.load(f)
+    cases += make_index_cases(ucfs, a.fixtures, corpus)
+    cases = [c for c in cases if a.only in c["case"]]
     per_category = {}
     plan = []
     for c in cases:
         i = per_category.get(c["category"], 0)
         per_category[c["category"]] = i + 1
-        plan.append((c, a.all or i % 4 == 0))
+        # A shared index is only read by a mount (and export): every such
+        # case is mounted.
+        plan.append((c, a.all or i % 4 == 0 or c["category"] == "index"))
     lock = threading.Lock()
     results = {"passed": 0, "failed": []}
     start = time.time()
