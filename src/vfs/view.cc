@@ -212,7 +212,8 @@ Status View::AddListingLocked(InodeId dir, SourceListing listing) {
   UCFS_RETURN_IF_ERROR(listing.status);
   const std::string source_dir = d->source_dir;
   for (auto& g : listing.extras.grafts) {
-    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access));
+    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access,
+                                        std::move(g.mtime_later)));
   }
   for (auto& f : listing.extras.files) {
     UCFS_RETURN_IF_ERROR(AddExtraFileLocked(dir, std::move(f)));
@@ -318,7 +319,8 @@ Status View::PutExtras(InodeId dir, SourceDirExtras extras) {
   if (d == nullptr || !d->is_dir) return Status::InvalidArgument("not a directory");
   for (auto& g : extras.grafts) {
     UnlinkChildLocked(dir, g.name);
-    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access));
+    UCFS_RETURN_IF_ERROR(AddGraftLocked(dir, g.name, std::move(g.build), g.mtime_ns, g.access,
+                                        std::move(g.mtime_later)));
   }
   for (auto& f : extras.files) {
     UnlinkChildLocked(dir, f.name);
@@ -350,6 +352,7 @@ View::NodeAttrs View::AttrsLocked(InodeId inode, const Node& n) const {
   if (n.link) out.link_size = n.link->size();
   out.content = n.content;
   out.mtime_ns = n.mtime_ns;
+  out.mtime_later = n.mtime_later;
   if (n.access) {
     out.access = *n.access;
   } else {
@@ -372,7 +375,7 @@ Attr View::AttrOf(const NodeAttrs& n) {
   a.mode = n.access.mode & 01777;
   a.uid = n.access.uid;
   a.gid = n.access.gid;
-  a.mtime_ns = n.mtime_ns;
+  a.mtime_ns = n.mtime_later ? n.mtime_later->Get() : n.mtime_ns;
   return a;
 }
 

@@ -16,14 +16,17 @@ constexpr size_t kMaxGrafts = size_t{1} << 23;
 }  // namespace
 
 Result<InodeId> View::AddGraft(InodeId parent, std::string_view name, GraftBuilder build,
-                               int64_t mtime_ns, FileAccess access) {
+                               int64_t mtime_ns, FileAccess access,
+                               std::shared_ptr<const LazyTime> mtime_later) {
   WriterLock lock(mu_);
-  UCFS_RETURN_IF_ERROR(AddGraftLocked(parent, name, std::move(build), mtime_ns, access));
+  UCFS_RETURN_IF_ERROR(
+      AddGraftLocked(parent, name, std::move(build), mtime_ns, access, std::move(mtime_later)));
   return grafts_.back()->host_node;
 }
 
 Status View::AddGraftLocked(InodeId parent, std::string_view name, GraftBuilder build,
-                            int64_t mtime_ns, FileAccess access) {
+                            int64_t mtime_ns, FileAccess access,
+                            std::shared_ptr<const LazyTime> mtime_later) {
   if (grafts_.size() >= kMaxGrafts) {
     return Status::InvalidArgument("more than " + std::to_string(kMaxGrafts) + " grafts");
   }
@@ -33,6 +36,7 @@ Status View::AddGraftLocked(InodeId parent, std::string_view name, GraftBuilder 
   Node n;
   n.is_dir = true;
   n.mtime_ns = mtime_ns;
+  n.mtime_later = std::move(mtime_later);
   n.access = access;
   n.graft = graft;
   UCFS_ASSIGN_OR_RETURN(graft->host_node, AddNodeLocked(parent, name, std::move(n)));

@@ -104,6 +104,31 @@ TEST_F(GraftTest, IsBuiltOnFirstLookupIntoItNotOnStat) {
 
 // A grafted file's bytes are its source's; its pieces name sources of the
 // host, which SourceFiles, the FUSE server and export read.
+// A graft's time may be known only by asking (a stat of every rank file
+// of another tag): asked when an attribute first shows it, once, and not
+// when the graft is added or its directory listed by name.
+TEST_F(GraftTest, ALazyTimeIsAskedWhenFirstShownAndOnce) {
+  View host(env_, 7);
+  int asked = 0;
+  auto later = std::make_shared<const View::LazyTime>([&asked] {
+    ++asked;
+    return int64_t{1234};
+  });
+  auto graft = host.AddGraft(
+      kRootInode, "tag_universal",
+      []() -> Result<View::GraftTarget> { return Status::IOError("never built here"); },
+      /*mtime_ns=*/0, FileAccess{0750, 10, 20}, later);
+  ASSERT_TRUE(graft.ok());
+  EXPECT_TRUE(host.Lookup(kRootInode, "tag_universal").ok());
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(host.GetAttr(*graft)->mtime_ns, 1234);
+  auto listed = host.ReadDir(kRootInode);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].second.mtime_ns, 1234);
+  EXPECT_EQ(asked, 1);
+}
+
 TEST_F(GraftTest, PiecesNameTheHostsSources) {
   View host(env_, 1);
   const InodeId own = *host.AddSourceFile(kRootInode, "own.txt", "/run/own.txt");
@@ -233,7 +258,7 @@ TEST_F(GraftTest, SourceDirectoriesAreDecoratedFromTheirListing) {
                                Grafted g = MakeGrafted(env_);
                                return View::GraftTarget{g.view, g.dir};
                              },
-                             9, FileAccess{0700, 1, 2}});
+                             9, FileAccess{0700, 1, 2}, nullptr});
     extras.files.push_back({"shadowed", std::make_shared<InlineContent>("built bytes"), 8,
                             FileAccess{0444, 1, 2}, nullptr});
     return extras;

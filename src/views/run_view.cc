@@ -103,8 +103,9 @@ Status AddOtherTagViews(View& view, Env& env, const std::string& root_dir,
   View::SourceDirExtras extras;
   AddTagViews(env, options, *root, entries, skip_tag, &extras);
   for (auto& g : extras.grafts) {
-    UCFS_RETURN_IF_ERROR(
-        view.AddGraft(kRootInode, g.name, std::move(g.build), g.mtime_ns, g.access).status());
+    UCFS_RETURN_IF_ERROR(view.AddGraft(kRootInode, g.name, std::move(g.build), g.mtime_ns, g.access,
+                                       std::move(g.mtime_later))
+                             .status());
   }
   return Status::OK();
 }

@@ -114,20 +114,25 @@ void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& roo
     if (latest != nullptr && root.latest && tag.name == *root.latest) *latest = views;
     if (options.reshard) {
       extras->grafts.push_back(
-          {tag.name, [views] { return views->Resharded(); }, tag.mtime_ns, tag.access});
+          {tag.name, [views] { return views->Resharded(); }, tag.mtime_ns, tag.access, nullptr});
     }
     if (!options.extra_views) continue;
     // Built from the tag's files: their time, and the tag's owner's access
     // without write.
     const FileAccess access{tag.access.mode & 0555, tag.access.uid, tag.access.gid};
-    const int64_t built = NewestFileMtime(env, tag);
+    // Stat'ed when first shown, not when the root is listed: a mount of a
+    // root of many tags of thousands of ranks stats none of them.
+    auto built = std::make_shared<const View::LazyTime>(
+        [&env, listing = std::make_shared<const TagListing>(tag)] {
+          return NewestFileMtime(env, *listing);
+        });
     if (!on_disk(UniversalTag(tag.name))) {
       extras->grafts.push_back(
-          {UniversalTag(tag.name), [views] { return views->Universal(); }, built, access});
+          {UniversalTag(tag.name), [views] { return views->Universal(); }, 0, access, built});
     }
     if (!on_disk(ConsolidatedDirName(tag.name))) {
       extras->grafts.push_back({ConsolidatedDirName(tag.name),
-                                [views] { return views->Consolidated(); }, built, access});
+                                [views] { return views->Consolidated(); }, 0, access, built});
     }
   }
   // Naming a view that exists: latest's tag complete.

@@ -157,15 +157,35 @@ class View {
     InodeId dir = kRootInode;
   };
   using GraftBuilder = std::function<Result<GraftTarget>()>;
+  // A time known only by asking the file system (a stat of each file a
+  // view is built from), asked the first time an attribute shows it, once,
+  // outside the view's lock: a mount of a root whose other tags each have
+  // thousands of rank files stats none of them until their views are
+  // looked at.
+  class LazyTime {
+   public:
+    explicit LazyTime(std::function<int64_t()> make) : make_(std::move(make)) {}
+    int64_t Get() const {
+      std::call_once(once_, [this] { value_ = make_(); });
+      return value_;
+    }
+
+   private:
+    std::function<int64_t()> make_;
+    mutable std::once_flag once_;
+    mutable int64_t value_ = 0;  // set inside once_, read after it
+  };
   // A directory showing the contents of the directory `build` makes, built
   // the first time it is looked up into or listed: once, outside this
   // view's lock (a builder may read a checkpoint's rank files). Its own
-  // attributes are `mtime_ns` and `access` throughout, so that a stat
-  // builds nothing. A builder's error is kept and answered by every lookup
-  // into the graft; the rest of the view serves on. A grafted view holds no
-  // graft itself. May be called while the view is shared.
+  // attributes are `mtime_ns` (or `mtime_later`'s, where given) and
+  // `access` throughout, so that a stat builds nothing. A builder's error
+  // is kept and answered by every lookup into the graft; the rest of the
+  // view serves on. A grafted view holds no graft itself. May be called
+  // while the view is shared.
   Result<InodeId> AddGraft(InodeId parent, std::string_view name, GraftBuilder build,
-                           int64_t mtime_ns, FileAccess access);
+                           int64_t mtime_ns, FileAccess access,
+                           std::shared_ptr<const LazyTime> mtime_later = nullptr);
 
   // What a source directory shows besides its own entries, told from its
   // listing when it is first listed: a run's roots gain their views there
@@ -177,6 +197,7 @@ class View {
       GraftBuilder build;
       int64_t mtime_ns = 0;
       FileAccess access;
+      std::shared_ptr<const LazyTime> mtime_later;  // where set, the time instead of mtime_ns
     };
     struct File {
       std::string name;
@@ -246,6 +267,7 @@ class View {
     bool listed = true;      // source_dir's entries have been added
     std::shared_ptr<const FileContent> content;
     int64_t mtime_ns = 0;
+    std::shared_ptr<const LazyTime> mtime_later;  // where set, the time instead
     std::vector<Xattr> xattrs;
     // A source entry's own owner and mode; none for a built entry.
     std::optional<FileAccess> access;
@@ -276,6 +298,7 @@ class View {
     std::optional<uint64_t> link_size;  // a symbolic link's: its target's length
     std::shared_ptr<const FileContent> content;
     int64_t mtime_ns = 0;
+    std::shared_ptr<const LazyTime> mtime_later;
     FileAccess access;
   };
 
@@ -308,7 +331,8 @@ class View {
   // Adds the extras, then the entries no built entry shadows.
   Status AddListingLocked(InodeId dir, SourceListing listing) UCFS_REQUIRES(mu_);
   Status AddGraftLocked(InodeId parent, std::string_view name, GraftBuilder build, int64_t mtime_ns,
-                        FileAccess access) UCFS_REQUIRES(mu_);
+                        FileAccess access, std::shared_ptr<const LazyTime> mtime_later)
+      UCFS_REQUIRES(mu_);
   Status AddExtraFileLocked(InodeId dir, SourceDirExtras::File file) UCFS_REQUIRES(mu_);
   // Drops `name` from `dir`'s children (its node stays: inodes are never reused).
   void UnlinkChildLocked(InodeId dir, std::string_view name) UCFS_REQUIRES(mu_);
