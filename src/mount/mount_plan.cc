@@ -127,12 +127,53 @@ Result<MountPlan> PlanRun(Env& host, const MountRequest& r, MountPlan out, const
   return out;
 }
 
+// The tag's shared index (`ucfs index`), where there is one that still
+// describes it: `out.env` then answers from it, and discovery asks the
+// source nothing of the tag.
+struct SharedTag {
+  std::shared_ptr<const TagSnapshot> snapshot;  // null where there is none
+  std::string tag_dir;
+  std::string index_file;  // where it was read
+};
+SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
+                        const CheckpointEnv& source) {
+  SharedTag shared;
+  auto where = LocateTag(*out.env, source.path, r.tag);
+  if (!where.ok()) return shared;
+  std::string note;
+  // --index-dir first (outside the checkpoint: read through the host),
+  // then beside the tag, where a run directory or a tag without a root
+  // has none within reach.
+  if (r.index_dir) {
+    shared.index_file = IndexFileIn(*r.index_dir, *where);
+    shared.snapshot = ReadSharedIndex(host, shared.index_file, *out.env, *where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
+  if (!shared.snapshot && IsAtOrBelow(where->root, source.root)) {
+    shared.index_file = where->index_file;
+    shared.snapshot = ReadSharedIndex(*out.env, shared.index_file, *out.env, *where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
+  if (shared.snapshot) {
+    shared.tag_dir = where->tag_dir;
+    out.env = std::make_shared<SnapshotEnv>(out.env, shared.tag_dir, shared.snapshot);
+  }
+  return shared;
+}
+
 // A tensor- and pipeline-parallel checkpoint: its universal view, or the
 // view at a new D (src/design/model-parallelism.md); both with <tag>_fp32.
 Result<MountPlan> PlanGrid(Env& host, const MountRequest& r, MountPlan out,
-                           ParallelCheckpointFiles files) {
+                           ParallelCheckpointFiles files, const SharedTag& shared) {
   CheckpointOptions options;
   UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(host, r.universal_info));
+  // The rank files' summaries from the shared index, where there is one.
+  DirectTorchFileSource direct(*out.env);
+  std::optional<SummarySource> from_shared;
+  if (shared.snapshot) {
+    from_shared.emplace(shared.tag_dir, shared.snapshot, direct);
+    options.source = &*from_shared;
+  }
   UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint opened,
                         ParallelCheckpoint::OpenListed(*out.env, std::move(files), options));
   GridMount grid{std::make_shared<const ParallelCheckpoint>(std::move(opened))};
@@ -177,40 +218,6 @@ Status AddRootHfWeights(const MountRequest& r, Env& env,
     UCFS_RETURN_IF_ERROR(view.AddFile(kRootInode, f.name, std::move(f.content)).status());
   }
   return Status::OK();
-}
-
-// The tag's shared index (`ucfs index`), where there is one that still
-// describes it: `out.env` then answers from it, and discovery asks the
-// source nothing of the tag.
-struct SharedTag {
-  std::shared_ptr<const TagSnapshot> snapshot;  // null where there is none
-  std::string tag_dir;
-  std::string index_file;  // where it was read
-};
-SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
-                        const CheckpointEnv& source) {
-  SharedTag shared;
-  auto where = LocateTag(*out.env, source.path, r.tag);
-  if (!where.ok()) return shared;
-  std::string note;
-  // --index-dir first (outside the checkpoint: read through the host),
-  // then beside the tag, where a run directory or a tag without a root
-  // has none within reach.
-  if (r.index_dir) {
-    shared.index_file = IndexFileIn(*r.index_dir, *where);
-    shared.snapshot = ReadSharedIndex(host, shared.index_file, *out.env, *where, &note);
-    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
-  }
-  if (!shared.snapshot && IsAtOrBelow(where->root, source.root)) {
-    shared.index_file = where->index_file;
-    shared.snapshot = ReadSharedIndex(*out.env, shared.index_file, *out.env, *where, &note);
-    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
-  }
-  if (shared.snapshot) {
-    shared.tag_dir = where->tag_dir;
-    out.env = std::make_shared<SnapshotEnv>(out.env, shared.tag_dir, shared.snapshot);
-  }
-  return shared;
 }
 
 // A checkpoint root or tag of data-parallel ranks: its universal view, or
@@ -298,7 +305,7 @@ Result<MountPlan> PlanKindWith(Env& host, const MountRequest& r, const Checkpoin
   // Read on the way to the index: a TP/PP grid is its own view.
   if (auto grid = ListParallelCheckpointFiles(*out.env, source.path, r.tag);
       grid.ok() && grid->degrees.mp() > 1) {
-    return PlanGrid(host, r, std::move(out), std::move(grid).value());
+    return PlanGrid(host, r, std::move(out), std::move(grid).value(), shared);
   }
   return PlanCheckpoint(host, r, std::move(out), source.path, lmdb_dir, shared);
 }

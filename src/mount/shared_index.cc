@@ -9,6 +9,8 @@
 #include "ucfs/base/path.h"
 #include "ucfs/base/write_env.h"
 #include "ucfs/checkpoint/checkpoint.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
+#include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/mount/source_env.h"
 #include "ucfs/views/universal_view.h"
@@ -91,14 +93,25 @@ Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
                                      const std::optional<std::string>& index_dir) {
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, checkpoint));
   UCFS_ASSIGN_OR_RETURN(TagLocation where, LocateTag(*source.env, source.path, tag));
-  // Discovery as the universal view's mount makes it, recorded.
+  // Discovery as the universal view's mount makes it, recorded: of a
+  // tensor- or pipeline-parallel grid, or of data-parallel ranks.
   auto recording = std::make_shared<RecordingEnv>(source.env, where.tag_dir);
   CheckpointOptions options;
   options.tag = tag;
-  UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::Open(*recording, source.path, options));
-  UCFS_RETURN_IF_ERROR(
-      BuildUniversalView(*recording, std::make_shared<const Checkpoint>(std::move(opened)))
-          .status());
+  if (auto grid = ListParallelCheckpointFiles(*recording, source.path, tag);
+      grid.ok() && grid->degrees.mp() > 1) {
+    UCFS_ASSIGN_OR_RETURN(
+        ParallelCheckpoint opened,
+        ParallelCheckpoint::OpenListed(*recording, std::move(grid).value(), options));
+    UCFS_RETURN_IF_ERROR(BuildUniversalView(*recording, std::make_shared<const ParallelCheckpoint>(
+                                                            std::move(opened)))
+                             .status());
+  } else {
+    UCFS_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::Open(*recording, source.path, options));
+    UCFS_RETURN_IF_ERROR(
+        BuildUniversalView(*recording, std::make_shared<const Checkpoint>(std::move(opened)))
+            .status());
+  }
   UCFS_ASSIGN_OR_RETURN(FileStat before, source.env->Stat(where.tag_dir));
   UCFS_ASSIGN_OR_RETURN(TagSnapshot snapshot, recording->Snapshot(where.tag, before.identity));
   // The tag directory again: a save into it meanwhile would make the

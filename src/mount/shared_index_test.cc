@@ -207,5 +207,25 @@ TEST_F(SharedIndexTest, AnIndexDirHoldsItApartFromTheCheckpoint) {
   EXPECT_GE(swapped.asked.metadata(), plain.asked.metadata());
 }
 
+// A tensor- and pipeline-parallel grid (the runs of a thousand nodes):
+// `ucfs index` records its discovery too, and a mount with it serves the
+// same bytes, reading no rank file to plan.
+TEST_F(SharedIndexTest, AGridIsIndexedAndMountedFromIt) {
+  const std::string grid = dir_ + "/grid";
+  fs::copy(testing::TpFixtureDir("pp_bf16opt_p2t2d2") + "/checkpoint", grid,
+           fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(grid)) {
+    if (e.path().filename().string().ends_with("_universal")) fs::remove_all(e.path());
+  }
+  const Mounted plain = MountAndRead(grid);
+  auto written = WriteSharedIndex(*Env::Posix(), grid, std::nullopt);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  const Mounted indexed = MountAndRead(grid);
+  EXPECT_TRUE(WithoutIndex(indexed.files) == plain.files);
+  EXPECT_EQ(indexed.asked.opens, 2u);  // `latest` and the index
+  EXPECT_LE(indexed.asked.metadata(), 10u);
+  EXPECT_LT(indexed.asked.metadata(), plain.asked.metadata());
+}
+
 }  // namespace
 }  // namespace ucfs
