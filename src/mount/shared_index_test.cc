@@ -23,13 +23,14 @@ struct Mounted {
   std::map<std::string, std::string> files;
 };
 
-// The universal view of `ckpt` planned on a counting host, and every file
-// of it.
-Mounted MountAndRead(const std::string& ckpt) {
+// The universal view of `ckpt` planned on a counting host (with the shared
+// index looked for in `index_dir` too, where given), and every file of it.
+Mounted MountAndRead(const std::string& ckpt, std::optional<std::string> index_dir = std::nullopt) {
   CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
   MountRequest request;
   request.checkpoint = ckpt;
   request.no_cache = true;
+  request.index_dir = std::move(index_dir);
   auto plan = PlanMount(host, request);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   Mounted m;
@@ -180,29 +181,15 @@ TEST_F(SharedIndexTest, AnIndexDirHoldsItApartFromTheCheckpoint) {
   ASSERT_TRUE(other_written.ok());
   EXPECT_NE(*other_written, *written);
 
-  auto mount = [&](std::optional<std::string> dir) {
-    CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
-    MountRequest request;
-    request.checkpoint = ckpt_;
-    request.no_cache = true;
-    request.index_dir = std::move(dir);
-    auto plan = PlanMount(host, request);
-    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
-    Mounted m;
-    if (!plan.ok()) return m;
-    m.asked = host.counts();
-    testing::ViewTree(*plan->env, *plan->view, kRootInode, "", &m.files);
-    return m;
-  };
-  const Mounted with_dir = mount(index_dir);
+  const Mounted with_dir = MountAndRead(ckpt_, index_dir);
   EXPECT_TRUE(with_dir.files == plain.files);
   EXPECT_LT(with_dir.asked.metadata(), plain.asked.metadata());
-  const Mounted without_dir = mount(std::nullopt);
+  const Mounted without_dir = MountAndRead(ckpt_);
   EXPECT_TRUE(without_dir.files == plain.files);
   EXPECT_GT(without_dir.asked.metadata(), with_dir.asked.metadata());
   // The other checkpoint's index, renamed to this one's name, is refused.
   fs::rename(*other_written, *written);
-  const Mounted swapped = mount(index_dir);
+  const Mounted swapped = MountAndRead(ckpt_, index_dir);
   EXPECT_TRUE(swapped.files == plain.files);
   EXPECT_GE(swapped.asked.metadata(), plain.asked.metadata());
 }
