@@ -30,7 +30,8 @@ fi
 rel=$(cd "$export_dir" && find . -name fp32.pt -printf '%s %P\n' | sort -n | tail -1 | cut -d' ' -f2)
 echo "file: $rel ($(stat -c %s "$export_dir/$rel") bytes)"
 
-# Prints "stat open first4k rest" in ms for one read of $1.
+# Prints "stat open first4k rest" in ms for one read of $1, then their sum in s (timed inside the reader, so
+# that Python's start is on neither side).
 timed_read() {
   /usr/bin/python3 - "$1" <<'EOF'
 import os, sys, time
@@ -42,7 +43,8 @@ t3 = time.perf_counter()
 while os.read(fd, 1 << 20):
     pass
 t4 = time.perf_counter(); os.close(fd)
-print(" ".join(f"{(b - a) * 1000:.1f}" for a, b in ((t0, t1), (t1, t2), (t2, t3), (t3, t4))))
+steps = [(b - a) * 1000 for a, b in ((t0, t1), (t1, t2), (t2, t3), (t3, t4))]
+print(" ".join(f"{ms:.1f}" for ms in steps), f"{(t4 - t0):.6f}")
 EOF
 }
 start_mount() {
@@ -59,27 +61,22 @@ for round in $(seq "$ROUNDS"); do
   start_mount
   t1=$(now)
   steps=$(timed_read "$mnt/$rel")
-  t2=$(now)
-  cold+=("$(elapsed "$t0" "$t2")")
+  cold+=("$(echo "$(elapsed "$t0" "$t1") + ${steps##* }" | bc -l)")
   cold_mount+=("$(elapsed "$t0" "$t1")")
-  echo "round $round cold mount: mount $(elapsed "$t0" "$t1") s; stat/open/4k/rest ms: $steps"
+  echo "round $round cold mount: mount $(elapsed "$t0" "$t1") s; stat/open/4k/rest ms, s: $steps"
   unmount
   # made ahead
   start_mount
   drop_caches
-  t0=$(now)
   steps=$(timed_read "$mnt/$rel")
-  t1=$(now)
-  ahead+=("$(elapsed "$t0" "$t1")")
-  echo "round $round made ahead: stat/open/4k/rest ms: $steps"
+  ahead+=("${steps##* }")
+  echo "round $round made ahead: stat/open/4k/rest ms, s: $steps"
   unmount
   # the exported file
   drop_caches
-  t0=$(now)
   steps=$(timed_read "$export_dir/$rel")
-  t1=$(now)
-  plain+=("$(elapsed "$t0" "$t1")")
-  echo "round $round export: stat/open/4k/rest ms: $steps"
+  plain+=("${steps##* }")
+  echo "round $round export: stat/open/4k/rest ms, s: $steps"
 done
 c=$(median "${cold[@]}"); a=$(median "${ahead[@]}"); p=$(median "${plain[@]}")
 echo "median: cold mount $c s (mount $(median "${cold_mount[@]}") s), made ahead $a s, export $p s"

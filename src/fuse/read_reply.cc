@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "fuse/server.h"
@@ -38,11 +39,20 @@ void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
 }  // namespace
 
 void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t offset) {
-  // Keep the source ranges of the next window on their way (ReadAhead).
   const uint64_t begin = static_cast<uint64_t>(offset);
-  if (auto ahead = s.read_ahead.Next(ino, begin, size)) {
-    Prefetch(s, ino, ahead->offset, ahead->length);
-  }
+  // Keep the source ranges of the next window on their way (ReadAhead),
+  // once this request is answered: a cold file's first read would
+  // otherwise wait behind the page allocation and I/O submission of the
+  // first two windows of every shard (16 ms of a first tensor's 4 KiB,
+  // bench/first_tensor.sh).
+  struct PrefetchAfterReply {
+    Server& s;
+    InodeId ino;
+    std::optional<ReadAhead::Range> ahead;
+    ~PrefetchAfterReply() {
+      if (ahead) Prefetch(s, ino, ahead->offset, ahead->length);
+    }
+  } prefetch{s, ino, s.read_ahead.Next(ino, begin, size)};
   std::vector<ReadPiece> pieces;
   Status st = s.view.Plan(ino, begin, size, &pieces);
   if (!st.ok()) {
