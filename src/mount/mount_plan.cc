@@ -287,7 +287,6 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
   return out;
 }
 
-// The plan of whichever kind the path is.
 // The plan of whichever kind the path is, with the tag's shared index
 // where `shared_index` and there is a current one.
 Result<MountPlan> PlanKindWith(Env& host, const MountRequest& r, const CheckpointEnv& source,
@@ -310,6 +309,7 @@ Result<MountPlan> PlanKindWith(Env& host, const MountRequest& r, const Checkpoin
   return PlanCheckpoint(host, r, std::move(out), source.path, lmdb_dir, shared);
 }
 
+// The plan of whichever kind the path is.
 Result<MountPlan> PlanKind(Env& host, const MountRequest& r) {
   UCFS_ASSIGN_OR_RETURN(CheckpointEnv source, OpenCheckpointEnv(host, r.checkpoint));
   if (!r.layers.empty()) UCFS_RETURN_IF_ERROR(LayOver(host, r.layers, source));
