@@ -49,6 +49,7 @@ struct MountArgs {
   bool no_splice = false;
   bool drop_source_pages = false;
   bool no_direct_writes = false;
+  bool no_passthrough = false;
 };
 
 // The bounds `ucfs mount --world-size` accepts.

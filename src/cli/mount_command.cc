@@ -36,6 +36,7 @@ fuse::ServeOptions ServeOptionsOf(const MountArgs& a, const MountRequest& r,
   serve.splice = !a.no_splice;
   serve.drop_source_pages = a.drop_source_pages;
   serve.direct_writes = !a.no_direct_writes;
+  serve.passthrough = !a.no_passthrough;
   // Like a network file system's host:path, the source shows in mount(8).
   serve.fsname = r.checkpoint;
   // A writable mount changes under the kernel's caches only through

@@ -167,6 +167,10 @@ const MountOption kOptions[] = {
      "Tuning: with --upper, write through the mount's page cache instead of handing write-only "
      "opens' bytes to the daemon directly",
      false, false, TakeFlag<&MountArgs::no_direct_writes>, nullptr},
+    {"--no-passthrough", "no_passthrough", "",
+     "Serve every read and write through the daemon, not files that are one real file whole "
+     "through the kernel (FUSE passthrough: kernel >= 6.9, libfuse >= 3.16, as root)",
+     false, false, TakeFlag<&MountArgs::no_passthrough>, GivenFlag<&MountArgs::no_passthrough>},
 };
 
 void TakeOrThrow(const MountOption& o, MountArgs* args, const std::string& value) {

@@ -1,9 +1,15 @@
 // The adapter's state, the connection's setup, and Serve.
 #include "fuse/fuse_server.h"
 
+#include <linux/capability.h>
+#include <spdlog/spdlog.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "fuse/server.h"
@@ -99,8 +105,64 @@ void InitConnection(void* userdata, struct fuse_conn_info* conn) {
   Server& server = *static_cast<Server*>(userdata);
   conn->max_read = server.max_read;
   const bool read_only = server.fs->read_only();
-  server.no_open = SkipsOpens(conn->capable, read_only);
-  conn->want = WantedCapabilities(conn->capable, conn->want, server.options.splice, read_only);
+  const bool admin = HasSysAdmin();
+  server.passthrough = UsesPassthrough(conn->capable, server.options.passthrough, admin);
+  server.no_open = SkipsOpens(conn->capable, read_only, server.passthrough);
+  conn->want = WantedCapabilities(conn->capable, conn->want, server.options.splice, read_only,
+                                  server.passthrough);
+  if (server.passthrough) {
+    spdlog::info(
+        "FUSE passthrough: on (files that are one real file whole are read by the "
+        "kernel from it)");
+  } else if (!server.options.passthrough) {
+    spdlog::info("FUSE passthrough: off (--no-passthrough)");
+  } else {
+    spdlog::info("FUSE passthrough: not used ({})",
+                 PassthroughCapability() == 0 ? "built against libfuse < 3.16"
+                 : (conn->capable & PassthroughCapability()) == 0
+                     ? "the kernel does not offer it (< 6.9)"
+                     : "no CAP_SYS_ADMIN, which backing files need");
+  }
+}
+
+bool HasSysAdmin() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
+}
+
+void StartPassthrough(fuse_req_t req, Server& s, fuse_ino_t ino, const Handle& handle,
+                      fuse_file_info* fi) {
+#if UCFS_FUSE_PASSTHROUGH
+  if (!s.passthrough) return;
+  std::optional<FileSystem::WholeFile> whole = s.fs->WholeFileOf(ino, handle);
+  // Checked at every open: a changed source is never handed to the kernel.
+  const int source_fd = whole && whole->source ? SourceFd(s, *whole->source) : -1;
+  const int id = s.backing.Start(ino, &handle, whole, source_fd, [req, ino](int fd) {
+    const int got = fuse_passthrough_open(req, fd);
+    if (got <= 0) spdlog::debug("inode {}: no backing file (served by the daemon)", ino);
+    return got;
+  });
+  if (id > 0) {
+    fi->backing_id = id;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+  }
+#else
+  (void)req, (void)s, (void)ino, (void)handle, (void)fi;
+#endif
+}
+
+void EndPassthrough(fuse_req_t req, Server& s, fuse_ino_t ino, const Handle& handle) {
+#if UCFS_FUSE_PASSTHROUGH
+  if (!s.passthrough) return;
+  s.backing.End(ino, &handle, [req](int id) {
+    if (req != nullptr) fuse_passthrough_close(req, id);
+  });
+#else
+  (void)req, (void)s, (void)ino, (void)handle;
+#endif
 }
 
 void RaiseReadaheadOnce(Server& s) {

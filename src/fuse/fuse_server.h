@@ -55,6 +55,14 @@ struct ServeOptions {
   // own size of a file over the daemon's, so two mounts sharing one upper
   // directory would read each other's files short.
   bool direct_writes = true;
+  // Files that are one real file whole (FileSystem::WholeFileOf: a source
+  // file passed through, an upper file) are handed to the kernel as backing
+  // files, which it then reads and writes itself, past the daemon (FUSE
+  // passthrough, fuse/passthrough.h), where the kernel (>= 6.9), libfuse
+  // (>= 3.16) and the daemon's privilege (CAP_SYS_ADMIN) allow it; else
+  // every read comes to the daemon, as with it off. A read-only mount then
+  // takes OPEN and RELEASE (the backing file is given with the open).
+  bool passthrough = true;
   // libfuse's worker threads at most: requests served at once (a cold read
   // of a synthesised file waits on its shards' disks, so reads of other
   // files go on meanwhile).

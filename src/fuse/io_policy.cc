@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "fuse/libfuse.h"
@@ -54,17 +55,42 @@ OpenCaching CachingOf(bool direct_writes, int open_flags, bool real_file,
   return c;
 }
 
-unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool read_only) {
+namespace {
+
+// A FUSE_CAP_* flag as the 32-bit `want` and `capable` hold it (libfuse
+// 3.17 made them 64-bit constants; every one of these fits).
+constexpr unsigned Cap(uint64_t flags) { return static_cast<unsigned>(flags); }
+
+}  // namespace
+
+unsigned PassthroughCapability() {
+#if UCFS_FUSE_PASSTHROUGH
+  return Cap(FUSE_CAP_PASSTHROUGH);
+#else
+  return 0;
+#endif
+}
+
+bool UsesPassthrough(unsigned capable, bool enabled, bool privileged) {
+  const unsigned cap = PassthroughCapability();
+  return enabled && privileged && cap != 0 && (capable & cap) != 0;
+}
+
+unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool read_only,
+                            bool passthrough) {
   const auto offered = [&](unsigned cap) { return capable & cap; };
+  // Files that are one real file whole are read (and written) by the
+  // kernel from that file, past the daemon (fuse/passthrough.h).
+  if (passthrough) want |= offered(PassthroughCapability());
   // Tensor bytes go from the shards to the kernel by splice.
   if (splice) {
     want |= offered(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   } else {
-    want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+    want &= ~Cap(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   }
   if (read_only) {
     // Files are immutable while mounted: keep their pages across opens.
-    return want & ~FUSE_CAP_AUTO_INVAL_DATA;
+    return want & ~Cap(FUSE_CAP_AUTO_INVAL_DATA);
   }
   // open(O_TRUNC) arrives as one OPEN, not a SETATTR first: a view file
   // rewritten whole (DeepSpeed's `latest`) is never copied up.
@@ -72,7 +98,7 @@ unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool r
   // Writes arrive as they are, spliced from the kernel.
   want |= offered(FUSE_CAP_SPLICE_READ);
   // The daemon's size of a file is the truth (ServeOptions::direct_writes).
-  want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  want &= ~Cap(FUSE_CAP_WRITEBACK_CACHE);
   // The caller's umask comes with each create, for ucfs to apply (once:
   // otherwise the kernel applies it and the upper file system the
   // daemon's on top).
@@ -80,8 +106,8 @@ unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool r
   return want;
 }
 
-bool SkipsOpens(unsigned capable, bool read_only) {
-  return read_only && (capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
+bool SkipsOpens(unsigned capable, bool read_only, bool passthrough) {
+  return read_only && !passthrough && (capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
 }
 
 }  // namespace ucfs::fuse

@@ -95,19 +95,34 @@ struct OpenCaching {
 OpenCaching CachingOf(bool direct_writes, int open_flags, bool real_file,
                       std::optional<mode_t> mode, bool same_view_file);
 
+// FUSE_CAP_PASSTHROUGH where libfuse has it (>= 3.16), else 0: never
+// offered.
+unsigned PassthroughCapability();
+
+// Whether the mount hands files that are one real file whole to the kernel
+// as backing files (FUSE passthrough): `enabled` (ServeOptions::
+// passthrough), the kernel `capable` of it (>= 6.9, libfuse >= 3.16) and
+// the daemon `privileged` (CAP_SYS_ADMIN, which registering a backing file
+// needs).
+bool UsesPassthrough(unsigned capable, bool enabled, bool privileged);
+
 // The libfuse capabilities (FUSE_CAP_*) to want of those the kernel is
 // `capable` of, from libfuse's default `want`: splicing source bytes out
-// when `splice` (ServeOptions::splice); for a writable mount (`read_only`
-// false), O_TRUNC opens as one OPEN (a view file rewritten whole is never
-// copied up), writes spliced in, the caller's umask left to the daemon and
-// no writeback cache (ServeOptions::direct_writes says why); for a
-// read-only one, pages kept across opens (no FUSE_CAP_AUTO_INVAL_DATA).
-unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool read_only);
+// when `splice` (ServeOptions::splice); passthrough when `passthrough`
+// (UsesPassthrough); for a writable mount (`read_only` false), O_TRUNC
+// opens as one OPEN (a view file rewritten whole is never copied up),
+// writes spliced in, the caller's umask left to the daemon and no
+// writeback cache (ServeOptions::direct_writes says why; the kernel allows
+// no passthrough with it either); for a read-only one, pages kept across
+// opens (no FUSE_CAP_AUTO_INVAL_DATA).
+unsigned WantedCapabilities(unsigned capable, unsigned want, bool splice, bool read_only,
+                            bool passthrough = false);
 
 // Whether OPEN is answered ENOSYS, which makes the kernel stop sending OPEN
 // and RELEASE for files and keep their pages: only for a read-only mount,
-// whose files need nothing per open, on a kernel that supports it.
-bool SkipsOpens(unsigned capable, bool read_only);
+// whose files need nothing per open, on a kernel that supports it, and not
+// with `passthrough`: a backing file is given in the reply to an OPEN.
+bool SkipsOpens(unsigned capable, bool read_only, bool passthrough = false);
 
 }  // namespace ucfs::fuse
 

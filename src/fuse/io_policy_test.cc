@@ -110,6 +110,31 @@ TEST(SkipsOpens, ReadOnlyMountsOnKernelsThatAllowIt) {
   EXPECT_TRUE(SkipsOpens(FUSE_CAP_NO_OPEN_SUPPORT, true));
   EXPECT_FALSE(SkipsOpens(FUSE_CAP_NO_OPEN_SUPPORT, false));  // handles hold upper fds
   EXPECT_FALSE(SkipsOpens(0, true));
+  // A backing file is given with an OPEN's reply: with passthrough, opens come.
+  EXPECT_FALSE(SkipsOpens(FUSE_CAP_NO_OPEN_SUPPORT, true, /*passthrough=*/true));
+}
+
+// Passthrough needs all three: asked for, offered by the kernel, and the
+// privilege to register backing files; libfuse < 3.16 has none of it.
+TEST(UsesPassthrough, OnlyWhereEverythingAllowsIt) {
+  const unsigned cap = PassthroughCapability();
+  if (cap == 0) {
+    EXPECT_FALSE(UsesPassthrough(~0u, true, true));  // built against libfuse < 3.16
+    EXPECT_EQ(WantedCapabilities(~0u, 0, true, true, true), WantedCapabilities(~0u, 0, true, true));
+    return;
+  }
+  EXPECT_TRUE(UsesPassthrough(cap, true, true));
+  EXPECT_FALSE(UsesPassthrough(cap, false, true));  // --no-passthrough
+  EXPECT_FALSE(UsesPassthrough(cap, true, false));  // no CAP_SYS_ADMIN
+  EXPECT_FALSE(UsesPassthrough(~cap, true, true));  // the kernel offers none
+  EXPECT_NE(WantedCapabilities(~0u, 0, true, true, true) & cap, 0u);
+  EXPECT_NE(WantedCapabilities(~0u, 0, true, false, true) & cap, 0u);
+  EXPECT_EQ(WantedCapabilities(~0u, 0, true, false, false) & cap, 0u);
+  EXPECT_EQ(WantedCapabilities(~cap, 0, true, false, true) & cap, 0u);
+  // Never with the writeback cache, which the kernel refuses it beside.
+  EXPECT_EQ(WantedCapabilities(~0u, FUSE_CAP_WRITEBACK_CACHE, true, false, true) &
+                FUSE_CAP_WRITEBACK_CACHE,
+            0u);
 }
 
 }  // namespace

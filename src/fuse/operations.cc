@@ -302,9 +302,13 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
     // Not direct_io for a file mmap must work on (torch.load(mmap=True),
     // zero_to_fp32): only write-only opens (CachingOf).
     SetCaching(s, *handle, fi);
-    fi->fh = Keep(s, std::make_unique<Handle>(*handle));
+    auto kept = std::make_unique<Handle>(*handle);
+    const Handle& h = *kept;
+    fi->fh = Keep(s, std::move(kept));
+    StartPassthrough(req, s, ino, h, fi);
     if (fuse_reply_open(req, fi) != 0) {
       // The opener was interrupted: nobody will release this handle.
+      EndPassthrough(nullptr, s, ino, h);
       s.fs->Release(ino, *GiveBack(s, fi->fh));
     }
   }
@@ -324,8 +328,14 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   auto& [st, handle] = *made;
   const fuse_entry_param e = EntryOf(s, st);
   SetCaching(s, handle, fi);
-  fi->fh = Keep(s, std::make_unique<Handle>(handle));
-  if (fuse_reply_create(req, &e, fi) != 0) s.fs->Release(st.st_ino, *GiveBack(s, fi->fh));
+  auto kept = std::make_unique<Handle>(handle);
+  const Handle& h = *kept;
+  fi->fh = Keep(s, std::move(kept));
+  StartPassthrough(req, s, st.st_ino, h, fi);
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    EndPassthrough(nullptr, s, st.st_ino, h);
+    s.fs->Release(st.st_ino, *GiveBack(s, fi->fh));
+  }
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info* fi) {
@@ -396,7 +406,11 @@ void Flush(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 void Release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   Server& s = Of(req);
   // Nothing to give back where the kernel opened nothing (no_open).
-  if (fi->fh != 0) s.fs->Release(ino, *GiveBack(s, fi->fh));
+  if (fi->fh != 0) {
+    std::unique_ptr<Handle> handle = GiveBack(s, fi->fh);
+    EndPassthrough(req, s, ino, *handle);
+    s.fs->Release(ino, *handle);
+  }
   fuse_reply_err(req, 0);
 }
 

@@ -18,6 +18,7 @@
 #include "fuse/fuse_server.h"
 #include "fuse/io_policy.h"
 #include "fuse/libfuse.h"
+#include "fuse/passthrough.h"
 #include "ucfs/base/thread_annotations.h"
 #include "ucfs/vfs/file_system.h"
 #include "ucfs/vfs/source_files.h"
@@ -44,9 +45,9 @@ struct DirHandle {
 //
 // Fixed before the session starts, read by every thread without a lock:
 // fs (the pointer), view, options, max_read, timeout. Set in INIT, before
-// any other request is dispatched: no_open. Thread-safe on their own:
-// sources (its own mutex), the FileSystem (its own), the View (its own),
-// read_ahead (its own).
+// any other request is dispatched: no_open, passthrough. Thread-safe on
+// their own: sources (its own mutex), the FileSystem (its own), the View
+// (its own), read_ahead and backing (their own).
 //
 // Lock order (outermost first): the FileSystem's (OverlayFs's table
 // mutex), then the View's mutex, then LazyContent's cache mutex;
@@ -60,10 +61,12 @@ struct Server {
   const double timeout;
   std::once_flag readahead_raised;
   bool no_open = false;             // the kernel takes ENOSYS from OPEN as "never ask again"
+  bool passthrough = false;         // UsesPassthrough, decided in INIT
   fuse_session* session = nullptr;  // for notifications (set before it mounts)
   SourceFiles sources;              // every source read of the mount goes through these
 
-  ReadAhead read_ahead;  // what view files' reads ask for ahead
+  ReadAhead read_ahead;      // what view files' reads ask for ahead
+  PassthroughTable backing;  // how each inode's opens are served (passthrough)
 
   // The handles the kernel holds (fi->fh), each freed at its release, or,
   // when an unmount dropped that (it aborts the connection with releases
@@ -109,6 +112,20 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId view_inode, size_t size, o
 
 // Asks what the connection wants of the kernel (WantedCapabilities).
 void InitConnection(void* userdata, struct fuse_conn_info* conn);
+
+// Whether this process may register backing files (CAP_SYS_ADMIN).
+bool HasSysAdmin();
+
+// An open of `ino` through `handle` (kept in fi->fh), before its reply:
+// served through passthrough where it can be (fi->backing_id set, the page
+// cache flags cleared), else left to the daemon. A source that changed
+// since the view was built is left to the daemon, whose reads of it fail.
+void StartPassthrough(fuse_req_t req, Server& s, fuse_ino_t ino, const Handle& handle,
+                      fuse_file_info* fi);
+// The release of a handle StartPassthrough was given; `req` null where the
+// open's reply failed (req is gone): an upper file's backing id is then
+// left to the unmount, which drops them all.
+void EndPassthrough(fuse_req_t req, Server& s, fuse_ino_t ino, const Handle& handle);
 
 // The operation table: every request, of either kind of FileSystem.
 fuse_lowlevel_ops Operations();

@@ -2,6 +2,7 @@
 // itself (overlay_fs.h). They take no lock: the handle's fd is open until
 // Release, which the kernel sends only once every call through it is done.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,6 +54,15 @@ Status OverlayFs::Fallocate(const Handle& handle, int mode, off_t offset, off_t 
   if (offset < 0 || length <= 0) return Status::Posix(EINVAL, "fallocate of a negative range");
   return writer_.Allocate(handle.fd, mode, static_cast<uint64_t>(offset),
                           static_cast<uint64_t>(length));
+}
+
+std::optional<FileSystem::WholeFile> OverlayFs::WholeFileOf(InodeId, const Handle& handle) {
+  struct stat st {};
+  if (handle.fd < 0 || ::fstat(handle.fd, &st) != 0) return std::nullopt;
+  if (!S_ISREG(st.st_mode) || (st.st_mode & (S_ISUID | S_ISGID)) != 0) return std::nullopt;
+  WholeFile whole;
+  whole.fd = handle.fd;
+  return whole;
 }
 
 Status OverlayFs::FsyncDir(InodeId) {

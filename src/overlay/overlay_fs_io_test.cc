@@ -197,5 +197,41 @@ TEST_F(OverlayFsIoTest, WritesAndTruncationsClearSetIdBits) {
   fs_->Release(Lookup(kRootInode, "o"), *opened);
 }
 
+// What the kernel may read and write itself (FUSE passthrough): an open
+// upper file, whole, through its own fd; never a view file (its read-only
+// handles must see a copy-up), nor a set-id file (its writes clear bits).
+TEST_F(OverlayFsIoTest, AnUpperFileIsWholeAViewFileIsNot) {
+  auto [inode, handle] = Made("w");
+  auto whole = fs_->WholeFileOf(inode, handle);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->fd, handle.fd);
+  EXPECT_FALSE(whole->source.has_value());
+  auto read = fs_->Open(inode, O_RDONLY);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(fs_->WholeFileOf(inode, *read), (FileSystem::WholeFile{read->fd, std::nullopt}));
+
+  const InodeId latest = Lookup(kRootInode, "latest");
+  auto view_file = fs_->Open(latest, O_RDONLY);
+  ASSERT_TRUE(view_file.ok());
+  EXPECT_FALSE(fs_->WholeFileOf(latest, *view_file).has_value());
+  // Copied up by a write: that handle's file is whole; the read-only
+  // handle of the view file still is not (it reads the copy through the
+  // daemon).
+  auto writer = fs_->Open(latest, O_WRONLY);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  EXPECT_TRUE(fs_->WholeFileOf(latest, *writer).has_value());
+  EXPECT_FALSE(fs_->WholeFileOf(latest, *view_file).has_value());
+
+  auto [setid, setid_handle] = Made("s", 04755);
+  ASSERT_EQ(::fchmod(setid_handle.fd, 04755), 0);
+  EXPECT_FALSE(fs_->WholeFileOf(setid, setid_handle).has_value());
+  for (const auto* h : {&handle, &*read, &*view_file, &*writer, &setid_handle}) {
+    fs_->Release(h == &setid_handle                  ? setid
+                 : h == &*view_file || h == &*writer ? latest
+                                                     : inode,
+                 *h);
+  }
+}
+
 }  // namespace
 }  // namespace ucfs

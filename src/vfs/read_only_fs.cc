@@ -1,6 +1,7 @@
 #include "ucfs/vfs/read_only_fs.h"
 
 #include <cerrno>
+#include <climits>  // NAME_MAX: not through <string> with every libstdc++
 
 namespace ucfs {
 namespace {
@@ -77,6 +78,14 @@ Result<FileSystem::Handle> ReadOnlyFs::Open(InodeId inode, int flags, const Call
   // Files never change while mounted: their pages may stay cached.
   handle.keep_cache = true;
   return handle;
+}
+
+std::optional<FileSystem::WholeFile> ReadOnlyFs::WholeFileOf(InodeId inode, const Handle&) {
+  auto source = view_->WholeSource(inode);
+  if (!source.ok() || !*source) return std::nullopt;
+  WholeFile whole;
+  whole.source = **source;
+  return whole;
 }
 
 Result<std::string> ReadOnlyFs::ReadLink(InodeId inode) {

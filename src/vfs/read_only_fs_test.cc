@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "test_support.h"
+#include "ucfs/vfs/source_files.h"
 
 namespace ucfs {
 namespace {
@@ -121,6 +122,71 @@ TEST(ReadOnlyFs, SourceLinksAreLinks) {
   auto file = fs.Lookup(kRootInode, "target");
   ASSERT_TRUE(file.ok());
   EXPECT_EQ(fs.ReadLink(file->st_ino).status().posix_errno(), EINVAL);
+}
+
+// The files the kernel may read itself (FUSE passthrough): a source file
+// passed through, whole, named by its index of the view's sources, and
+// through a graft by the host's index; nothing the view assembles.
+TEST(ReadOnlyFs, FilesPassedThroughWholeAreTheirSource) {
+  MemEnv env;
+  env.WriteFile("/ck/model_states.pt", "model bytes");
+  env.WriteFile("/ck/tag/rng_state_0.pth", "rng");
+  env.WriteFile("/ck/g/deep.pt", "deep bytes");
+  auto view = std::make_shared<View>(env, 0);
+  const InodeId model = *view->AddSourceFile(kRootInode, "model_states.pt", "/ck/model_states.pt");
+  const InodeId built = *view->AddFile(kRootInode, "built", std::make_shared<InlineContent>("b"));
+  const InodeId tag = *view->AddSourceDirectory(kRootInode, "tag", "/ck/tag");
+  // A content shorter than its source shows other bytes than the file's.
+  const uint32_t short_source = view->AddSource(view->source(0));
+  const InodeId cut =
+      *view->AddFile(kRootInode, "cut", std::make_shared<SourceContent>(short_source, 5));
+  auto graft = view->AddGraft(
+      kRootInode, "g",
+      [&]() -> Result<View::GraftTarget> {
+        auto g = std::make_shared<View>(env, 0);
+        EXPECT_TRUE(g->AddSourceFile(kRootInode, "deep.pt", "/ck/g/deep.pt").ok());
+        return View::GraftTarget{g, kRootInode};
+      },
+      0, FileAccess{0755, 0, 0});
+  ASSERT_TRUE(graft.ok());
+  ReadOnlyFs fs(view);
+  const FileSystem::Handle none;
+
+  auto whole = fs.WholeFileOf(model, none);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->fd, -1);
+  ASSERT_TRUE(whole->source.has_value());
+  EXPECT_EQ(view->source(*whole->source).path, "/ck/model_states.pt");
+
+  const InodeId rng = fs.Lookup(tag, "rng_state_0.pth")->st_ino;
+  whole = fs.WholeFileOf(rng, none);
+  ASSERT_TRUE(whole && whole->source);
+  EXPECT_EQ(view->source(*whole->source).path, "/ck/tag/rng_state_0.pth");
+
+  const InodeId deep = fs.Lookup(*graft, "deep.pt")->st_ino;
+  whole = fs.WholeFileOf(deep, none);
+  ASSERT_TRUE(whole && whole->source);
+  std::vector<ReadPiece> pieces;
+  ASSERT_TRUE(view->Plan(deep, 0, 100, &pieces).ok());
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(*whole->source, pieces[0].source);  // the host's index, as reads name it
+  EXPECT_EQ(view->source(*whole->source).path, "/ck/g/deep.pt");
+
+  EXPECT_FALSE(fs.WholeFileOf(built, none).has_value());
+  EXPECT_FALSE(fs.WholeFileOf(cut, none).has_value());
+  EXPECT_FALSE(fs.WholeFileOf(tag, none).has_value());
+  EXPECT_FALSE(fs.WholeFileOf(kRootInode, none).has_value());
+  EXPECT_FALSE(fs.WholeFileOf(999999, none).has_value());
+
+  // The answer names the source; whoever reads it checks it first, so a
+  // source changed since the view was built is refused, not read.
+  SourceFiles sources(*view);
+  whole = fs.WholeFileOf(model, none);
+  EXPECT_TRUE(sources.Get(*whole->source).ok());
+  env.WriteFile("/ck/model_states.pt", "other bytes");
+  auto changed = sources.Get(*whole->source);
+  ASSERT_FALSE(changed.ok());
+  EXPECT_EQ(changed.status().posix_errno(), EIO);
 }
 
 }  // namespace

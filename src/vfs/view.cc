@@ -480,6 +480,35 @@ Status View::Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<Re
   return Status::OK();
 }
 
+Result<std::optional<uint32_t>> View::WholeSource(InodeId file) {
+  constexpr std::optional<uint32_t> kNone;
+  if (file >> kGraftShift) {
+    UCFS_ASSIGN_OR_RETURN(Place place, Locate(file));
+    UCFS_RETURN_IF_ERROR(Build(*place.graft));
+    UCFS_ASSIGN_OR_RETURN(auto local, place.graft->target.view->WholeSource(place.local));
+    if (!local) return kNone;
+    UCFS_ASSIGN_OR_RETURN(uint32_t index, GraftSource(*place.graft, *local));
+    return std::optional<uint32_t>(index);
+  }
+  std::shared_ptr<const FileContent> content;
+  std::optional<uint32_t> base;
+  {
+    ReaderLock lock(mu_);
+    Node* n = Find(file);
+    if (n == nullptr) return Status::NotFound("no such inode");
+    if (n->is_dir || n->link) return kNone;
+    content = n->content;
+    base = n->source_base;
+  }
+  std::optional<uint32_t> index = content->WholeSource();
+  if (!index) return kNone;
+  if (base) *index += *base;
+  // A content shorter or longer than its source (none is made so) would
+  // show other bytes than the file's.
+  if (content->size() != source(*index).identity.size) return kNone;
+  return index;
+}
+
 Result<std::vector<Xattr>> View::Xattrs(InodeId inode) {
   if (inode >> kGraftShift) {
     UCFS_ASSIGN_OR_RETURN(Place place, Locate(inode));

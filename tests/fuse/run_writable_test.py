@@ -146,7 +146,9 @@ def test_writable(base):
             staging = os.path.join(m.dir, "tmp-checkpoint-12")
             os.mkdir(staging)
             os.rename(staging, os.path.join(m.dir, "checkpoint-12"))
-            with multiprocessing.Pool(4) as pool:
+            # fork, not Python 3.14's default forkserver, which fails in a
+            # chroot (tests/fuse_next): these ranks need nothing but the fork.
+            with multiprocessing.get_context("fork").Pool(4) as pool:
                 assert sorted(pool.map(write_in_shared_dir, [(m.dir, r) for r in range(4)])) == [0, 1, 2, 3]
             with open(os.path.join(m.dir, "checkpoint-12", "latest"), "w") as f:
                 f.write("global_step12")

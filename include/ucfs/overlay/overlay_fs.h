@@ -99,6 +99,11 @@ class OverlayFs final : public FileSystem {
   Status Fsync(const Handle& handle, bool datasync) override;
   Status Fallocate(const Handle& handle, int mode, off_t offset, off_t length) override;
   void Release(InodeId inode, const Handle& handle) override;
+  // An open upper file that is a regular file and not set-id: its own fd.
+  // Never a view file (its read-only handles read the copy once it is
+  // copied up, which a backing file fixed at open could not), nor a set-id
+  // file (its writes are the daemon's to see: BeforeWrite). Takes no lock.
+  std::optional<WholeFile> WholeFileOf(InodeId inode, const Handle& handle) override;
   Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode,
                               const Caller* caller = nullptr) override;
   Result<struct stat> MakeNode(InodeId parent, std::string_view name, mode_t mode, dev_t rdev,

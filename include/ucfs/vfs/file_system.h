@@ -183,6 +183,25 @@ class FileSystem {
   // Closes the handle's fd; the inode no longer answers through it.
   virtual void Release(InodeId inode, const Handle& handle) = 0;
 
+  // What an open file is when it is one real file, whole, which the kernel
+  // may then read (and write) itself, past the daemon (FUSE passthrough):
+  // the handle's own file (`fd`: an upper file), or a source file of the
+  // view (`source`, an index of view().source(), which the adapter opens
+  // and checks through SourceFiles at each open, so that a source changed
+  // since the view was built is refused there, as any read of it is).
+  struct WholeFile {
+    int fd = -1;
+    std::optional<uint32_t> source;
+    bool operator==(const WholeFile&) const = default;
+  };
+  // nullopt for a file whose reads must reach the daemon: one the view
+  // assembles, or whose handle must see a copy-up (a writable mount's view
+  // files), or whose writes the daemon must see (a set-id file: a write
+  // clears its bits, StartWrite). The same for every handle of an inode
+  // while it is that file: the kernel takes every open of an inode through
+  // the same backing file, or none.
+  virtual std::optional<WholeFile> WholeFileOf(InodeId inode, const Handle& handle) = 0;
+
   // --- entries ------------------------------------------------------------
   virtual Result<struct stat> MakeDir(InodeId parent, std::string_view name, mode_t mode,
                                       const Caller* caller = nullptr) = 0;

@@ -78,6 +78,8 @@ class ReadOnlyFs final : public FileSystem {
   Status Fsync(const Handle&, bool) override { return Unsupported(); }
   Status Fallocate(const Handle&, int, off_t, off_t) override { return Refused(); }
   void Release(InodeId, const Handle&) override {}
+  // A file passed through whole (View::WholeSource): its source.
+  std::optional<WholeFile> WholeFileOf(InodeId inode, const Handle& handle) override;
 
   Result<struct stat> MakeDir(InodeId, std::string_view, mode_t, const Caller* = nullptr) override {
     return Refused();

@@ -63,6 +63,10 @@ class FileContent {
   // About how many bytes of memory the content holds (built bytes, its
   // plan), for caches sized by bytes (ContentCache); 0 for little.
   virtual uint64_t memory() const { return 0; }
+  // The source (an index of View::source()) this content is, whole and as
+  // it is, when it is one: a reader may then read that file itself
+  // (View::WholeSource); nullopt for bytes ucfs assembles.
+  virtual std::optional<uint32_t> WholeSource() const { return std::nullopt; }
 };
 
 // A small file ucfs made (`latest_universal`).
@@ -83,6 +87,7 @@ class SourceContent final : public FileContent {
   SourceContent(uint32_t source, uint64_t size) : source_(source), size_(size) {}
   uint64_t size() const override { return size_; }
   Status Plan(uint64_t offset, uint64_t length, std::vector<ReadPiece>* out) const override;
+  std::optional<uint32_t> WholeSource() const override { return source_; }
 
  private:
   uint32_t source_;
@@ -245,6 +250,13 @@ class View {
   // Entries of a directory, sorted by name (no "." or "..").
   Result<std::vector<std::pair<std::string, Attr>>> ReadDir(InodeId dir);
   Status Plan(InodeId file, uint64_t offset, uint64_t length, std::vector<ReadPiece>* out);
+  // The source `file` is, whole, as an index of source(), when its bytes
+  // are exactly one source file's, at the size the view recorded for it (a
+  // file passed through: a model-states file, `latest`, a per-rank file
+  // and its copies); nullopt for a file the view assembles. Whoever reads
+  // that file instead (FUSE passthrough: the kernel, past the daemon)
+  // checks its identity first, as every read does (SourceFiles::Get).
+  Result<std::optional<uint32_t>> WholeSource(InodeId file);
   // What a symbolic link holds; InvalidArgument for anything else. A link
   // in a source directory is shown as a link, never followed: the kernel
   // resolves it for whoever looks, with their permissions.
