@@ -25,6 +25,7 @@ class CountingFile final : public RandomAccessFile {
   uint64_t Size() const override { return base_->Size(); }
   Result<FileStat> Stat() const override {
     counters_->stats.fetch_add(1, std::memory_order_relaxed);
+    counters_->fstats.fetch_add(1, std::memory_order_relaxed);
     if (counters_->tracer) counters_->tracer("fstat", base_->path());
     return base_->Stat();
   }
@@ -56,6 +57,7 @@ EnvCounts CountingEnv::counts() const {
   EnvCounts c;
   c.opens = counters_->opens.load();
   c.stats = counters_->stats.load();
+  c.fstats = counters_->fstats.load();
   c.listings = counters_->listings.load();
   c.others = counters_->others.load();
   c.reads = counters_->reads.load();
@@ -64,8 +66,9 @@ EnvCounts CountingEnv::counts() const {
 }
 
 void CountingEnv::Reset() {
-  for (auto* counter : {&counters_->opens, &counters_->stats, &counters_->listings,
-                        &counters_->others, &counters_->reads, &counters_->bytes_read}) {
+  for (auto* counter :
+       {&counters_->opens, &counters_->stats, &counters_->fstats, &counters_->listings,
+        &counters_->others, &counters_->reads, &counters_->bytes_read}) {
     counter->store(0);
   }
 }

@@ -37,6 +37,7 @@ TEST(CountingEnv, CountsEachKindAndTheConfinedEnvsToo) {
   const EnvCounts c = env.counts();
   EXPECT_EQ(c.opens, 2u);
   EXPECT_EQ(c.stats, 3u);  // two by path, one of the open file
+  EXPECT_EQ(c.fstats, 1u);
   EXPECT_EQ(c.listings, 1u);
   EXPECT_EQ(c.others, 1u);  // Confine
   EXPECT_EQ(c.metadata(), 7u);
@@ -45,6 +46,7 @@ TEST(CountingEnv, CountsEachKindAndTheConfinedEnvsToo) {
   env.Reset();
   EXPECT_EQ(env.counts().metadata(), 0u);
   EXPECT_EQ(env.counts().bytes_read, 0u);
+  EXPECT_EQ(env.counts().fstats, 0u);
 }
 
 // The delay is paid by metadata operations only, each of them.

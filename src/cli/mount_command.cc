@@ -9,6 +9,7 @@
 
 #include "cli/logging.h"
 #include "cli/mount_options.h"
+#include "cli/source_stats.h"
 #include "fuse/fuse_server.h"
 #include "ucfs/mount/mount_plan.h"
 #include "ucfs/overlay/overlay_fs.h"
@@ -54,8 +55,12 @@ int RunMount(MountArgs a) {
   auto request = RequestOf(a);
   if (!request.ok()) return Fail(request.status(), kExitUsage);
   const MountRequest& r = *request;
-  if (Status s = CheckRequest(*Env::Posix(), r); !s.ok()) return Fail(s, kExitUsage);
-  auto planned = PlanMount(*Env::Posix(), r);
+  // Declared before the plan, whose Envs it counts through: it outlives them.
+  auto counter = SourceCounter(verbosity);
+  if (!counter.ok()) return Fail(counter.status(), kExitUsage);
+  Env& host = *counter ? static_cast<Env&>(**counter) : *Env::Posix();
+  if (Status s = CheckRequest(host, r); !s.ok()) return Fail(s, kExitUsage);
+  auto planned = PlanMount(host, r);
   if (!planned.ok()) return Fail(planned.status(), kExitCheckpointError);
   MountPlan& plan = *planned;
   std::unique_ptr<FileSystem> fs;
@@ -75,6 +80,10 @@ int RunMount(MountArgs a) {
   fuse::ServeOptions serve = ServeOptionsOf(a, r, plan);
   serve.on_mounted = [&] {
     if (!a.foreground) SetUpLogging(verbosity, a.log_file, true);
+    if (*counter) {
+      spdlog::info("{}: source operations until mounted: {}", r.checkpoint,
+                   DescribeCounts((*counter)->counts()));
+    }
     const auto* mounted = std::get_if<CheckpointMount>(&plan.kind);
     if (mounted == nullptr) {
       spdlog::info("{} mounted on {}: {} ({:.1f} ms)", r.checkpoint, *r.mountpoint, kind, ms);
@@ -85,7 +94,12 @@ int RunMount(MountArgs a) {
                  r.checkpoint, *r.mountpoint, kind, c.files().tag, c.params().size(),
                  c.world_size(), ms, mounted->index_note);
   };
-  return fuse::Serve(std::move(fs), serve);
+  const int status = fuse::Serve(std::move(fs), serve);
+  if (*counter) {
+    spdlog::info("{}: source operations until unmounted: {}", r.checkpoint,
+                 DescribeCounts((*counter)->counts()));
+  }
+  return status;
 }
 
 }  // namespace ucfs::cli

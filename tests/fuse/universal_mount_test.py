@@ -17,7 +17,9 @@ The tuning switches (--no-prefetch, --no-splice, --drop-source-pages) serve
 the same bytes.
 Then: a second mount is served from the index, a rank file rewritten while
 mounted makes dependent reads fail with EIO, and a broken checkpoint is
-refused with a message naming the file.
+refused with a message naming the file. At -v the daemon logs what it asked
+of the source, at mount and at unmount, and UCFS_BENCH_METADATA_DELAY_MS
+slows each of those questions.
 
 usage: universal_mount_test.py UCFS_BIN FIXTURES_DIR
 Ends with the line "N passed, M failed".
@@ -28,6 +30,7 @@ import hashlib
 import mmap
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -342,6 +345,67 @@ def test_index_and_changes():
         shutil.rmtree(work)
 
 
+def source_counts(log, when):
+    """{'opens': n, ...} from the -v line `... source operations until <when>: ...`."""
+    m = re.search(r"source operations until " + when + r": (\d+) opens, (\d+) stats \(\d+ of open files\), (\d+) listings, "
+                  r"(\d+) path walks, (\d+) reads", log)
+    assert m, log
+    return dict(zip(("opens", "stats", "listings", "walks", "reads"), map(int, m.groups())))
+
+
+def test_source_counts():
+    work = tempfile.mkdtemp(prefix="ucfs_src_")
+    try:
+        ckpt = os.path.join(work, "ckpt")
+        shutil.copytree(os.path.join(FIXTURES, "z3_fp32_ws3", "checkpoint"), ckpt)
+        cache = os.path.join(work, "cache")
+        cold = Mount(ckpt, "--cache-dir", cache)
+        cold.close()
+        m = Mount(ckpt, "--cache-dir", cache)
+        try:
+            with open(os.path.join(m.dir, "global_step4_universal", "zero", "embed.weight", "fp32.pt"),
+                      "rb") as f:
+                f.read()
+        finally:
+            m.close()
+
+        def counted():
+            first = source_counts(cold.log_text(), "mounted")
+            # The cold mount opened and read every optimizer file; the warm one
+            # (the LMDB index) none of them.
+            assert first["opens"] >= 3 and first["reads"] >= 3, first
+            mounted = source_counts(m.log_text(), "mounted")
+            unmounted = source_counts(m.log_text(), "unmounted")
+            assert mounted["opens"] < first["opens"], (mounted, first)
+            # embed.weight is cut over the 3 ranks: its read opened those 3.
+            assert unmounted["opens"] - mounted["opens"] == 3, (mounted, unmounted)
+        check("-v: the daemon logs the source operations at mount and at unmount", counted)
+
+        def delayed():
+            os.environ["UCFS_BENCH_METADATA_DELAY_MS"] = "20"
+            try:
+                slow = Mount(ckpt, "--cache-dir", cache)
+            finally:
+                del os.environ["UCFS_BENCH_METADATA_DELAY_MS"]
+            slow.close()
+            log = slow.log_text()
+            assert "delayed by 20 ms (a benchmark knob)" in log, log
+            # Each question waited 20 ms: the plan's time says so.
+            took = float(re.search(r"\(([0-9.]+) ms, ", log).group(1))
+            questions = source_counts(log, "mounted")
+            assert took >= 20 * (questions["opens"] + questions["stats"]), (took, questions)
+            mnt = tempfile.mkdtemp(prefix="ucfs_mnt_")
+            try:
+                r = subprocess.run([UCFS, "mount", "-f", ckpt, mnt], capture_output=True, text=True,
+                                   timeout=30, env=dict(os.environ, UCFS_BENCH_METADATA_DELAY_MS="1ms"))
+                assert r.returncode == 2 and "UCFS_BENCH_METADATA_DELAY_MS=1ms" in r.stderr, r
+            finally:
+                os.rmdir(mnt)
+        check("UCFS_BENCH_METADATA_DELAY_MS delays each source question; a bad value is refused", delayed)
+    finally:
+        shutil.rmtree(work)
+
+
 CACHE = tempfile.mkdtemp(prefix="ucfs_cache_")
 try:
     # ZeRO-1/2 fixtures: flat_group_mount_test.py.
@@ -349,6 +413,7 @@ try:
         test_fixture(fixture)
     test_tuning_switches("z3_tricky_fp32_ws4")  # several sub-groups, frozen, tied
     test_index_and_changes()
+    test_source_counts()
 finally:
     shutil.rmtree(CACHE)
 sys.exit(results.finish())

@@ -26,8 +26,12 @@ namespace ucfs {
 
 // What was asked of the Env below, by kind.
 struct EnvCounts {
-  uint64_t opens = 0;     // Open (open(2) of a file)
-  uint64_t stats = 0;     // Stat, and Open's fstat where the file's identity is asked
+  uint64_t opens = 0;  // Open (open(2) of a file)
+  uint64_t stats = 0;  // Stat, and Open's fstat where the file's identity is asked
+  // Of `stats`, those of an open file (RandomAccessFile::Stat, an fstat):
+  // whether one is a round trip depends on the file system's attribute
+  // caching, where a stat by path always walks the path.
+  uint64_t fstats = 0;
   uint64_t listings = 0;  // ListDir (a directory read whole)
   uint64_t others = 0;    // ReadLink, RealPath, Confine (each a path walk)
   uint64_t reads = 0;     // RandomAccessFile::Read calls
@@ -60,7 +64,8 @@ class CountingEnv final : public EnvWrapper {
   Result<std::shared_ptr<Env>> Confine(const std::string& dir) override;
 
   struct Counters {
-    std::atomic<uint64_t> opens{0}, stats{0}, listings{0}, others{0}, reads{0}, bytes_read{0};
+    std::atomic<uint64_t> opens{0}, stats{0}, fstats{0}, listings{0}, others{0}, reads{0},
+        bytes_read{0};
     Tracer tracer;
   };
 
