@@ -15,7 +15,9 @@
 // walk): a loaded metadata server.
 //
 // usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] [--index-dir DIR]
-//                   [--delay-ms D] [--label TEXT] [--trace]
+//                   [--root REL] [--delay-ms D] [--label TEXT] [--trace]
+// `--root REL`: CKPT is a run directory, and the steps list and read the
+// checkpoint root at REL in it (the root's listing is then in `list`).
 // `--trace` prints each metadata operation (kind and path) to stderr.
 // Prints one line per step: label, step, opens, stats, listings, others,
 // reads, bytes read, seconds.
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "ucfs/base/counting_env.h"
+#include "ucfs/base/path.h"
 #include "ucfs/mount/mount_plan.h"
 #include "ucfs/vfs/source_files.h"
 #include "ucfs/vfs/view.h"
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   std::string label;
   long delay_ms = 0;
   bool trace = false;
+  std::string root_path;  // in a run directory
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -111,6 +115,8 @@ int main(int argc, char** argv) {
       delay_ms = std::stol(value());
     } else if (arg == "--trace") {
       trace = true;
+    } else if (arg == "--root") {
+      root_path = value();
     } else if (arg == "--label") {
       label = value();
     } else if (request.checkpoint.empty() && !arg.starts_with("-")) {
@@ -118,7 +124,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] "
-                   "[--index-dir DIR] "
+                   "[--index-dir DIR] [--root REL] "
                    "[--delay-ms D] [--label TEXT] [--trace]\n");
       return 2;
     }
@@ -142,7 +148,13 @@ int main(int argc, char** argv) {
   Report(label, "mount", host.counts(), start);
 
   ucfs::View& view = *plan->view;
-  auto latest = view.Lookup(ucfs::kRootInode, "latest");
+  ucfs::InodeId root = ucfs::kRootInode;
+  for (const std::string_view name : ucfs::Components(root_path)) {
+    auto below = view.Lookup(root, name);
+    if (!below.ok()) return Fail("--root " + root_path, below.status());
+    root = *below;
+  }
+  auto latest = view.Lookup(root, "latest");
   if (!latest.ok()) return Fail("latest", latest.status());
   std::vector<ucfs::ReadPiece> pieces;
   ucfs::SourceFiles reader(view);
@@ -152,9 +164,9 @@ int main(int argc, char** argv) {
   if (auto s = view.Plan(*latest, 0, latest_attr->size, &pieces); !s.ok()) return Fail("latest", s);
   if (auto s = reader.Read(pieces, &tag); !s.ok()) return Fail("latest", s);
   while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-  auto tag_dir = view.Lookup(ucfs::kRootInode, request.world_size ? tag : tag + "_universal");
+  auto tag_dir = view.Lookup(root, request.world_size ? tag : tag + "_universal");
   if (!tag_dir.ok()) return Fail("tag " + tag, tag_dir.status());
-  if (auto s = List(view, ucfs::kRootInode); !s.ok()) return Fail("ls -l /", s);
+  if (auto s = List(view, root); !s.ok()) return Fail("ls -l /" + root_path, s);
   if (auto s = List(view, *tag_dir); !s.ok()) return Fail("ls -l " + tag, s);
   Report(label, "list", host.counts(), start);
 

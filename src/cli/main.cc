@@ -24,6 +24,7 @@
 #include "cli/mount_options.h"
 #include "cli/verify_command.h"
 #include "ucfs/base/path.h"
+#include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/codec/describe.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/mount/shared_index.h"
@@ -70,7 +71,28 @@ int RunIndex(const IndexArgs& a) {
     if (!dir.ok()) return Fail("index", dir.status());
     index_dir = *dir;
   }
-  auto written = ucfs::WriteSharedIndex(*ucfs::Env::Posix(), *path, a.tag, index_dir);
+  ucfs::Env& host = *ucfs::Env::Posix();
+  if (!ucfs::IsCheckpointDirectory(host, *path) && host.IsDirectory(*path)) {
+    // A run directory: every tag of every root, the current ones left be.
+    if (a.tag) {
+      return Fail("index", ucfs::Status::InvalidArgument(
+                               *path + " is a run directory: --tag takes one of its roots; "
+                                       "without it every tag of every root is indexed"));
+    }
+    auto tags = ucfs::WriteRunIndexes(host, *path, index_dir);
+    if (!tags.ok()) return Fail("index", tags.status());
+    int failed = 0;
+    for (const ucfs::TagIndexed& t : *tags) {
+      if (!t.error.ok()) {
+        ++failed;
+        Fail("index", t.error.Annotate(t.tag_dir));
+      } else {
+        std::cout << (t.written ? "written " : "current ") << t.index_file << "\n";
+      }
+    }
+    return failed == 0 ? 0 : kExitCheckpointError;
+  }
+  auto written = ucfs::WriteSharedIndex(host, *path, a.tag, index_dir);
   if (!written.ok()) return Fail("index", written.status());
   std::cout << *written << "\n";
   return 0;
@@ -189,8 +211,11 @@ CLI::App* AddIndexCommand(CLI::App& app, IndexArgs* a, int* verbosity) {
       "index",
       "Write a checkpoint tag's shared index beside it (<root>/<tag>.ucfs-index): what every "
       "node's mount would otherwise ask the file system about each rank file, read once. Run it "
-      "after a save; a mount that finds a current one opens no rank file until bytes are read");
-  index->add_option("CKPT", a->checkpoint, "Checkpoint root (with `latest`) or tag directory")
+      "after a save; a mount that finds a current one opens no rank file until bytes are read. "
+      "Of a run directory: every tag of every root, those with a current index left as they are");
+  index
+      ->add_option("CKPT", a->checkpoint,
+                   "Checkpoint root (with `latest`), tag directory or run directory")
       ->required();
   index->add_option("--tag", a->tag, "Tag to index instead of the one `latest` names");
   index->add_option("--index-dir", a->index_dir,

@@ -48,8 +48,27 @@ UniversalViewOptions UniversalOf(const MountRequest& r) {
   return universal;
 }
 
-Result<RunViewOptions> RunOptions(Env& host, const MountRequest& r, TorchFileSource* index) {
+// The options of the run view, and of a root's other tags; `source` is
+// what they are read through.
+Result<RunViewOptions> RunOptions(Env& host, const MountRequest& r,
+                                  const std::shared_ptr<Env>& source, TorchFileSource* index) {
   RunViewOptions options;
+  // Each tag's shared index, looked for as the tag is opened; --index-dir
+  // is read through the host, confined to it.
+  std::shared_ptr<Env> index_env;
+  std::optional<std::string> index_dir;
+  if (r.index_dir) {
+    auto real = host.RealPath(*r.index_dir);
+    auto confined = real.ok() ? host.Confine(*real) : Result<std::shared_ptr<Env>>(real.status());
+    if (confined.ok()) {
+      index_dir = *real;
+      index_env = std::move(confined).value();
+    } else {
+      spdlog::warn("--index-dir {}: {} (going on without it)", TerminalSafe(*r.index_dir),
+                   TerminalSafe(confined.status().message()));
+    }
+  }
+  options.shared_index = SharedIndexFinder(source, std::move(index_env), std::move(index_dir));
   UCFS_ASSIGN_OR_RETURN(options.universal_info, ReadSuppliedUniversalInfo(host, r.universal_info));
   options.hf_weights->dtype = r.weights_dtype;
   options.source = index;
@@ -102,7 +121,7 @@ Result<MountPlan> PlanRun(Env& host, const MountRequest& r, MountPlan out, const
     UCFS_ASSIGN_OR_RETURN(out.env, RouteUpper(host, std::move(out.env), path, &upper));
   }
   if (!r.no_cache) out.index = std::make_shared<LazyIndex>(*out.env, lmdb_dir);
-  UCFS_ASSIGN_OR_RETURN(RunViewOptions options, RunOptions(host, r, out.index.get()));
+  UCFS_ASSIGN_OR_RETURN(RunViewOptions options, RunOptions(host, r, out.env, out.index.get()));
   UCFS_ASSIGN_OR_RETURN(out.view, BuildRunView(*out.env, path, options));
   out.source_dirs = {path};
   out.description =
@@ -140,20 +159,13 @@ SharedTag ReadSharedTag(Env& host, const MountRequest& r, MountPlan& out,
   SharedTag shared;
   auto where = LocateTag(*out.env, source.path, r.tag);
   if (!where.ok()) return shared;
-  std::string note;
   // --index-dir first (outside the checkpoint: read through the host),
   // then beside the tag, where a run directory or a tag without a root
   // has none within reach.
-  if (r.index_dir) {
-    shared.index_file = IndexFileIn(*r.index_dir, *where);
-    shared.snapshot = ReadSharedIndex(host, shared.index_file, *out.env, *where, &note);
-    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
-  }
-  if (!shared.snapshot && IsAtOrBelow(where->root, source.root)) {
-    shared.index_file = where->index_file;
-    shared.snapshot = ReadSharedIndex(*out.env, shared.index_file, *out.env, *where, &note);
-    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
-  }
+  FoundIndex found =
+      FindSharedIndex(&host, r.index_dir, *out.env, *where, IsAtOrBelow(where->root, source.root));
+  shared.snapshot = std::move(found.snapshot);
+  shared.index_file = std::move(found.index_file);
   if (shared.snapshot) {
     shared.tag_dir = where->tag_dir;
     out.env = std::make_shared<SnapshotEnv>(out.env, shared.tag_dir, shared.snapshot);
@@ -275,7 +287,8 @@ Result<MountPlan> PlanCheckpoint(Env& host, const MountRequest& r, MountPlan out
   if (!files.root.empty()) {
     UCFS_RETURN_IF_ERROR(AddRootHfWeights(r, env, checkpoint, *out.view));
     if (!r.no_cache) out.index = std::make_shared<LazyIndex>(env, lmdb_dir);
-    UCFS_ASSIGN_OR_RETURN(RunViewOptions run_options, RunOptions(host, r, out.index.get()));
+    UCFS_ASSIGN_OR_RETURN(RunViewOptions run_options,
+                          RunOptions(host, r, out.env, out.index.get()));
     UCFS_RETURN_IF_ERROR(AddOtherTagViews(*out.view, env, files.root, tag, run_options));
   }
   for (const std::string& dir : {files.root, files.tag_dir}) {

@@ -1,6 +1,7 @@
 #include "ucfs/mount/shared_index.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/checkpoint_layout.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
+#include "ucfs/checkpoint/run_layout.h"
 #include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/mount/source_env.h"
 #include "ucfs/views/universal_view.h"
@@ -170,6 +172,69 @@ std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& index_env, const std::st
     return nullptr;
   }
   return std::make_shared<const TagSnapshot>(std::move(snapshot).value());
+}
+
+FoundIndex FindSharedIndex(Env* index_env, const std::optional<std::string>& index_dir, Env& source,
+                           const TagLocation& where, bool beside) {
+  FoundIndex found;
+  std::string note;
+  if (index_dir && index_env != nullptr) {
+    found.index_file = IndexFileIn(*index_dir, where);
+    found.snapshot = ReadSharedIndex(*index_env, found.index_file, source, where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
+  if (!found.snapshot && beside) {
+    found.index_file = where.index_file;
+    found.snapshot = ReadSharedIndex(source, found.index_file, source, where, &note);
+    if (!note.empty()) spdlog::info("{} (going on without it)", TerminalSafe(note));
+  }
+  return found;
+}
+
+std::function<std::optional<IndexedTag>(const std::string& root, const std::string& tag)>
+SharedIndexFinder(std::shared_ptr<Env> source, std::shared_ptr<Env> index_env,
+                  std::optional<std::string> index_dir) {
+  return [source = std::move(source), index_env = std::move(index_env),
+          index_dir = std::move(index_dir)](const std::string& root,
+                                            const std::string& tag) -> std::optional<IndexedTag> {
+    TagLocation where;
+    where.root = root;
+    where.tag = tag;
+    where.tag_dir = JoinPath(root, tag);
+    where.index_file = where.tag_dir + std::string(kSuffix);
+    FoundIndex found = FindSharedIndex(index_env.get(), index_dir, *source, where, true);
+    if (!found.snapshot) return std::nullopt;
+    return IndexedTag{std::make_shared<SnapshotEnv>(source, where.tag_dir, found.snapshot),
+                      std::move(found.snapshot), std::move(found.index_file)};
+  };
+}
+
+Result<std::vector<TagIndexed>> WriteRunIndexes(Env& host, const std::string& run,
+                                                const std::optional<std::string>& index_dir) {
+  UCFS_ASSIGN_OR_RETURN(std::vector<RootListing> roots, FindRoots(host, run));
+  std::vector<TagIndexed> out;
+  for (const RootListing& root : roots) {
+    for (const TagListing& tag : root.tags) {
+      if (!tag.complete) continue;  // not served, so not indexed
+      TagIndexed done;
+      done.tag_dir = tag.dir;
+      auto where = LocateTag(host, root.dir, tag.name);
+      if (!where.ok()) {
+        done.error = where.status();
+        out.push_back(std::move(done));
+        continue;
+      }
+      done.index_file = index_dir ? IndexFileIn(*index_dir, *where) : where->index_file;
+      std::string note;
+      if (ReadSharedIndex(host, done.index_file, host, *where, &note) == nullptr) {
+        auto written = WriteSharedIndex(host, root.dir, tag.name, index_dir);
+        done.written = written.ok();
+        if (!written.ok()) done.error = written.status();
+      }
+      out.push_back(std::move(done));
+    }
+  }
+  return out;
 }
 
 }  // namespace ucfs

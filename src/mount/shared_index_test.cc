@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 struct Mounted {
   EnvCounts asked;
   std::map<std::string, std::string> files;
+  int rank_files_opened = 0;  // where counted
 };
 
 // The universal view of `ckpt` planned on a counting host (with the shared
@@ -212,6 +213,117 @@ TEST_F(SharedIndexTest, AGridIsIndexedAndMountedFromIt) {
   EXPECT_EQ(indexed.asked.opens, 2u);  // `latest` and the index
   EXPECT_LE(indexed.asked.metadata(), 10u);
   EXPECT_LT(indexed.asked.metadata(), plain.asked.metadata());
+}
+
+// A run directory's tag looked into (its universal view listed, every
+// file's size known), counted from after the plan: what opening the tag
+// asks of the source; and the view's files.
+Mounted LookIntoRunTag(const std::string& run, const std::string& tag_view,
+                       std::optional<std::string> index_dir = std::nullopt) {
+  CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
+  MountRequest request;
+  request.checkpoint = run;
+  request.no_cache = true;
+  request.index_dir = std::move(index_dir);
+  auto plan = PlanMount(host, request);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return {};
+  host.Reset();
+  Mounted m;
+  bool looking = true;
+  host.set_tracer([&m, &looking](const char* kind, const std::string& path) {
+    if (looking && std::string_view(kind) == "open" && path.ends_with(".pt")) ++m.rank_files_opened;
+  });
+  const InodeId dir = testing::ResolvePath(*plan->view, tag_view);
+  EXPECT_FALSE(testing::EntryNames(*plan->view, dir).empty());
+  m.asked = host.counts();
+  looking = false;
+  testing::ViewTree(*plan->env, *plan->view, dir, "", &m.files);
+  return m;
+}
+
+// `ucfs index RUN`: every tag of every root of a run directory, each
+// opened from its index when the run view looks into it, asking the source
+// the same at 2 ranks as at 4 and serving the same bytes; run again, it
+// writes nothing.
+TEST_F(SharedIndexTest, ARunsTagsAreIndexedAndOpenedFromTheirIndexes) {
+  std::vector<Mounted> plain_by_world, by_world, by_world_in_dir;
+  for (const char* fixture : {"z3_fp32_ws2", "z3_fp32_ws4"}) {
+    const std::string run = dir_ + "/run_" + fixture;
+    fs::create_directories(run + "/output");
+    fs::copy(testing::FixtureDir(fixture) + "/checkpoint", run + "/output/checkpoint-4",
+             fs::copy_options::recursive);
+    const std::string root = run + "/output/checkpoint-4";
+    fs::remove_all(root + "/global_step4_universal");
+    fs::remove(root + "/latest_universal");
+    const std::string tag_view = "output/checkpoint-4/global_step4_universal";
+    plain_by_world.push_back(LookIntoRunTag(run, tag_view));
+
+    const std::string index_dir = run + "-indexes";
+    fs::create_directory(index_dir);
+    auto in_dir = WriteRunIndexes(*Env::Posix(), run, index_dir);
+    ASSERT_TRUE(in_dir.ok()) << in_dir.status().ToString();
+    ASSERT_EQ(in_dir->size(), 1u);
+    EXPECT_TRUE((*in_dir)[0].written);
+    EXPECT_TRUE((*in_dir)[0].index_file.starts_with(index_dir + "/global_step4-"));
+    by_world_in_dir.push_back(LookIntoRunTag(run, tag_view, index_dir));
+
+    auto indexed = WriteRunIndexes(*Env::Posix(), run);
+    ASSERT_TRUE(indexed.ok()) << indexed.status().ToString();
+    ASSERT_EQ(indexed->size(), 1u);
+    EXPECT_TRUE((*indexed)[0].error.ok()) << (*indexed)[0].error.ToString();
+    EXPECT_TRUE((*indexed)[0].written);
+    EXPECT_EQ((*indexed)[0].index_file, root + "/global_step4.ucfs-index");
+    EXPECT_EQ((*indexed)[0].tag_dir, root + "/global_step4");
+    by_world.push_back(LookIntoRunTag(run, tag_view));
+    // After the next save: the current index is left as it is.
+    auto again = WriteRunIndexes(*Env::Posix(), run);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(again->size(), 1u);
+    EXPECT_FALSE((*again)[0].written);
+    EXPECT_TRUE((*again)[0].error.ok());
+  }
+  for (size_t w = 0; w < 2; ++w) {
+    EXPECT_FALSE(plain_by_world[w].files.empty());
+    EXPECT_TRUE(by_world[w].files == plain_by_world[w].files);
+    EXPECT_TRUE(by_world_in_dir[w].files == plain_by_world[w].files);
+    EXPECT_LT(by_world[w].asked.metadata(), plain_by_world[w].asked.metadata());
+    EXPECT_LT(by_world_in_dir[w].asked.metadata(), plain_by_world[w].asked.metadata());
+  }
+  // Opening the tag from its index: no rank file opened, and the same
+  // questions at 2 ranks and 4 (the run's directories, the root's
+  // `latest`, the index and the tag directory's identity); without it,
+  // each rank's files, and 4 ranks' cost more.
+  for (const auto* mounts : {&by_world, &by_world_in_dir}) {
+    for (const Mounted& m : *mounts) EXPECT_EQ(m.rank_files_opened, 0);
+    EXPECT_EQ((*mounts)[0].asked.metadata(), (*mounts)[1].asked.metadata());
+  }
+  EXPECT_GE(plain_by_world[1].rank_files_opened, 4);  // each rank's optimizer file
+  EXPECT_LT(plain_by_world[0].asked.metadata(), plain_by_world[1].asked.metadata());
+}
+
+// A run's tag whose index decodes and is current but lies (its listing
+// lacks rank 1's optimizer file): the tag is opened without it, with the
+// same bytes.
+TEST_F(SharedIndexTest, ARunsTagWithALyingIndexIsReadItself) {
+  const std::string run = dir_ + "/run";
+  fs::create_directory(run);
+  fs::rename(ckpt_, run + "/ckpt");
+  const std::string tag_view = "ckpt/global_step4_universal";
+  const Mounted plain = LookIntoRunTag(run, tag_view);
+  auto written = WriteRunIndexes(*Env::Posix(), run);
+  ASSERT_TRUE(written.ok() && written->size() == 1u);
+  const std::string index_file = (*written)[0].index_file;
+  auto snapshot = DecodeTagSnapshot(testing::ReadFile(index_file));
+  ASSERT_TRUE(snapshot.ok());
+  std::erase_if(snapshot->listings[""], [](const DirEntry& e) {
+    return e.name == "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  });
+  { std::ofstream(index_file, std::ios::binary | std::ios::trunc) << EncodeTagSnapshot(*snapshot); }
+  const Mounted lied_to = LookIntoRunTag(run, tag_view);
+  EXPECT_FALSE(plain.files.empty());
+  EXPECT_TRUE(lied_to.files == plain.files);
+  EXPECT_GT(lied_to.rank_files_opened, 0);
 }
 
 }  // namespace

@@ -18,7 +18,11 @@ SourceFiles::SourceFiles(const View& view)
 
 Status SourceFiles::Changed(uint32_t index, const SourceFile& src, const FileIdentity& now) {
   std::string what;
-  if (now.device != src.identity.device || now.inode != src.identity.inode) {
+  FileIdentity same_place = now;  // which file, not what is in it
+  same_place.size = src.identity.size;
+  same_place.mtime_ns = src.identity.mtime_ns;
+  same_place.ctime_ns = src.identity.ctime_ns;
+  if (!StillSameFile(src.identity, same_place)) {
     what = "replaced";
   } else if (now.size != src.identity.size) {
     what = "size " + std::to_string(src.identity.size) + " -> " + std::to_string(now.size);
@@ -75,7 +79,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
   }
   auto now = checked ? std::move(*checked) : file->Stat();
   if (!now.ok()) return Status::Posix(EIO, now.status().message()).WithFile(file->path());
-  if (!(now->identity == expected)) return Changed(index, source_(index), now->identity);
+  if (!StillSameFile(expected, now->identity)) return Changed(index, source_(index), now->identity);
   return file;
 }
 

@@ -91,5 +91,36 @@ TEST(SourceFilesPosix, ARenameKeepingSizeAndMtimeIsCaught) {
   EXPECT_EQ(got.status().posix_errno(), EIO);
 }
 
+// Recorded by a shared index, which keeps no device (each node of a
+// parallel file system sees its own st_dev): the same file is served on
+// whatever device it is seen, and a replaced one still caught.
+TEST(SourceFilesPosix, AnIdentityWithoutADeviceMatchesOnAnyDevice) {
+  const std::string dir = testing::FreshTempDir("source_files_device");
+  fs::create_directories(dir);
+  testing::WriteFile(dir + "/a", "0123456789");
+  auto st = Env::Posix()->Stat(dir + "/a");
+  ASSERT_TRUE(st.ok());
+  ASSERT_NE(st->identity.device, 0u);
+  SourceFile recorded{dir + "/a", st->identity, st->access};
+  recorded.identity.device = 0;
+  {
+    SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
+    EXPECT_TRUE(files.Get(0).ok());
+  }
+  recorded.identity.device = st->identity.device + 1;  // another file system's
+  {
+    SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
+    EXPECT_FALSE(files.Get(0).ok());
+  }
+  recorded.identity.device = 0;
+  testing::WriteFile(dir + "/b", "XXXXXXXXXX");
+  fs::last_write_time(dir + "/b", fs::last_write_time(dir + "/a"));
+  ASSERT_EQ(std::rename((dir + "/b").c_str(), (dir + "/a").c_str()), 0);
+  SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
+  auto got = files.Get(0);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("replaced"), std::string::npos) << got.status().ToString();
+}
+
 }  // namespace
 }  // namespace ucfs

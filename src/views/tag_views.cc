@@ -28,36 +28,66 @@ Status TagViews::Build(Built& built) {
   UCFS_RETURN_IF_ERROR(OpenOnce());
   std::unique_ptr<View> view;
   if (built.reshard) {
-    UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env_, grid_, *options_.reshard));
+    UCFS_ASSIGN_OR_RETURN(view, BuildReshardView(env(), grid_, *options_.reshard));
   } else {
-    UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env_, grid_, options_.universal));
+    UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env(), grid_, options_.universal));
   }
   built.view = std::move(view);
   return Status::OK();
 }
 
 Status TagViews::Open() {
+  std::optional<IndexedTag> indexed;
+  if (options_.shared_index) indexed = options_.shared_index(root_, tag_);
+  if (indexed) {
+    // Summaries from the index; a rank file it does not hold, as without.
+    const std::string tag_dir = JoinPath(root_, tag_);
+    auto direct = std::make_unique<DirectTorchFileSource>(*indexed->env);
+    TorchFileSource& fallback = options_.source ? *options_.source : *direct;
+    auto summaries = std::make_unique<SummarySource>(tag_dir, indexed->snapshot, fallback);
+    Status with = OpenThrough(*indexed->env, summaries.get());
+    if (with.ok()) {
+      indexed_ = std::move(indexed);
+      indexed_direct_ = std::move(direct);
+      indexed_summaries_ = std::move(summaries);
+      return Status::OK();
+    }
+    // One that decodes and is current but says what the tag's files do
+    // not must not make a good tag unservable, nor blame a rank file.
+    spdlog::warn(
+        "{}: tag {} could not be opened with its shared index {} ({}); reading the tag itself "
+        "(run `ucfs index` again)",
+        TerminalSafe(root_), TerminalSafe(tag_), TerminalSafe(indexed->index_file),
+        TerminalSafe(with.message()));
+    grid_.reset();
+    checkpoint_.reset();
+  }
+  return OpenThrough(env_, options_.source);
+}
+
+Status TagViews::OpenThrough(Env& env, TorchFileSource* source) {
   CheckpointOptions open;
   open.tag = tag_;
-  open.source = options_.source;
+  open.source = source;
   open.universal_info = options_.universal_info;
-  if (auto files = ListParallelCheckpointFiles(env_, root_, tag_);
+  const char* from = source != options_.source ? ", from its shared index" : "";
+  if (auto files = ListParallelCheckpointFiles(env, root_, tag_);
       files.ok() && files->degrees.mp() > 1) {
     UCFS_ASSIGN_OR_RETURN(ParallelCheckpoint grid,
-                          ParallelCheckpoint::OpenListed(env_, std::move(files).value(), open));
+                          ParallelCheckpoint::OpenListed(env, std::move(files).value(), open));
     grid_ = std::make_shared<const ParallelCheckpoint>(std::move(grid));
-    spdlog::info("{}: tag {} opened ({})", root_, tag_, DescribeDegrees(grid_->degrees()));
+    spdlog::info("{}: tag {} opened ({}{})", root_, tag_, DescribeDegrees(grid_->degrees()), from);
     return Status::OK();
   }
-  UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env_, root_, open));
+  UCFS_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(env, root_, open));
   checkpoint_ = std::make_shared<const Checkpoint>(std::move(ckpt));
   grid_ = ParallelCheckpoint::SharedOfDataParallel(checkpoint_);
-  spdlog::info("{}: tag {} opened ({} params, world size {})", root_, tag_,
-               checkpoint_->params().size(), checkpoint_->world_size());
+  spdlog::info("{}: tag {} opened ({} params, world size {}{})", root_, tag_,
+               checkpoint_->params().size(), checkpoint_->world_size(), from);
   if (options_.reshard) {
     std::string advice =
         BatchAdvice(checkpoint_->batch(), checkpoint_->world_size(), options_.reshard->world_size);
-    if (!advice.empty()) WarnOnce(env_.Where(JoinPath(root_, tag_)), advice);
+    if (!advice.empty()) WarnOnce(env.Where(JoinPath(root_, tag_)), advice);
   }
   return Status::OK();
 }

@@ -17,6 +17,7 @@
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
+#include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/vfs/view.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/hf_weights.h"
@@ -51,6 +52,9 @@ class TagViews {
     }
     return checkpoint_;
   }
+  // What the tag's views read through, once it is opened: its shared
+  // index's Env where it was opened with one, else the run's.
+  Env& env() const { return indexed_ ? *indexed_->env : env_; }
 
  private:
   struct Built {
@@ -68,6 +72,9 @@ class TagViews {
     return opened_status_;
   }
   Status Open();
+  // Opens the tag through `env`, its rank files summarised by `source`
+  // (null: read directly).
+  Status OpenThrough(Env& env, TorchFileSource* source);
   // Logs the batch advice for `tag_dir` once per process.
   static void WarnOnce(const std::string& tag_dir, const std::string& advice);
 
@@ -82,6 +89,12 @@ class TagViews {
   // pipeline-parallel one).
   std::shared_ptr<const ParallelCheckpoint> grid_;
   std::shared_ptr<const Checkpoint> checkpoint_;
+  // Set in opened_ where the tag was opened with its shared index: the
+  // index's Env and summaries, which its views read through for the
+  // tag's life.
+  std::optional<IndexedTag> indexed_;
+  std::unique_ptr<DirectTorchFileSource> indexed_direct_;
+  std::unique_ptr<SummarySource> indexed_summaries_;
   Built universal_{false};
   Built resharded_{true};
 };
@@ -95,8 +108,11 @@ void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& roo
                  View::SourceDirExtras* extras, std::shared_ptr<TagViews>* latest = nullptr);
 
 // model.safetensors beside config.json, of latest's tag (`latest`), added
-// to `extras`; a warning naming the root when none can be made. Its names
-// depend on its size, so the tag is opened now (its summaries only).
+// to `extras`; a warning naming the root when none can be made. Read
+// through `env`, the run's, not latest.env(): the weights outlive a
+// TagViews made for one listing (their identities, a shared index's, carry
+// no device, which SourceFiles allows). Its names depend on its size, so
+// the tag is opened now (its summaries only).
 void AddHfWeights(Env& env, const HfWeightsOptions& options, const RootListing& root,
                   TagViews& latest, View::SourceDirExtras* extras);
 

@@ -38,6 +38,15 @@ struct FileIdentity {
   bool operator==(const FileIdentity&) const = default;
 };
 
+// Whether the file seen as `now` is still the one recorded as `recorded`:
+// every field equal, the device only where one was recorded (a shared
+// index records none, as each node of a parallel file system sees its own
+// st_dev: checkpoint/tag_snapshot.h).
+inline bool StillSameFile(const FileIdentity& recorded, FileIdentity now) {
+  if (recorded.device == 0) now.device = 0;
+  return now == recorded;
+}
+
 // Who may read a file: what the mount shows as its owner and mode, so that
 // the kernel's `default_permissions` check holds what the source holds.
 struct FileAccess {

@@ -5,13 +5,16 @@
 #ifndef UCFS_MOUNT_SHARED_INDEX_H_
 #define UCFS_MOUNT_SHARED_INDEX_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/tag_snapshot.h"
+#include "ucfs/views/run_view.h"
 
 namespace ucfs {
 
@@ -50,6 +53,41 @@ Result<std::string> WriteSharedIndex(Env& host, const std::string& checkpoint,
 std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& index_env, const std::string& index_file,
                                                    Env& source, const TagLocation& where,
                                                    std::string* note);
+
+// Where a mount looks for a tag's index, and what it found.
+struct FoundIndex {
+  std::shared_ptr<const TagSnapshot> snapshot;  // null where none is current
+  std::string index_file;                       // where it was read
+};
+// In `index_dir` first (`--index-dir`, read through `index_env`), then,
+// where `beside`, beside the tag (through `source`). Says at -v why an
+// index that is there is not used.
+FoundIndex FindSharedIndex(Env* index_env, const std::optional<std::string>& index_dir, Env& source,
+                           const TagLocation& where, bool beside);
+
+// For the tags of a run directory, and a root's other tags (RunViewOptions::
+// shared_index): the index FindSharedIndex finds, each found one served
+// through a SnapshotEnv over `source`. `index_env` may be null where there
+// is no `index_dir`.
+std::function<std::optional<IndexedTag>(const std::string& root, const std::string& tag)>
+SharedIndexFinder(std::shared_ptr<Env> source, std::shared_ptr<Env> index_env,
+                  std::optional<std::string> index_dir);
+
+// What `ucfs index` did with one tag of a run.
+struct TagIndexed {
+  std::string tag_dir;
+  std::string index_file;  // written, or found current
+  bool written = false;    // else it was current already, or `error` says why not
+  Status error;
+};
+
+// `ucfs index RUN`: every complete tag of every root of the run directory
+// `run` (run_layout.h's FindRoots), each as WriteSharedIndex writes it, but
+// a tag whose index is current is left as it is: run after each save, it
+// writes the new tags' indexes only. One tag's failure is reported in its
+// TagIndexed and the others go on; an error only where `run` holds no root.
+Result<std::vector<TagIndexed>> WriteRunIndexes(
+    Env& host, const std::string& run, const std::optional<std::string>& index_dir = std::nullopt);
 
 }  // namespace ucfs
 

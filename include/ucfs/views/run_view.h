@@ -30,6 +30,7 @@
 #ifndef UCFS_VIEWS_RUN_VIEW_H_
 #define UCFS_VIEWS_RUN_VIEW_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,7 @@
 #include "ucfs/base/env.h"
 #include "ucfs/base/status.h"
 #include "ucfs/checkpoint/merge_rules.h"
+#include "ucfs/checkpoint/tag_snapshot.h"
 #include "ucfs/codec/torch_file.h"
 #include "ucfs/vfs/view.h"
 #include "ucfs/views/hf_weights.h"
@@ -44,6 +46,15 @@
 #include "ucfs/views/universal_view.h"
 
 namespace ucfs {
+
+// A tag's shared index (`ucfs index`, mount/shared_index.h) found current:
+// the tag is opened and read through `env`, which answers what discovery
+// asks of the tag directory from `snapshot`.
+struct IndexedTag {
+  std::shared_ptr<Env> env;  // a SnapshotEnv over the run's Env
+  std::shared_ptr<const TagSnapshot> snapshot;
+  std::string index_file;  // where it was read, for messages
+};
 
 struct RunViewOptions {
   // Where rank files are summarised from (the index), for every tag at
@@ -57,6 +68,12 @@ struct RunViewOptions {
   // Every complete tag at this world size.
   std::optional<ReshardOptions> reshard;
   bool extra_views = true;
+  // The shared index of tag `tag` of root `root`, where it has a current
+  // one (nullopt where not, or null: none is looked for). Called once per
+  // tag, when the tag is first opened, from FUSE's threads. An index the
+  // tag then fails to open with is passed over, with a warning.
+  std::function<std::optional<IndexedTag>(const std::string& root, const std::string& tag)>
+      shared_index;
   // model.safetensors beside a root's config.json, of latest's tag
   // (hf_weights.h); nullopt shows none.
   std::optional<HfWeightsOptions> hf_weights = HfWeightsOptions{};
