@@ -74,8 +74,8 @@ std::unique_ptr<DirHandle> GiveBackDir(Server& s, uint64_t fh) {
   return std::unique_ptr<DirHandle>(d);
 }
 
-int SourceFd(Server& s, uint32_t index) {
-  auto file = s.sources.Get(index);
+int SourceFd(SourcesOfRead& read, uint32_t index) {
+  auto file = read.Get(index);
   if (!file.ok()) return -ErrnoOf(file.status());
   return (*file)->fd() >= 0 ? (*file)->fd() : -EIO;
 }
@@ -138,7 +138,8 @@ void StartPassthrough(fuse_req_t req, Server& s, fuse_ino_t ino, const Handle& h
   if (!s.passthrough) return;
   std::optional<FileSystem::WholeFile> whole = s.fs->WholeFileOf(ino, handle);
   // Checked at every open: a changed source is never handed to the kernel.
-  const int source_fd = whole && whole->source ? SourceFd(s, *whole->source) : -1;
+  SourcesOfRead opened(s.sources);
+  const int source_fd = whole && whole->source ? SourceFd(opened, *whole->source) : -1;
   const int id = s.backing.Start(ino, &handle, whole, source_fd, [req, ino](int fd) {
     const int got = fuse_passthrough_open(req, fd);
     if (got <= 0) spdlog::debug("inode {}: no backing file (served by the daemon)", ino);

@@ -26,9 +26,10 @@ const char* Zeros() {
 void Prefetch(Server& s, InodeId ino, uint64_t offset, uint64_t length) {
   std::vector<ReadPiece> pieces;
   if (!s.view.Plan(ino, offset, length, &pieces).ok()) return;
+  SourcesOfRead sources(s.sources);
   for (const ReadPiece& p : pieces) {
     if (p.kind != ReadPiece::Kind::kSource) continue;
-    const int fd = SourceFd(s, p.source);
+    const int fd = SourceFd(sources, p.source);
     if (fd >= 0) {
       ::posix_fadvise(fd, static_cast<off_t>(p.offset), static_cast<off_t>(p.length),
                       POSIX_FADV_WILLNEED);
@@ -75,6 +76,7 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t of
   bufv->idx = 0;
   bufv->off = 0;
   size_t i = 0;
+  SourcesOfRead sources(s.sources);
   for (const ReadPiece& p : pieces) {
     switch (p.kind) {
       case ReadPiece::Kind::kBytes: {
@@ -94,7 +96,7 @@ void ReplyViewRead(fuse_req_t req, Server& s, InodeId ino, size_t size, off_t of
         }
         break;
       case ReadPiece::Kind::kSource: {
-        const int fd = SourceFd(s, p.source);
+        const int fd = SourceFd(sources, p.source);
         if (fd < 0) {
           fuse_reply_err(req, -fd);
           return;

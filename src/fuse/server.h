@@ -94,8 +94,8 @@ std::unique_ptr<Handle> GiveBack(Server& s, uint64_t fh);
 std::unique_ptr<DirHandle> GiveBackDir(Server& s, uint64_t fh);
 
 // The fd of source `index`, open and checked against what the view was
-// built from, or -errno (EIO for a source that changed).
-int SourceFd(Server& s, uint32_t index);
+// built from (once per `read`), or -errno (EIO for a source that changed).
+int SourceFd(SourcesOfRead& read, uint32_t index);
 
 inline Server& Of(fuse_req_t req) { return *static_cast<Server*>(fuse_req_userdata(req)); }
 

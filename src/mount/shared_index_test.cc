@@ -215,8 +215,8 @@ TEST_F(SharedIndexTest, AGridIsIndexedAndMountedFromIt) {
   EXPECT_LT(indexed.asked.metadata(), plain.asked.metadata());
 }
 
-// A run directory's tag looked into (its universal view listed, every
-// file's size known), counted from after the plan: what opening the tag
+// A run directory's tag looked into (its universal view's time, its
+// listing, every file's size), counted from after the plan: what opening the tag
 // asks of the source; and the view's files.
 Mounted LookIntoRunTag(const std::string& run, const std::string& tag_view,
                        std::optional<std::string> index_dir = std::nullopt) {
@@ -235,6 +235,7 @@ Mounted LookIntoRunTag(const std::string& run, const std::string& tag_view,
     if (looking && std::string_view(kind) == "open" && path.ends_with(".pt")) ++m.rank_files_opened;
   });
   const InodeId dir = testing::ResolvePath(*plan->view, tag_view);
+  EXPECT_TRUE(plan->view->GetAttr(dir).ok());  // its time: its rank files' newest
   EXPECT_FALSE(testing::EntryNames(*plan->view, dir).empty());
   m.asked = host.counts();
   looking = false;

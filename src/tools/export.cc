@@ -195,12 +195,13 @@ void CopyChunk(WriteEnv& writer, View& view, SourceFiles& sources, const Task& t
   pieces->clear();
   if (s.ok()) s = view.Plan(t.file->inode, task.begin, task.end - task.begin, pieces);
   uint64_t at = task.begin;
+  SourcesOfRead checked(sources);
   for (const ReadPiece& p : *pieces) {
     if (!s.ok()) break;
     if (p.kind == ReadPiece::Kind::kBytes) {
       s = writer.WriteAll(t.fd.get(), p.bytes, at).WithFile(t.final_path);
     } else if (p.kind == ReadPiece::Kind::kSource) {
-      auto in = sources.Get(p.source);
+      auto in = checked.Get(p.source);
       s = in.ok() ? CopyRange(writer, **in, p.offset, t.fd.get(), at, p.length, t.final_path)
                   : in.status();
     }

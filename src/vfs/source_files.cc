@@ -84,6 +84,7 @@ Result<const RandomAccessFile*> SourceFiles::Get(uint32_t index) {
 }
 
 Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out) {
+  SourcesOfRead sources(*this);
   for (const ReadPiece& p : pieces) {
     switch (p.kind) {
       case ReadPiece::Kind::kBytes:
@@ -93,7 +94,7 @@ Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out)
         out->append(p.length, '\0');
         break;
       case ReadPiece::Kind::kSource: {
-        UCFS_ASSIGN_OR_RETURN(const RandomAccessFile* file, Get(p.source));
+        UCFS_ASSIGN_OR_RETURN(const RandomAccessFile* file, sources.Get(p.source));
         const size_t at = out->size();
         out->resize(at + p.length);
         UCFS_RETURN_IF_ERROR(file->ReadExact(p.offset, p.length, out->data() + at));
@@ -102,6 +103,15 @@ Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out)
     }
   }
   return Status::OK();
+}
+
+Result<const RandomAccessFile*> SourcesOfRead::Get(uint32_t index) {
+  for (const auto& [i, file] : checked_) {
+    if (i == index) return file;
+  }
+  UCFS_ASSIGN_OR_RETURN(const RandomAccessFile* file, files_.Get(index));
+  checked_.emplace_back(index, file);
+  return file;
 }
 
 Result<uint32_t> SourceFiles::Crc32(const std::vector<ReadPiece>& pieces) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "test_support.h"
+#include "ucfs/base/counting_env.h"
 
 namespace ucfs {
 namespace {
@@ -39,6 +40,29 @@ TEST_F(SourceFilesTest, ReadsPiecesOfUnchangedFiles) {
   std::string out;
   ASSERT_TRUE(files.Read(SourcePiece(0, 2, 5), &out).ok());
   EXPECT_EQ(out, "23456");
+}
+
+// A read of many pieces of few sources checks each source once: on a
+// shared file system an fstat may be a round trip.
+TEST_F(SourceFilesTest, EachSourceIsCheckedOncePerRead) {
+  env_.WriteFile("/c/a", "0123456789");
+  env_.WriteFile("/c/b", "abcdefghij");
+  const std::vector<SourceFile> sources = {Recorded("/c/a"), Recorded("/c/b")};
+  CountingEnv counting(EnvWrapper::NotOwned(&env_));
+  SourceFiles files(counting, [&](uint32_t i) { return sources[i]; });
+  std::vector<ReadPiece> pieces;
+  for (uint64_t at = 0; at < 10; ++at) {
+    for (uint32_t source : {0u, 1u}) pieces.push_back(SourcePiece(source, at, 1).front());
+  }
+  std::string out;
+  ASSERT_TRUE(files.Read(pieces, &out).ok());
+  EXPECT_EQ(out, "0a1b2c3d4e5f6g7h8i9j");
+  EXPECT_EQ(counting.counts().opens, 2u);
+  const uint64_t fstats_first = counting.counts().fstats;  // the opens' own, where kept
+  out.clear();
+  ASSERT_TRUE(files.Read(pieces, &out).ok());
+  EXPECT_EQ(counting.counts().opens, 2u);
+  EXPECT_EQ(counting.counts().fstats, fstats_first + 2);  // once per source, not per piece
 }
 
 // Edited in place after it was opened: the open file's identity moved on.

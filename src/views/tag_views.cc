@@ -37,9 +37,7 @@ Status TagViews::Build(Built& built) {
 }
 
 Status TagViews::Open() {
-  std::optional<IndexedTag> indexed;
-  if (options_.shared_index) indexed = options_.shared_index(root_, tag_);
-  if (indexed) {
+  if (const IndexedTag* indexed = SharedIndex()) {
     // Summaries from the index; a rank file it does not hold, as without.
     const std::string tag_dir = JoinPath(root_, tag_);
     auto direct = std::make_unique<DirectTorchFileSource>(*indexed->env);
@@ -47,7 +45,7 @@ Status TagViews::Open() {
     auto summaries = std::make_unique<SummarySource>(tag_dir, indexed->snapshot, fallback);
     Status with = OpenThrough(*indexed->env, summaries.get());
     if (with.ok()) {
-      indexed_ = std::move(indexed);
+      opened_with_index_ = true;
       indexed_direct_ = std::move(direct);
       indexed_summaries_ = std::move(summaries);
       return Status::OK();
@@ -152,9 +150,10 @@ void AddTagViews(Env& env, const RunViewOptions& options, const RootListing& roo
     const FileAccess access{tag.access.mode & 0555, tag.access.uid, tag.access.gid};
     // Stat'ed when first shown, not when the root is listed: a mount of a
     // root of many tags of thousands of ranks stats none of them.
+    // Asked of the tag's shared index where it has one.
     auto built = std::make_shared<const View::LazyTime>(
-        [&env, listing = std::make_shared<const TagListing>(tag)] {
-          return NewestFileMtime(env, *listing);
+        [views, listing = std::make_shared<const TagListing>(tag)] {
+          return NewestFileMtime(views->MetadataEnv(), *listing);
         });
     if (!on_disk(UniversalTag(tag.name))) {
       extras->grafts.push_back(

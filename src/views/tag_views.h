@@ -54,7 +54,13 @@ class TagViews {
   }
   // What the tag's views read through, once it is opened: its shared
   // index's Env where it was opened with one, else the run's.
-  Env& env() const { return indexed_ ? *indexed_->env : env_; }
+  Env& env() const { return opened_with_index_ ? *found_index_->env : env_; }
+  // What the tag's files are asked about before it is opened (the time of
+  // its views): its shared index's Env where it has a current one.
+  Env& MetadataEnv() {
+    const IndexedTag* indexed = SharedIndex();
+    return indexed ? *indexed->env : env_;
+  }
 
  private:
   struct Built {
@@ -72,6 +78,13 @@ class TagViews {
     return opened_status_;
   }
   Status Open();
+  // The tag's shared index, looked for once; null where it has none.
+  const IndexedTag* SharedIndex() {
+    std::call_once(index_looked_for_, [this] {
+      if (options_.shared_index) found_index_ = options_.shared_index(root_, tag_);
+    });
+    return found_index_ ? &*found_index_ : nullptr;
+  }
   // Opens the tag through `env`, its rank files summarised by `source`
   // (null: read directly).
   Status OpenThrough(Env& env, TorchFileSource* source);
@@ -89,10 +102,12 @@ class TagViews {
   // pipeline-parallel one).
   std::shared_ptr<const ParallelCheckpoint> grid_;
   std::shared_ptr<const Checkpoint> checkpoint_;
-  // Set in opened_ where the tag was opened with its shared index: the
-  // index's Env and summaries, which its views read through for the
-  // tag's life.
-  std::optional<IndexedTag> indexed_;
+  std::once_flag index_looked_for_;
+  std::optional<IndexedTag> found_index_;  // set in index_looked_for_
+  // Set in opened_ where the tag was opened with its shared index, and
+  // the index's summaries, which its views read through for the tag's
+  // life.
+  bool opened_with_index_ = false;
   std::unique_ptr<DirectTorchFileSource> indexed_direct_;
   std::unique_ptr<SummarySource> indexed_summaries_;
   Built universal_{false};

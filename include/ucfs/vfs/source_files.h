@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ucfs/base/env.h"
@@ -63,6 +64,21 @@ class SourceFiles {
   SharedMutex mu_;  // a leaf: files are opened and checked outside it
   // By source index; a deque, so entries never move as it grows.
   std::deque<Entry> entries_ UCFS_GUARDED_BY(mu_);
+};
+
+// The sources of one read, each opened and checked by `files` once
+// however many of the read's pieces it serves: an fstat per source and
+// read, not per piece (a rank file at N = 1,024 is about 200 pieces of 4
+// sources, and on a shared file system each fstat may be a round trip).
+// Lives for one read; not thread-safe.
+class SourcesOfRead {
+ public:
+  explicit SourcesOfRead(SourceFiles& files) : files_(files) {}
+  Result<const RandomAccessFile*> Get(uint32_t index);
+
+ private:
+  SourceFiles& files_;
+  std::vector<std::pair<uint32_t, const RandomAccessFile*>> checked_;  // few: searched in order
 };
 
 }  // namespace ucfs
