@@ -3,9 +3,10 @@
 # make_checkpoint.py: bench/mount_cost (the daemon's mount without the kernel, every operation on the source counted
 # at the Env) for the universal view and the reshard view at N = 64, 1024 and 4096, each with no index, with a cold
 # per-node index (its first mount), with a warm one, and with the shared index `ucfs index` writes beside the tag
-# (removed again at the end); then the same with each metadata operation delayed by 1 ms
-# (a loaded metadata server); then `strace -c` of one real `ucfs mount` in the foreground, an `ls -l` of the view's
-# tag directory and a `cat` of its rank 0 optimizer file, to check the Env's counts against the system calls.
+# (removed again at the end); then the same with each metadata operation delayed by 1 ms (a loaded metadata
+# server); then a run directory holding the checkpoint, without and with `ucfs index RUN`; then `strace -c` of one
+# real `ucfs mount` in the foreground, an `ls -l` of the view's tag directory and a `cat` of its rank 0 optimizer
+# file, to check the Env's counts against the system calls.
 #
 #   bench/mount_cost.sh UCFS_BIN MOUNT_COST_BIN [CKPT]   (CKPT made at /tmp/ucfs_w4096 when not given)
 #
@@ -42,6 +43,25 @@ for delay in 0 1; do
     "$cost" "$ckpt" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, shared index, ${delay}ms" \
       2>/dev/null
     rm -f "$ckpt/$tag.ucfs-index"
+  done
+done
+
+# A run directory (an HF Trainer output_dir holding the checkpoint as output/checkpoint-100, hard links of its
+# files): the run view opens a root's tag when it is first looked into, from the tag's shared index where
+# `ucfs index RUN` wrote one. Steps as above, the `list` step also listing the root (mount_cost --root).
+run=$work/run
+mkdir -p "$run/output"
+cp -al "$ckpt" "$run/output/checkpoint-100"
+rm -f "$run/output/checkpoint-100/"*.ucfs-index
+for delay in 0 1; do
+  for n in "" 1024; do
+    args=(--root output/checkpoint-100) name="run, universal"
+    [ -n "$n" ] && args+=(--world-size "$n") && name="run, N=$n"
+    "$cost" "$run" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, no index, ${delay}ms" 2>/dev/null
+    "$ucfs" index "$run" >/dev/null
+    "$cost" "$run" "${args[@]}" --no-cache --delay-ms "$delay" --label "$name, shared index, ${delay}ms" \
+      2>/dev/null
+    rm -f "$run/output/checkpoint-100/"*.ucfs-index
   done
 done
 
