@@ -24,16 +24,24 @@ struct Mounted {
   int rank_files_opened = 0;  // where counted
 };
 
-// The universal view of `ckpt` planned on a counting host (with the shared
-// index looked for in `index_dir` too, where given), and every file of it.
-Mounted MountAndRead(const std::string& ckpt, std::optional<std::string> index_dir = std::nullopt) {
-  CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
+// The universal view of `ckpt` planned on `host`, without the per-node
+// index (with the shared index looked for in `index_dir` too, where given).
+Result<MountPlan> PlanUniversal(CountingEnv& host, const std::string& ckpt,
+                                std::optional<std::string> index_dir) {
   MountRequest request;
   request.checkpoint = ckpt;
   request.no_cache = true;
   request.index_dir = std::move(index_dir);
   auto plan = PlanMount(host, request);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return plan;
+}
+
+// The universal view of `ckpt` planned on a counting host, and every file
+// of it.
+Mounted MountAndRead(const std::string& ckpt, std::optional<std::string> index_dir = std::nullopt) {
+  CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
+  auto plan = PlanUniversal(host, ckpt, std::move(index_dir));
   Mounted m;
   if (!plan.ok()) return m;
   m.asked = host.counts();
@@ -221,12 +229,7 @@ TEST_F(SharedIndexTest, AGridIsIndexedAndMountedFromIt) {
 Mounted LookIntoRunTag(const std::string& run, const std::string& tag_view,
                        std::optional<std::string> index_dir = std::nullopt) {
   CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
-  MountRequest request;
-  request.checkpoint = run;
-  request.no_cache = true;
-  request.index_dir = std::move(index_dir);
-  auto plan = PlanMount(host, request);
-  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  auto plan = PlanUniversal(host, run, std::move(index_dir));
   if (!plan.ok()) return {};
   host.Reset();
   Mounted m;

@@ -97,18 +97,29 @@ TEST_F(SourceFilesTest, AFileReplacedBeforeItsFirstReadIsAnError) {
   EXPECT_EQ(files.Get(0).status().posix_errno(), EIO);
 }
 
+// A real file `dir`/a, as recorded when it was made.
+SourceFile MadeAndRecorded(const std::string& dir) {
+  fs::create_directories(dir);
+  testing::WriteFile(dir + "/a", "0123456789");
+  auto st = Env::Posix()->Stat(dir + "/a");
+  EXPECT_TRUE(st.ok());
+  return SourceFile{dir + "/a", st.ok() ? st->identity : FileIdentity{},
+                    st.ok() ? st->access : FileAccess{}};
+}
+
+// `dir`/a replaced by a rename of a file of the same size and mtime.
+void ReplaceKeepingSizeAndMtime(const std::string& dir) {
+  testing::WriteFile(dir + "/b", "XXXXXXXXXX");
+  fs::last_write_time(dir + "/b", fs::last_write_time(dir + "/a"));
+  ASSERT_EQ(std::rename((dir + "/b").c_str(), (dir + "/a").c_str()), 0);
+}
+
 // On a real file system: replaced by a rename that kept size and mtime,
 // which a size-and-mtime check would have served.
 TEST(SourceFilesPosix, ARenameKeepingSizeAndMtimeIsCaught) {
   const std::string dir = testing::FreshTempDir("source_files");
-  fs::create_directories(dir);
-  testing::WriteFile(dir + "/a", "0123456789");
-  auto st = Env::Posix()->Stat(dir + "/a");
-  ASSERT_TRUE(st.ok());
-  const SourceFile recorded{dir + "/a", st->identity, st->access};
-  testing::WriteFile(dir + "/b", "XXXXXXXXXX");
-  fs::last_write_time(dir + "/b", fs::last_write_time(dir + "/a"));
-  ASSERT_EQ(std::rename((dir + "/b").c_str(), (dir + "/a").c_str()), 0);
+  const SourceFile recorded = MadeAndRecorded(dir);
+  ReplaceKeepingSizeAndMtime(dir);
   SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
   auto got = files.Get(0);
   ASSERT_FALSE(got.ok());
@@ -120,26 +131,21 @@ TEST(SourceFilesPosix, ARenameKeepingSizeAndMtimeIsCaught) {
 // whatever device it is seen, and a replaced one still caught.
 TEST(SourceFilesPosix, AnIdentityWithoutADeviceMatchesOnAnyDevice) {
   const std::string dir = testing::FreshTempDir("source_files_device");
-  fs::create_directories(dir);
-  testing::WriteFile(dir + "/a", "0123456789");
-  auto st = Env::Posix()->Stat(dir + "/a");
-  ASSERT_TRUE(st.ok());
-  ASSERT_NE(st->identity.device, 0u);
-  SourceFile recorded{dir + "/a", st->identity, st->access};
+  SourceFile recorded = MadeAndRecorded(dir);
+  const uint64_t device = recorded.identity.device;
+  ASSERT_NE(device, 0u);
   recorded.identity.device = 0;
   {
     SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
     EXPECT_TRUE(files.Get(0).ok());
   }
-  recorded.identity.device = st->identity.device + 1;  // another file system's
+  recorded.identity.device = device + 1;  // another file system's
   {
     SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
     EXPECT_FALSE(files.Get(0).ok());
   }
   recorded.identity.device = 0;
-  testing::WriteFile(dir + "/b", "XXXXXXXXXX");
-  fs::last_write_time(dir + "/b", fs::last_write_time(dir + "/a"));
-  ASSERT_EQ(std::rename((dir + "/b").c_str(), (dir + "/a").c_str()), 0);
+  ReplaceKeepingSizeAndMtime(dir);
   SourceFiles files(*Env::Posix(), [&](uint32_t) { return recorded; });
   auto got = files.Get(0);
   ASSERT_FALSE(got.ok());
