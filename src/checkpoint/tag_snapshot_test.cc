@@ -36,6 +36,29 @@ std::string Resealed(std::string bytes) {
   return bytes;
 }
 
+// The file at format version 1 (its entries as they are), whose fields a
+// test can reach at fixed offsets: magic, version, then the entries.
+std::string AsVersion1(const std::string& bytes) {
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i)
+    length |= uint64_t{static_cast<unsigned char>(bytes[16 + i])} << (8 * i);
+  std::string entries(length, '\0');
+  uLongf got = static_cast<uLongf>(length);
+  const std::string deflated = bytes.substr(24, bytes.size() - 28);
+  EXPECT_EQ(uncompress(reinterpret_cast<Bytef*>(entries.data()), &got,
+                       reinterpret_cast<const Bytef*>(deflated.data()),
+                       static_cast<uLong>(deflated.size())),
+            Z_OK);
+  std::string v1 = bytes.substr(0, 8) + std::string("\x01\0\0\0\0\0\0\0", 8) + entries + "crc!";
+  return Resealed(v1);
+}
+
+// `bytes` with the little-endian u64 at `at` set to `value`.
+std::string WithU64(std::string bytes, size_t at, uint64_t value) {
+  for (int i = 0; i < 8; ++i) bytes[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  return bytes;
+}
+
 void ExpectRefused(const std::string& bytes, const std::string& what) {
   auto d = DecodeTagSnapshot(bytes);
   ASSERT_FALSE(d.ok()) << what;
@@ -66,6 +89,35 @@ TEST(TagSnapshot, RoundTrips) {
             bytes);  // the same bytes again: `ucfs index` twice writes one file
 }
 
+// Version 1, the entries not deflated, is still read, to the same snapshot.
+TEST(TagSnapshot, Version1IsRead) {
+  const std::string bytes = EncodeTagSnapshot(Sample());
+  const std::string v1 = AsVersion1(bytes);
+  EXPECT_GT(v1.size(), bytes.size());
+  auto d = DecodeTagSnapshot(v1);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(EncodeTagSnapshot(*d), bytes);
+}
+
+// The deflated entries, sealed by their writer but wrong: their length
+// claimed otherwise, cut, followed by more, or claimed past any index.
+TEST(TagSnapshot, WellSealedBadDeflateIsRefused) {
+  const std::string bytes = EncodeTagSnapshot(Sample());
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i)
+    length |= uint64_t{static_cast<unsigned char>(bytes[16 + i])} << (8 * i);
+  ExpectRefused(Resealed(WithU64(bytes, 16, length + 1)), "not the " + std::to_string(length + 1));
+  ExpectRefused(Resealed(WithU64(bytes, 16, length - 1)), "inflate past the");
+  ExpectRefused(Resealed(WithU64(bytes, 16, uint64_t{1} << 40)), "claimed");
+  std::string cut = bytes.substr(0, bytes.size() - 10) + "crc!";
+  ExpectRefused(Resealed(cut), "cut short");
+  std::string more = bytes.substr(0, bytes.size() - 4) + "more" + "crc!";
+  ExpectRefused(Resealed(more), "bytes after its entries");
+  std::string garbled = bytes;
+  garbled[24] = static_cast<char>(garbled[24] ^ 0xff);  // the zlib header
+  ExpectRefused(Resealed(garbled), "do not inflate");
+}
+
 TEST(TagSnapshot, NoDeviceTravels) {
   FileIdentity local{1, 2, 3, 4, 2049};
   EXPECT_EQ(PortableIdentity(local), (FileIdentity{1, 2, 3, 4, 0}));
@@ -89,10 +141,10 @@ TEST(TagSnapshot, DamageIsRefused) {
 // What the checksum cannot catch, because the writer sealed it: another
 // version, a count past the end, an unknown kind, a path twice, bytes left.
 TEST(TagSnapshot, WellSealedNonsenseIsRefused) {
-  const std::string bytes = EncodeTagSnapshot(Sample());
-  std::string v2 = bytes;
-  v2[8] = 2;
-  ExpectRefused(Resealed(v2), "format version 2, this ucfs reads 1");
+  const std::string bytes = AsVersion1(EncodeTagSnapshot(Sample()));
+  std::string v9 = bytes;
+  v9[8] = 9;
+  ExpectRefused(Resealed(v9), "format version 9, this ucfs reads 1 to 2");
   // The entry count: after magic, version, the tag and the identity.
   const size_t count_at = 8 + 8 + 8 + Sample().tag.size() + 32;
   std::string many = bytes;
@@ -108,7 +160,7 @@ TEST(TagSnapshot, WellSealedNonsenseIsRefused) {
   // One path recorded twice as a file: a snapshot of one file per path.
   TagSnapshot one;
   one.files["a"] = "x";
-  std::string twice = EncodeTagSnapshot(one);
+  std::string twice = AsVersion1(EncodeTagSnapshot(one));
   twice.resize(twice.size() - 4);
   const size_t entry_at = 8 + 8 + 8 + 32 + 8;  // empty tag
   twice += twice.substr(entry_at);

@@ -143,8 +143,8 @@ std::shared_ptr<const TagSnapshot> ReadSharedIndex(Env& index_env, const std::st
     }
     return nullptr;
   }
-  // About 3.4 kB a rank file: a larger file is not one `ucfs index` wrote,
-  // and is not read into memory.
+  // About 120 bytes a rank file, deflated (3.3 kB inflated): a larger file
+  // is not one `ucfs index` wrote, and is not read into memory.
   constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
   if ((*file)->Size() > kMaxIndexBytes) {
     *note = index_file + ": " + std::to_string((*file)->Size()) +

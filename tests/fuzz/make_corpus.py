@@ -18,7 +18,7 @@ Usage: make_corpus.py FIXTURES_DIR OUT_DIR
   OUT_DIR/tag_snapshot/
                    shared index files (checkpoint/tag_snapshot.h) for
                    tag_snapshot_fuzz: an empty one, and one of each of the
-                   first fixtures' tag listings
+                   first fixtures' tag listings (format 1 and 2)
 
 Seeds are named by the SHA-1 of their contents, as libFuzzer names the inputs
 it adds, so identical fixtures (the checkpoints repeat many files) collapse
@@ -294,9 +294,10 @@ def data_pkl(path):
     return None
 
 
-def snapshot_file(tag, identity, listings, stats, files, summaries):
-    """A shared index file (checkpoint/tag_snapshot.h, format 1): magic, version, the tag, its directory's identity
-    (size, mtime, ctime, inode), the entries (kind 1 listing, 2 stat, 3 file, 4 summary: path, payload), CRC-32."""
+def snapshot_file(tag, identity, listings, stats, files, summaries, version=2):
+    """A shared index file (checkpoint/tag_snapshot.h): magic, version, then the entries: the tag, its directory's
+    identity (size, mtime, ctime, inode), each entry (kind 1 listing, 2 stat, 3 file, 4 summary: path, payload);
+    CRC-32 of all before. Format 1 writes the entries as they are; 2, their length and them deflated (zlib)."""
     u64 = lambda v: struct.pack("<Q", v)
     text = lambda b: u64(len(b)) + b
     entries = []
@@ -308,13 +309,17 @@ def snapshot_file(tag, identity, listings, stats, files, summaries):
         entries.append(u64(2) + text(path) + text(payload))
     entries += [u64(3) + text(p) + text(b) for p, b in files]
     entries += [u64(4) + text(p) + text(b) for p, b in summaries]
-    body = b"UCFS-IDX" + u64(1) + text(tag) + b"".join(u64(v) for v in identity) + u64(len(entries))
-    body += b"".join(entries)
+    inner = text(tag) + b"".join(u64(v) for v in identity) + u64(len(entries)) + b"".join(entries)
+    if version == 1:
+        body = b"UCFS-IDX" + u64(1) + inner
+    else:
+        body = b"UCFS-IDX" + u64(2) + u64(len(inner)) + zlib.compress(inner, 6)
     return body + struct.pack("<I", zlib.crc32(body) & 0xffffffff)
 
 
 def snapshot_seeds(fixtures):
-    """Shared index files: empty, and one of each fixture's tag listing (its rank files' names, stats, a file)."""
+    """Shared index files: empty, and one of each fixture's tag listing (its rank files' names, stats, a file), at
+    format 1 and 2."""
     yield snapshot_file(b"", (0, 0, 0, 0), [], [], [], [])
     for name in sorted(os.listdir(fixtures))[:4]:
         tag_dir = os.path.join(fixtures, name, "checkpoint", "global_step4")
@@ -324,8 +329,9 @@ def snapshot_seeds(fixtures):
         listing = [(n.encode(), 0) for n in names]
         stats = [(n.encode(), (os.path.getsize(os.path.join(tag_dir, n)), 1, 2, i + 3, 0o644, 0, 0, 0))
                  for i, n in enumerate(names)]
-        yield snapshot_file(b"global_step4", (4096, 5, 6, 7), [(b"", listing)], stats,
-                            [(b"ds_config.json", b"{}")], [(names[0].encode(), b"\x03")])
+        for version in (1, 2):  # 1: mutations reach the fields; 2: zlib's stream
+            yield snapshot_file(b"global_step4", (4096, 5, 6, 7), [(b"", listing)], stats,
+                                [(b"ds_config.json", b"{}")], [(names[0].encode(), b"\x03")], version)
 
 
 def main(argv):

@@ -4,9 +4,11 @@ A shared index (`ucfs index`, <root>/<tag>.ucfs-index) lies beside the
 checkpoint, where anyone who can write the checkpoint can write it too; every
 node's mount reads it instead of the tag. Each case here is a copy of a
 fixture's root with an index made by the real `ucfs index` and then broken:
-cut short, emptied, bytes flipped (the checksum refuses them), bytes flipped
-with the checksum made again (the decoder's bounds and the mount's checks meet
-the fields themselves), another tag's index under this tag's name, a rank file
+cut short, emptied, bytes flipped (the checksum refuses them), bytes of the
+deflated entries flipped with the checksum made again (zlib refuses them), the
+entries' length claimed otherwise, bytes of the entries flipped and packed
+again as a writer would (the decoder's bounds and the mount's checks meet the
+fields themselves), another tag's index under this tag's name, a rank file
 rewritten after the index was made, and an index that is no regular file (a
 directory, a FIFO, a symlink out of the root, a sparse file of 2 GiB).
 
@@ -34,6 +36,22 @@ def _reseal(data):
 
 def _flip(data, at):
     return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
+# The file (tag_snapshot.cc, format version 2): magic (8), version (u64), the
+# entries' length (u64), the entries deflated (zlib), a CRC-32 of all before.
+HEADER = 24
+
+
+def _entries(data):
+    """The entries of an index `ucfs index` wrote, inflated."""
+    return zlib.decompress(data[HEADER:-4])
+
+
+def _packed(entries, data):
+    """`entries` deflated into a file with `data`'s header, sealed: what a writer that meant it would make."""
+    head = data[:16] + struct.pack("<Q", len(entries))
+    return _reseal(head + zlib.compress(entries, 6) + b"crc!")
 
 
 def _fresh_root(fixtures, dest):
@@ -80,21 +98,31 @@ def make_index_cases(ucfs, fixtures, corpus):
     add("version", "another format version, resealed", lambda r, i, g: _write(i, _reseal(_flip(g, 8))))
     for k in range(RESEALED_FLIPS):
         def flipped(r, i, g, k=k):
-            body = len(g) - 4
-            at = 12 + (body - 12) * k // RESEALED_FLIPS
-            _write(i, _reseal(_flip(g, at)))
-        add(f"resealed_flip_{k:02d}", f"byte {k} of {RESEALED_FLIPS} along the body flipped, the checksum remade",
+            entries = _entries(g)
+            _write(i, _packed(_flip(entries, len(entries) * k // RESEALED_FLIPS), g))
+        add(f"resealed_flip_{k:02d}", f"byte {k} of {RESEALED_FLIPS} along the entries flipped, deflated and sealed again",
             flipped, passed_over=False)
-    # The layout's fields (tag_snapshot.cc): magic (8), version (u64), the
-    # tag (u64 length, bytes), its directory's identity (4 u64), the entry
-    # count (u64), then each entry: kind, path length, path, payload length.
+    for k in range(4):
+        def deflate_flipped(r, i, g, k=k):
+            _write(i, _reseal(_flip(g, HEADER + (len(g) - 4 - HEADER) * k // 4)))
+        add(f"deflate_flip_{k}", f"byte {k} of 4 along the deflated entries flipped, the checksum remade",
+            deflate_flipped)
+    for value in (2**64 - 1, 2**40, 1):
+        def claimed(r, i, g, value=value):
+            _write(i, _reseal(g[:16] + struct.pack("<Q", value) + g[24:]))
+        add(f"entries_length_{value:x}", f"the entries' length claimed as {value:#x}, resealed", claimed)
+    # The entries' fields: the tag (u64 length, bytes), its directory's
+    # identity (4 u64), the entry count (u64), then each entry: kind, path
+    # length, path, payload length.
     n = len(TAG)
-    fields = {"tag_length": 16, "entry_count": 56 + n, "first_kind": 64 + n, "first_path_length": 72 + n}
+    fields = {"tag_length": 0, "entry_count": 40 + n, "first_kind": 48 + n, "first_path_length": 56 + n}
     for field, at in fields.items():
         for value in (2**64 - 1, 2**40, 2**31):
             def huge(r, i, g, at=at, value=value):
-                _write(i, _reseal(g[:at] + struct.pack("<Q", value) + g[at + 8:]))
-            add(f"huge_{field}_{value:x}", f"the index's {field.replace('_', ' ')} set to {value:#x}, resealed", huge)
+                e = _entries(g)
+                _write(i, _packed(e[:at] + struct.pack("<Q", value) + e[at + 8:], g))
+            add(f"huge_{field}_{value:x}", f"the index's {field.replace('_', ' ')} set to {value:#x}, packed again",
+                huge)
 
     def other_tag(r, i, g):
         os.rename(os.path.join(r, TAG), os.path.join(r, "global_step8"))

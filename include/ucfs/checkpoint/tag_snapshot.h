@@ -22,7 +22,8 @@
 namespace ucfs {
 
 struct TagSnapshot {
-  static constexpr uint32_t kFormatVersion = 1;
+  // 2: the entries deflated (1, the same entries as they are, still read).
+  static constexpr uint32_t kFormatVersion = 2;
   // The tag directory's name, and what it was when the snapshot was made:
   // a mount uses the snapshot only while the directory is the same
   // (inode, mtime, ctime; device not compared).
@@ -36,8 +37,8 @@ struct TagSnapshot {
   std::map<std::string, std::string> summaries;  // EncodeSummary of each rank file
 };
 
-// The file's bytes: magic, format version, the fields, and a CRC-32 of all
-// before it.
+// The file's bytes: magic, format version, the entries' length, the
+// entries deflated (zlib), and a CRC-32 of all before it.
 std::string EncodeTagSnapshot(const TagSnapshot& snapshot);
 // Corruption saying what is wrong (not a snapshot, another format version,
 // truncated, a checksum mismatch, a field out of bounds); never reads past
