@@ -15,7 +15,8 @@
 // walk): a loaded metadata server.
 //
 // usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] [--index-dir DIR]
-//                   [--root REL] [--delay-ms D] [--label TEXT] [--trace]
+//                   [--root REL] [--upper DIR] [--delay-ms D] [--label TEXT] [--trace]
+// `--upper DIR`: the writable mount's (its questions of DIR counted too).
 // `--root REL`: CKPT is a run directory, and the steps list and read the
 // checkpoint root at REL in it (the root's listing is then in `list`).
 // `--trace` prints each metadata operation (kind and path) to stderr.
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
       request.cache_dir = value();
     } else if (arg == "--index-dir") {
       request.index_dir = value();
+    } else if (arg == "--upper") {
+      request.upper = value();
     } else if (arg == "--no-cache") {
       request.no_cache = true;
     } else if (arg == "--delay-ms") {
@@ -124,7 +127,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: mount_cost CKPT [--world-size N] [--cache-dir DIR | --no-cache] "
-                   "[--index-dir DIR] [--root REL] "
+                   "[--index-dir DIR] [--root REL] [--upper DIR] "
                    "[--delay-ms D] [--label TEXT] [--trace]\n");
       return 2;
     }
