@@ -33,24 +33,18 @@ EXCLUDED=(
   fuse_mount_helper
 )
 
-T0=$(date +%s)
-step_start=$T0
-step() {   # step NAME: ends the previous step (printing its time), starts NAME
-  local now; now=$(date +%s)
-  [ -n "${STEP:-}" ] && printf '[fuse_next] %-30s %4ds\n' "$STEP" $((now - step_start))
-  STEP=$1; step_start=$now
-  return 0
-}
-die() { echo "run.sh: $*" >&2; exit 1; }
+PHASE_TAG=fuse_next
+# shellcheck source-path=SCRIPTDIR source=../lib/phases.sh
+. "$(dirname "$0")/../lib/phases.sh"
 
 [ "$(id -u)" = 0 ] || die "must run as root"
 [ -f "$REPO/CMakeLists.txt" ] || die "$REPO is not a ucfs checkout"
 case "$BASE/" in "$REPO"/*) die "UCFS_FUSE_NEXT_DIR must be outside the source tree ($REPO)" ;; esac
 
-step "setup (the sid root)"
+phase "setup (the sid root)"
 "$HERE/setup.sh" | sed 's/^/  /'
 
-step "reference tensors (host torch)"
+phase "reference tensors (host torch)"
 REF=$BUILD/tests/reference
 mkdir -p "$BUILD/tests"
 if [ ! -f "$REF/manifest.json" ] ||
@@ -60,7 +54,7 @@ if [ ! -f "$REF/manifest.json" ] ||
   /usr/bin/python3 "$REPO/tests/tools/dump_reference.py" "$REPO/tests/data/fixtures" "$REF" >/dev/null
 fi
 
-step "build and test in the root"
+phase "build and test in the root"
 EXCLUDE_RE="^($(IFS='|'; echo "${EXCLUDED[*]}"))\$"
 INNER='
   cd /ucfs/build
@@ -95,5 +89,5 @@ unshare --mount --propagation private -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/b
     exec chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       HOME=/root LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 JOBS="$JOBS" EXCLUDE_RE="$EXCLUDE_RE" \
       EXTRA_CTEST="$EXTRA_CTEST" /bin/bash -euc "$INNER"'
-step ""
+phase ""
 echo "[fuse_next] all done in $(( $(date +%s) - T0 ))s"
