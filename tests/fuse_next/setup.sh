@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, a Debian sid root in which ucfs is built against libfuse 3.18 (FUSE passthrough, io_uring, larger
-# requests), the Debian 12 build staying as it is. Modelled on tests/ecosystem/setup.sh. See tests/fuse_next/README.md.
+# requests), the Debian 12 build staying as it is, as tests/lib/sid_root.sh builds sid roots (tests/ecosystem/setup.sh
+# builds its own the same way). See tests/fuse_next/README.md.
 #
 #   sudo tests/fuse_next/setup.sh          # root, on a Debian 12 host; idempotent
 #
