@@ -11,7 +11,8 @@
 #   2. DeepSpeed with "checkpoint": {"load_universal": true} from the universal view (what DeepSpeed 0.19.8's loader
 #      itself restores wrongly at ZeRO-3 is said, and undone before the next steps);
 #   3. HF Trainer train(resume_from_checkpoint=MNT/checkpoint-K) with output_dir = the run mounted
-#      --world-size N --upper DIR, then its next checkpoint saved through the mount into DIR;
+#      --world-size N --upper DIR, then its next checkpoint saved through the mount into DIR; and once with the run
+#      indexed first (`ucfs index RUN`), the tag resumed from opened from its shared index (the daemon's log says so);
 #   4. accelerate load_state(MNT/checkpoints/checkpoint_0);
 #   5. Lightning fit(ckpt_path=MNT/lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt) (writable mount);
 #   6. AutoModelForCausalLM.from_pretrained(MNT/checkpoint-K) of a run mounted read-only, against the consolidated

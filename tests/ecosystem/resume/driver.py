@@ -387,7 +387,16 @@ def rank_files(names):
     return sorted(x for x in names if x.endswith("_optim_states.pt"))
 
 
-def hf_check(ctx, name, n):
+def index_run(ctx, run):
+    """`ucfs index RUN` on the private copy: every tag's shared index written beside it."""
+    r = subprocess.run([ctx.ucfs, "index", run], capture_output=True, text=True, timeout=300)
+    written = [x for x in r.stdout.splitlines() if x.startswith("written ")]
+    if r.returncode != 0 or not written:
+        raise Failed(f"ucfs index {run} failed (exit {r.returncode})", (r.stdout + r.stderr).splitlines()[-5:])
+    return len(written)
+
+
+def hf_check(ctx, name, n, indexed=False):
     fx = ctx.fixture(name)
     facts = facts_of(fx)
     recipe = facts["recipe"]["spec"]
@@ -397,8 +406,9 @@ def hf_check(ctx, name, n):
     gb = pd0 * gas0 * W
     pd, gas = batch_split(gb, pd0, n)
     run = os.path.join(fx, "run")
-    scratch = ctx.scratch(f"hf_{name}_N{n}")
+    scratch = ctx.scratch(f"hf_{name}_N{n}" + ("_indexed" if indexed else ""))
     upper = os.path.join(scratch, "upper")
+    indexes = index_run(ctx, run) if indexed else 0
     before = snapshot(run)
     m = mounted(ctx, run, f"checkpoint-{K}", "--world-size", str(n), "--upper", upper)
     ucfs_cmd = f"{ctx.ucfs} mount --world-size {n} --upper {upper} {run} {m.dir}"
@@ -410,6 +420,13 @@ def hf_check(ctx, name, n):
     unchanged(before, snapshot(run), "run")
     r = result_of(spec, rc, log, reproducer(ucfs_cmd, cmd))
     bad, notes = [], []
+    if indexed:
+        # The daemon's log (-v): the tag resumed from was opened from its index, not its rank files.
+        with open(os.path.join(scratch, "ucfs-" + os.path.basename(m.log))) as f:
+            opened = [x for x in f.read().splitlines() if f"/checkpoint-{K}: tag " in x and " opened " in x]
+        if not opened or not all("from its shared index" in x for x in opened):
+            bad.append(f"checkpoint-{K}'s tag was not opened from its shared index: {opened}")
+        notes.append(f"{indexes} tags indexed, checkpoint-{K}'s opened from its index")
     al = r["after_load"] or {}
     ck = f"checkpoint-{K}"
     ok, tot, b = judge.compare_live(facts["live_state"][ck], al.get("live") or {"params": {}})
@@ -744,6 +761,9 @@ def plan(full):
                      f"(--world-size {n} --upper DIR) W={w} -> N={n}, per-device {pd} x gas {gas} = {gb}")
             checks.append((label, (name, n) in (("hf_llama_z3_bf16_ws2", 4), ("hf_peft_lora_z2_fp32_ws2", 1)),
                            lambda ctx, name=name, n=n: hf_check(ctx, name, n)))
+    checks.append(("hf-trainer hf_llama_z3_bf16_ws2 resume through the run's shared indexes (ucfs index RUN, then "
+                   "--world-size 4 --upper DIR) W=2 -> N=4", True,
+                   lambda ctx: hf_check(ctx, "hf_llama_z3_bf16_ws2", 4, indexed=True)))
     checks.append(("writable mount (hf_llama_z3_bf16_ws2 run --world-size 2 --upper DIR): a new checkpoint's "
                    "model.safetensors is found as soon as it is listed, after a lookup before the save",
                    True, new_tag_weights_visible))
