@@ -24,14 +24,19 @@ struct Mounted {
   int rank_files_opened = 0;  // where counted
 };
 
-// The universal view of `ckpt` planned on `host`, without the per-node
-// index (with the shared index looked for in `index_dir` too, where given).
-Result<MountPlan> PlanUniversal(CountingEnv& host, const std::string& ckpt,
-                                std::optional<std::string> index_dir) {
+// The universal view of `ckpt` (or, given `world_size`, the view at N
+// without extra views, as a writable mount's) planned on `host`, without
+// the per-node index (with the shared index looked for in `index_dir` too,
+// where given).
+Result<MountPlan> PlanOn(CountingEnv& host, const std::string& ckpt,
+                         std::optional<std::string> index_dir,
+                         std::optional<uint32_t> world_size = std::nullopt) {
   MountRequest request;
   request.checkpoint = ckpt;
   request.no_cache = true;
   request.index_dir = std::move(index_dir);
+  request.world_size = world_size;
+  request.extra_views = !world_size;
   auto plan = PlanMount(host, request);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   return plan;
@@ -41,7 +46,7 @@ Result<MountPlan> PlanUniversal(CountingEnv& host, const std::string& ckpt,
 // of it.
 Mounted MountAndRead(const std::string& ckpt, std::optional<std::string> index_dir = std::nullopt) {
   CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
-  auto plan = PlanUniversal(host, ckpt, std::move(index_dir));
+  auto plan = PlanOn(host, ckpt, std::move(index_dir));
   Mounted m;
   if (!plan.ok()) return m;
   m.asked = host.counts();
@@ -227,9 +232,10 @@ TEST_F(SharedIndexTest, AGridIsIndexedAndMountedFromIt) {
 // listing, every file's size), counted from after the plan: what opening the tag
 // asks of the source; and the view's files.
 Mounted LookIntoRunTag(const std::string& run, const std::string& tag_view,
-                       std::optional<std::string> index_dir = std::nullopt) {
+                       std::optional<std::string> index_dir = std::nullopt,
+                       std::optional<uint32_t> world_size = std::nullopt) {
   CountingEnv host(EnvWrapper::NotOwned(Env::Posix()));
-  auto plan = PlanUniversal(host, run, std::move(index_dir));
+  auto plan = PlanOn(host, run, std::move(index_dir), world_size);
   if (!plan.ok()) return {};
   host.Reset();
   Mounted m;
@@ -262,6 +268,8 @@ TEST_F(SharedIndexTest, ARunsTagsAreIndexedAndOpenedFromTheirIndexes) {
     fs::remove(root + "/latest_universal");
     const std::string tag_view = "output/checkpoint-4/global_step4_universal";
     plain_by_world.push_back(LookIntoRunTag(run, tag_view));
+    const Mounted plain_at_3 =
+        LookIntoRunTag(run, "output/checkpoint-4/global_step4", std::nullopt, 3);
 
     const std::string index_dir = run + "-indexes";
     fs::create_directory(index_dir);
@@ -280,6 +288,13 @@ TEST_F(SharedIndexTest, ARunsTagsAreIndexedAndOpenedFromTheirIndexes) {
     EXPECT_EQ((*indexed)[0].index_file, root + "/global_step4.ucfs-index");
     EXPECT_EQ((*indexed)[0].tag_dir, root + "/global_step4");
     by_world.push_back(LookIntoRunTag(run, tag_view));
+    // The tag at N = 3, as a writable mount shows it (its graft the only
+    // holder of the tag's views, which it drops once built: the view must
+    // keep the index's Env).
+    const Mounted at_3 = LookIntoRunTag(run, "output/checkpoint-4/global_step4", std::nullopt, 3);
+    EXPECT_EQ(at_3.rank_files_opened, 0);
+    EXPECT_TRUE(at_3.files == plain_at_3.files);
+    EXPECT_FALSE(at_3.files.empty());
     // After the next save: the current index is left as it is.
     auto again = WriteRunIndexes(*Env::Posix(), run);
     ASSERT_TRUE(again.ok());

@@ -32,6 +32,9 @@ Status TagViews::Build(Built& built) {
   } else {
     UCFS_ASSIGN_OR_RETURN(view, BuildUniversalView(env(), grid_, options_.universal));
   }
+  // The graft drops its builder, and with it these TagViews, once built:
+  // the view keeps the Env it reads through.
+  if (opened_with_index_) view->OwnEnv(found_index_->env);
   built.view = std::move(view);
   return Status::OK();
 }

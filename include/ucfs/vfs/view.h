@@ -141,6 +141,10 @@ class View {
   uint32_t AddSource(SourceFile source);
   // Makes the root show the entries of `dir` besides the built ones.
   void BackRootBy(std::string dir);
+  // Keeps `env`, the view's Env, alive as long as the view: for a view
+  // built over an Env of its own (a tag's shared index, views/tag_views.h)
+  // that outlives whatever made it.
+  void OwnEnv(std::shared_ptr<Env> env) { owned_env_ = std::move(env); }
   Result<InodeId> AddDirectory(InodeId parent, std::string_view name);
   Result<InodeId> AddFile(InodeId parent, std::string_view name,
                           std::shared_ptr<const FileContent> content,
@@ -171,12 +175,15 @@ class View {
    public:
     explicit LazyTime(std::function<int64_t()> make) : make_(std::move(make)) {}
     int64_t Get() const {
-      std::call_once(once_, [this] { value_ = make_(); });
+      std::call_once(once_, [this] {
+        value_ = make_();
+        make_ = nullptr;  // what it holds (a tag's views, its index) is no longer needed
+      });
       return value_;
     }
 
    private:
-    std::function<int64_t()> make_;
+    mutable std::function<int64_t()> make_;  // null once called
     mutable std::once_flag once_;
     mutable int64_t value_ = 0;  // set inside once_, read after it
   };
@@ -354,8 +361,10 @@ class View {
   // Called without the lock: a content's size may be a lazy build.
   static Attr AttrOf(const NodeAttrs& n);
 
-  // Fixed at construction.
+  // Fixed at construction (owned_env_, where set, before the view is
+  // shared: it is env_).
   Env& env_;
+  std::shared_ptr<Env> owned_env_;
   const int64_t mtime_ns_;
   SourceDirDecorator decorator_;  // set before the view is shared
   // Guards the tree, which grows as source directories are listed.
