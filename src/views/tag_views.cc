@@ -42,15 +42,12 @@ Status TagViews::Build(Built& built) {
 Status TagViews::Open() {
   if (const IndexedTag* indexed = SharedIndex()) {
     // Summaries from the index; a rank file it does not hold, as without.
-    const std::string tag_dir = JoinPath(root_, tag_);
-    auto direct = std::make_unique<DirectTorchFileSource>(*indexed->env);
-    TorchFileSource& fallback = options_.source ? *options_.source : *direct;
-    auto summaries = std::make_unique<SummarySource>(tag_dir, indexed->snapshot, fallback);
-    Status with = OpenThrough(*indexed->env, summaries.get());
+    DirectTorchFileSource direct(*indexed->env);
+    SummarySource summaries(JoinPath(root_, tag_), indexed->snapshot,
+                            options_.source ? *options_.source : direct);
+    Status with = OpenThrough(*indexed->env, &summaries);
     if (with.ok()) {
       opened_with_index_ = true;
-      indexed_direct_ = std::move(direct);
-      indexed_summaries_ = std::move(summaries);
       return Status::OK();
     }
     // One that decodes and is current but says what the tag's files do

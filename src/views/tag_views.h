@@ -104,12 +104,9 @@ class TagViews {
   std::shared_ptr<const Checkpoint> checkpoint_;
   std::once_flag index_looked_for_;
   std::optional<IndexedTag> found_index_;  // set in index_looked_for_
-  // Set in opened_ where the tag was opened with its shared index, and
-  // the index's summaries, which its views read through for the tag's
-  // life.
+  // Set in opened_ where the tag was opened with its shared index: its
+  // views read through the index's Env.
   bool opened_with_index_ = false;
-  std::unique_ptr<DirectTorchFileSource> indexed_direct_;
-  std::unique_ptr<SummarySource> indexed_summaries_;
   Built universal_{false};
   Built resharded_{true};
 };
