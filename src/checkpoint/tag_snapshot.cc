@@ -93,7 +93,7 @@ bool ReadStat(std::string_view payload, FileStat* stat) {
   return r.empty();
 }
 
-// `bytes` as one zlib stream (compress2's, level 6): an index is written once
+// `bytes` as one zlib stream (level 6, as compress2 makes): an index is written once
 // and read by every node, and its summaries, much alike from rank to rank,
 // shrink about 27 times (13.7 MB to 0.5 MB at W = 4,096).
 std::string Deflated(std::string_view bytes) {

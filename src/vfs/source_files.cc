@@ -106,11 +106,9 @@ Status SourceFiles::Read(const std::vector<ReadPiece>& pieces, std::string* out)
 }
 
 Result<const RandomAccessFile*> SourcesOfRead::Get(uint32_t index) {
-  for (const auto& [i, file] : checked_) {
-    if (i == index) return file;
-  }
+  if (auto it = checked_.find(index); it != checked_.end()) return it->second;
   UCFS_ASSIGN_OR_RETURN(const RandomAccessFile* file, files_.Get(index));
-  checked_.emplace_back(index, file);
+  checked_.emplace(index, file);
   return file;
 }
 

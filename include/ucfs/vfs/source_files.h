@@ -20,7 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
+#include <unordered_map>
 #include <vector>
 
 #include "ucfs/base/env.h"
@@ -78,7 +78,8 @@ class SourcesOfRead {
 
  private:
   SourceFiles& files_;
-  std::vector<std::pair<uint32_t, const RandomAccessFile*>> checked_;  // few: searched in order
+  // A read at N = 1 of W = 4,096 may touch thousands of sources.
+  std::unordered_map<uint32_t, const RandomAccessFile*> checked_;
 };
 
 }  // namespace ucfs
