@@ -59,9 +59,13 @@ int RunMount(MountArgs a) {
   auto counter = SourceCounter(verbosity);
   if (!counter.ok()) return Fail(counter.status(), kExitUsage);
   Env& host = *counter ? static_cast<Env&>(**counter) : *Env::Posix();
-  if (Status s = CheckRequest(host, r); !s.ok()) return Fail(s, kExitUsage);
-  auto planned = PlanMount(host, r);
-  if (!planned.ok()) return Fail(planned.status(), kExitCheckpointError);
+  // The request's own faults are the user's to fix (exit 2), found by
+  // the plan's first step, whose questions it does not ask again.
+  bool request_fault = false;
+  auto planned = PlanMount(host, r, &request_fault);
+  if (!planned.ok()) {
+    return Fail(planned.status(), request_fault ? kExitUsage : kExitCheckpointError);
+  }
   MountPlan& plan = *planned;
   std::unique_ptr<FileSystem> fs;
   if (plan.writable) {

@@ -369,7 +369,7 @@ Status CheckRequest(Env& host, const MountRequest& r) {
   return Status::OK();
 }
 
-Result<MountPlan> PlanMount(Env& host, const MountRequest& r) {
+Result<MountPlan> PlanMount(Env& host, const MountRequest& r, bool* request_fault) {
   // The plan's questions to the file system, each asked once
   // (plan_memo_env.h); the daemon then asks them afresh.
   PlanMemoEnv memo(EnvWrapper::NotOwned(&host));
@@ -377,7 +377,10 @@ Result<MountPlan> PlanMount(Env& host, const MountRequest& r) {
     PlanMemoEnv& memo;
     ~ForgetAtEnd() { memo.Forget(); }
   } forget{memo};
-  UCFS_RETURN_IF_ERROR(CheckRequest(memo, r));
+  if (Status s = CheckRequest(memo, r); !s.ok()) {
+    if (request_fault != nullptr) *request_fault = true;
+    return s;
+  }
   UCFS_ASSIGN_OR_RETURN(MountPlan plan, PlanKind(memo, r));
   plan.source_dirs.insert(plan.source_dirs.end(), r.layers.begin(), r.layers.end());
   if (r.upper && !plan.writable) {

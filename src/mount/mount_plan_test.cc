@@ -216,12 +216,22 @@ TEST_F(MountPlanTest, RefusesMountpointsAndUpperDirectoriesWhereTheyMayNotBe) {
     SCOPED_TRACE(c.says);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find(c.says), std::string::npos) << s.message();
-    EXPECT_FALSE(Plan(r).ok());
+    // The plan finds it first, and says it is the request's.
+    bool request_fault = false;
+    auto planned = PlanMount(env_, r, &request_fault);
+    ASSERT_FALSE(planned.ok());
+    EXPECT_EQ(planned.status().message(), s.message());
+    EXPECT_TRUE(request_fault);
   }
   MountRequest fine = Request("/ckpt");
   fine.mountpoint = "/mnt";
   fine.upper = "/up";
   EXPECT_TRUE(CheckRequest(env_, fine).ok());
+  // A checkpoint's own fault is not the request's.
+  MountRequest missing = Request("/nowhere");
+  bool request_fault = false;
+  EXPECT_FALSE(PlanMount(env_, missing, &request_fault).ok());
+  EXPECT_FALSE(request_fault);
 }
 
 TEST(ParseWeightsDtype, NamesWhatItTakes) {
