@@ -55,6 +55,15 @@ Status WriteAtomically(WriteEnv& writer, const std::string& dir, const std::stri
 
 }  // namespace
 
+TagLocation TagAt(std::string root, std::string tag) {
+  TagLocation where;
+  where.tag_dir = JoinPath(root, tag);
+  where.index_file = where.tag_dir + std::string(kSuffix);
+  where.root = std::move(root);
+  where.tag = std::move(tag);
+  return where;
+}
+
 Result<TagLocation> LocateTag(Env& env, const std::string& path,
                               const std::optional<std::string>& tag) {
   TagLocation where;
@@ -75,9 +84,7 @@ Result<TagLocation> LocateTag(Env& env, const std::string& path,
   if (where.tag.empty() || where.tag.find('/') != std::string::npos) {
     return Status::InvalidArgument(path + ": no tag to index ('" + where.tag + "')");
   }
-  where.tag_dir = JoinPath(where.root, where.tag);
-  where.index_file = where.tag_dir + std::string(kSuffix);
-  return where;
+  return TagAt(std::move(where.root), std::move(where.tag));
 }
 
 std::string IndexFileIn(const std::string& index_dir, const TagLocation& where) {
@@ -197,11 +204,7 @@ SharedIndexFinder(std::shared_ptr<Env> source, std::shared_ptr<Env> index_env,
   return [source = std::move(source), index_env = std::move(index_env),
           index_dir = std::move(index_dir)](const std::string& root,
                                             const std::string& tag) -> std::optional<IndexedTag> {
-    TagLocation where;
-    where.root = root;
-    where.tag = tag;
-    where.tag_dir = JoinPath(root, tag);
-    where.index_file = where.tag_dir + std::string(kSuffix);
+    const TagLocation where = TagAt(root, tag);
     FoundIndex found = FindSharedIndex(index_env.get(), index_dir, *source, where, true);
     if (!found.snapshot) return std::nullopt;
     return IndexedTag{std::make_shared<SnapshotEnv>(source, where.tag_dir, found.snapshot),
@@ -218,15 +221,10 @@ Result<std::vector<TagIndexed>> WriteRunIndexes(Env& host, const std::string& ru
       if (!tag.complete) continue;  // not served, so not indexed
       TagIndexed done;
       done.tag_dir = tag.dir;
-      auto where = LocateTag(host, root.dir, tag.name);
-      if (!where.ok()) {
-        done.error = where.status();
-        out.push_back(std::move(done));
-        continue;
-      }
-      done.index_file = index_dir ? IndexFileIn(*index_dir, *where) : where->index_file;
+      const TagLocation where = TagAt(root.dir, tag.name);
+      done.index_file = index_dir ? IndexFileIn(*index_dir, where) : where.index_file;
       std::string note;
-      if (ReadSharedIndex(host, done.index_file, host, *where, &note) == nullptr) {
+      if (ReadSharedIndex(host, done.index_file, host, where, &note) == nullptr) {
         auto written = WriteSharedIndex(host, root.dir, tag.name, index_dir);
         done.written = written.ok();
         if (!written.ok()) done.error = written.status();

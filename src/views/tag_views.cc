@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ucfs/checkpoint/batch_size.h"
+#include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/reshard_view.h"
 #include "ucfs/views/universal_view.h"

@@ -17,7 +17,6 @@
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/checkpoint/run_layout.h"
-#include "ucfs/checkpoint/snapshot_env.h"
 #include "ucfs/vfs/view.h"
 #include "ucfs/views/consolidated_view.h"
 #include "ucfs/views/hf_weights.h"

@@ -126,8 +126,7 @@ Status CheckRequest(Env& host, const MountRequest& request);
 // for both: `request_fault`, where given, says whether an error is
 // CheckRequest's). Makes --upper where the view reads from it (a run's),
 // and nothing else.
-Result<MountPlan> PlanMount(Env& host, const MountRequest& request,
-                            bool* request_fault = nullptr);
+Result<MountPlan> PlanMount(Env& host, const MountRequest& request, bool* request_fault = nullptr);
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32" as a dtype;
 // InvalidArgument naming what is accepted.

@@ -18,15 +18,18 @@
 
 namespace ucfs {
 
-// The tag a mount of `path` (a checkpoint root or a tag directory, as
-// `env` names it) serves: `tag` when given, else what the root's `latest`
-// names.
+// A tag, and where its index lies beside it.
 struct TagLocation {
   std::string root;
   std::string tag;
   std::string tag_dir;     // root/tag
   std::string index_file;  // root/tag.ucfs-index
 };
+// Tag `tag` of root `root`.
+TagLocation TagAt(std::string root, std::string tag);
+// The tag a mount of `path` (a checkpoint root or a tag directory, as
+// `env` names it) serves: `tag` when given, else what the root's `latest`
+// names.
 Result<TagLocation> LocateTag(Env& env, const std::string& path,
                               const std::optional<std::string>& tag);
 
