@@ -938,7 +938,7 @@ def build(name, a):
     mj = {"name": name, "generator": "tests/tools/make_modern_fixtures.py",
           "generator_command": f"tests/ecosystem/run.sh python3 tests/tools/make_modern_fixtures.py --only {name}",
           "platform": f"{platform.platform()}; Debian sid root (tests/ecosystem), CPU only, DS_ACCELERATOR=cpu, "
-                      f"torch.distributed gloo (harness shims: 16-bit collectives as fp32, no shm comm op)",
+                      f"torch.distributed gloo (harness shims: 16-bit collectives as fp32, no shm comm op, fp16 reported on any CPU)",
           "layout": LAYOUT, "notes": None, **body}
     mj["commands"] = ctx.commands
     mj["seconds"] = round(time.time() - t0, 1)

@@ -136,6 +136,27 @@ def deepspeed_no_shm_comm():
         deepspeed.ops.__compatible_ops__[builder.NAME] = False
 
 
+def deepspeed_fp16_on_cpu():
+    """DeepSpeed's CPU accelerator reports fp16 as supported only where oneDNN says the CPU has native fp16
+    instructions (torch.ops.mkldnn._is_mkldnn_fp16_supported(): AVX512-FP16 or AMX-FP16); elsewhere the engine
+    refuses "fp16": {"enabled": true} and Muon's Gram Newton-Schulz (ns_compute_dtype) runs in fp32 instead of fp16.
+    torch computes float16 on every x86 CPU (through fp32 where no native instruction exists), so native fp16 only
+    decides speed. The fixtures were made on a CPU with native fp16; without this, a resume on another CPU runs
+    another optimizer than the saving run's (or none). The accelerator object is asked, so every caller sees it."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    accel = get_accelerator()
+    if getattr(accel.is_fp16_supported, "_ucfs_shim", False) or accel.device_name() != "cpu":
+        return
+
+    def is_fp16_supported():
+        return True
+
+    is_fp16_supported._ucfs_shim = True
+    accel.is_fp16_supported = is_fp16_supported
+
+
 def accelerate_multi_cpu():
     """accelerate's PartialState picks its backend from the GPU kind it finds; with LOCAL_RANK set and no GPU it
     finds none and runs as one process (distributed_type NO), so DeepSpeed's batch-size assertion fires
@@ -169,10 +190,11 @@ def transformers_bf16_on_cpu():
 
 
 def apply(hf: bool = False):
-    """The shims a DeepSpeed run needs (gloo 16-bit collectives, no shm comm op); with hf=True also accelerate's and
+    """The shims a DeepSpeed run needs (gloo 16-bit collectives, no shm comm op, fp16 on any CPU); with hf=True also accelerate's and
     transformers' (HF Trainer / accelerate runs)."""
     gloo_16bit_collectives()
     deepspeed_no_shm_comm()
+    deepspeed_fp16_on_cpu()
     if hf:
         accelerate_multi_cpu()
         transformers_bf16_on_cpu()
