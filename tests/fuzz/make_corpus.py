@@ -40,7 +40,8 @@ import zlib
 # smoke run spend its time on near-duplicates.
 MAX_ZIP_SEEDS = 40
 
-# --- checkpoint_fuzz programs. These mirror checkpoint_fuzz.cc's decoder; a
+# --- checkpoint_fuzz programs. These mirror checkpoint_program.cc's and
+# pickle_edits.cc's decoder; a
 # seed that drifts from it is still a valid program, only another edit.
 # Fixtures are numbered in sorted order: 0 z3_bf16_ws2 ... 3 z3_fp32_ws2 ...
 # 6 z3_tricky_fp32_ws4. Byte 0 bit 7: also the universal view with CRCs;
@@ -56,7 +57,7 @@ REC_BYTEORDER, REC_FORMAT_VERSION, REC_ALIGNMENT, REC_SERIALIZATION_ID = 0, 1, 2
 TXT_LITTLE, TXT_BIG, TXT_1, TXT_4096, TXT_65535, TXT_0 = 0, 1, 2, 4, 5, 7
 # Edit targets: bits 0-1 optim / model / both, bit 2 every rank, rest the rank.
 OPTIM0, MODEL0, ALL_OPTIM, ALL_MODEL, ALL_FILES = 0, 1, 4, 5, 6
-# Selectors, and the named paths of kPaths.
+# Selectors, and the named paths of kPaths (checkpoint_program.cc).
 SEL_ROOT, SEL_PATH, SEL_KIND, SEL_TENSOR, SEL_SIZE = 0, 1, 2, 3, 4
 PATH_ZERO_STAGE, PATH_PARTITION_COUNT, PATH_FLATS, PATH_FLAT = 1, 2, 3, 4
 PATH_STATE_ENTRY, PATH_PARAM_GROUP_PARAMS, PATH_SUB_GROUP_SIZE = 7, 10, 13
