@@ -5,8 +5,8 @@ Registered with corpus_support.case; make_hostile_corpus.py writes them.
 """
 
 from corpus_support import (
-    TRICKY, case, dict_set, edit, flat, model, optim, osd, pid_items, rename_first_param,
-    set_first_shape, shapes, tv)
+    TRICKY, case, dict_set, edit, flat, model, optim, osd, pid_items, pt, rename_first_param,
+    set_first_shape, shapes)
 
 
 # ------------------------------------------------------------------ names
@@ -38,7 +38,7 @@ for _key, _name in NAMES.items():
 def _(tag, root):
     def fn(tree, _):
         s = shapes(tree)
-        s.dictitems[1][0] = tv.Str(s.dictitems[0][0].v)
+        s.dictitems[1][0] = pt.Str(s.dictitems[0][0].v)
     edit(model(tag), fn)
 
 
@@ -51,7 +51,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(tree, _):
         sp = tree.get("shared_params")
-        sp.items[0][0] = tv.Str("head\x1b[31m\x00.weight")
+        sp.items[0][0] = pt.Str("head\x1b[31m\x00.weight")
     edit(model(tag), fn)
 
 
@@ -60,10 +60,10 @@ def _(tag, root):
     def fn(tree, _):
         bn = tree.get("buffer_names")
         old = bn.items[0].v
-        bn.items[0] = tv.Str("b" * 70000)
+        bn.items[0] = pt.Str("b" * 70000)
         for kv in tree.get("module").dictitems:
-            if isinstance(kv[0], tv.Str) and kv[0].v == old:
-                kv[0] = tv.Str("b" * 70000)
+            if isinstance(kv[0], pt.Str) and kv[0].v == old:
+                kv[0] = pt.Str("b" * 70000)
     edit(model(tag), fn)
 
 
@@ -91,20 +91,20 @@ for _key, _dims in SHAPES.items():
 
 @case("shapes", "not_ints", "a shape of strings and floats")
 def _(tag, root):
-    edit(model(tag), lambda t, _: set_first_shape(t, [tv.Str("11"), 7.0]))
+    edit(model(tag), lambda t, _: set_first_shape(t, [pt.Str("11"), 7.0]))
 
 
 @case("shapes", "not_a_size", "param_shapes value that is a dict")
 def _(tag, root):
-    edit(model(tag), lambda t, _: shapes(t).dictitems[0].__setitem__(1, tv.Dct([])))
+    edit(model(tag), lambda t, _: shapes(t).dictitems[0].__setitem__(1, pt.Dct([])))
 
 
 @case("shapes", "frozen_wraps", "a frozen param whose shape product wraps", TRICKY)
 def _(tag, root):
     def fn(tree, _):
         f = tree.get("frozen_param_shapes")
-        items = f.items if isinstance(f, tv.Dct) else f.dictitems
-        items[0][1].args.items[0] = tv.Tup([3, 6148914691236517207])
+        items = f.items if isinstance(f, pt.Dct) else f.dictitems
+        items[0][1].args.items[0] = pt.Tup([3, 6148914691236517207])
     edit(model(tag), fn)
 
 
@@ -112,13 +112,13 @@ def _(tag, root):
 def _(tag, root):
     def fn(tree, _):
         for kv in shapes(tree).dictitems:
-            kv[1].args.items[0] = tv.Tup([2 ** 29, 2 ** 29])
+            kv[1].args.items[0] = pt.Tup([2 ** 29, 2 ** 29])
     edit(model(tag), fn)
 
 
 @case("shapes", "flat_shape_2d", "fp32 flat buffer with a 2-d shape")
 def _(tag, root):
-    edit(optim(tag), lambda t, _: flat(t).args.items.__setitem__(2, tv.Tup([1, 68])))
+    edit(optim(tag), lambda t, _: flat(t).args.items.__setitem__(2, pt.Tup([1, 68])))
 
 
 # ------------------------------------------------------------------ tensors: storages, offsets, strides
@@ -138,21 +138,21 @@ TENSORS = {
     "offset_past_storage": lambda f, r: f.args.items.__setitem__(1, 69),
     "offset_negative": lambda f, r: f.args.items.__setitem__(1, -4),
     "offset_overflows_bytes": lambda f, r: f.args.items.__setitem__(1, 2 ** 62 - 1),
-    "stride_huge": lambda f, r: f.args.items.__setitem__(3, tv.Tup([2 ** 62])),
-    "stride_negative": lambda f, r: f.args.items.__setitem__(3, tv.Tup([-1])),
-    "stride_zero": lambda f, r: f.args.items.__setitem__(3, tv.Tup([0])),
-    "stride_wraps": lambda f, r: f.args.items.__setitem__(3, tv.Tup([2 ** 63 // 67 + 1])),
-    "storage_key_missing_record": lambda f, r: pid_items(f).__setitem__(2, tv.Str("99")),
-    "storage_key_path_traversal": lambda f, r: pid_items(f).__setitem__(2, tv.Str("../../version")),
-    "storage_key_nul": lambda f, r: pid_items(f).__setitem__(2, tv.Str("0\x00")),
-    "storage_class_unknown": lambda f, r: pid_items(f).__setitem__(1, tv.Glb("torch", "EvilStorage")),
-    "storage_class_os_system": lambda f, r: pid_items(f).__setitem__(1, tv.Glb("os", "system")),
-    "storage_class_half": lambda f, r: pid_items(f).__setitem__(1, tv.Glb("torch", "HalfStorage")),
-    "storage_class_complex128": lambda f, r: pid_items(f).__setitem__(1, tv.Glb("torch", "ComplexDoubleStorage")),
-    "location_garbage": lambda f, r: pid_items(f).__setitem__(3, tv.Str("\x1b[2Jcuda:99")),
-    "pid_not_tuple": lambda f, r: f.args.items.__setitem__(0, tv.Pid(tv.Str("storage"))),
-    "pid_short": lambda f, r: f.args.items.__setitem__(0, tv.Pid(tv.Tup(pid_items(f)[:3]))),
-    "rebuild_args_short": lambda f, r: setattr(f, "args", tv.Tup(f.args.items[:3])),
+    "stride_huge": lambda f, r: f.args.items.__setitem__(3, pt.Tup([2 ** 62])),
+    "stride_negative": lambda f, r: f.args.items.__setitem__(3, pt.Tup([-1])),
+    "stride_zero": lambda f, r: f.args.items.__setitem__(3, pt.Tup([0])),
+    "stride_wraps": lambda f, r: f.args.items.__setitem__(3, pt.Tup([2 ** 63 // 67 + 1])),
+    "storage_key_missing_record": lambda f, r: pid_items(f).__setitem__(2, pt.Str("99")),
+    "storage_key_path_traversal": lambda f, r: pid_items(f).__setitem__(2, pt.Str("../../version")),
+    "storage_key_nul": lambda f, r: pid_items(f).__setitem__(2, pt.Str("0\x00")),
+    "storage_class_unknown": lambda f, r: pid_items(f).__setitem__(1, pt.Glb("torch", "EvilStorage")),
+    "storage_class_os_system": lambda f, r: pid_items(f).__setitem__(1, pt.Glb("os", "system")),
+    "storage_class_half": lambda f, r: pid_items(f).__setitem__(1, pt.Glb("torch", "HalfStorage")),
+    "storage_class_complex128": lambda f, r: pid_items(f).__setitem__(1, pt.Glb("torch", "ComplexDoubleStorage")),
+    "location_garbage": lambda f, r: pid_items(f).__setitem__(3, pt.Str("\x1b[2Jcuda:99")),
+    "pid_not_tuple": lambda f, r: f.args.items.__setitem__(0, pt.Pid(pt.Str("storage"))),
+    "pid_short": lambda f, r: f.args.items.__setitem__(0, pt.Pid(pt.Tup(pid_items(f)[:3]))),
+    "rebuild_args_short": lambda f, r: setattr(f, "args", pt.Tup(f.args.items[:3])),
     "size_not_tuple": lambda f, r: f.args.items.__setitem__(2, 68),
     "record_truncated": lambda f, r: r.__setitem__("data/" + pid_items(f)[2].v, r["data/" + pid_items(f)[2].v][:100]),
     "record_empty": lambda f, r: r.__setitem__("data/" + pid_items(f)[2].v, b""),
@@ -167,7 +167,7 @@ def _(tag, root):
     def fn(tree, _):
         bn = tree.get("buffer_names").items[0].v
         for kv in tree.get("module").dictitems:
-            if isinstance(kv[0], tv.Str) and kv[0].v == bn:
+            if isinstance(kv[0], pt.Str) and kv[0].v == bn:
                 pid_items(kv[1])[4] = 2 ** 62
     edit(model(tag), fn)
 
@@ -176,7 +176,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(tree, _):
         frag = tree.get("frozen_param_fragments")
-        items = frag.items if isinstance(frag, tv.Dct) else frag.dictitems
+        items = frag.items if isinstance(frag, pt.Dct) else frag.dictitems
         items[0][1].args.items[1] = 2 ** 62
     edit(model(tag, 1), fn)
 
@@ -194,7 +194,7 @@ def _(tag, root):
     def fn(tree, _):
         st = osd(tree).get("optimizer_state_dict").get("state")
         step = st.items[0][1].get("step")
-        if isinstance(step, tv.Obj):
+        if isinstance(step, pt.Obj):
             step.args.items[1] = 2 ** 62
         else:
             dict_set(st.items[0][1], "step", flat(tree))

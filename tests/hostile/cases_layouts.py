@@ -8,7 +8,7 @@ import os
 import shutil
 
 from corpus_support import (
-    case, dict_del, dict_set, edit, model, optim, osd, pid_items, read, shapes, tv, write)
+    case, dict_del, dict_set, edit, model, optim, osd, pid_items, pt, read, shapes, write)
 from cases_files import TENSORS
 
 
@@ -33,13 +33,13 @@ for _key, _fn in TENSORS.items():
 
 @case("zero12", "partition_count_not_ints", "partition_count ['2', '2']", STAGE12)
 def _(tag, root):
-    edit(optim(tag), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([tv.Str("2"), tv.Str("2")])))
+    edit(optim(tag), lambda t, _: dict_set(osd(t), "partition_count", pt.Lst([pt.Str("2"), pt.Str("2")])))
 
 
 @case("zero12", "partition_count_of_experts", "partition_count [2, 1]: a group over fewer ranks (MoE)", STAGE12)
 def _(tag, root):
     for r in range(2):
-        edit(optim(tag, r), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([2, 1])))
+        edit(optim(tag, r), lambda t, _: dict_set(osd(t), "partition_count", pt.Lst([2, 1])))
 
 
 @case("zero12", "no_base_optimizer_state", "base_optimizer_state removed", STAGE12)
@@ -59,7 +59,7 @@ def _(tag, root):
 
 @case("zero12", "partition_2d", "rank 0's fp32 partition shaped 2-d", STAGE12)
 def _(tag, root):
-    edit(optim(tag), lambda t, _: partition(t).args.items.__setitem__(2, tv.Tup([208, 2])))
+    edit(optim(tag), lambda t, _: partition(t).args.items.__setitem__(2, pt.Tup([208, 2])))
 
 
 @case("zero12", "exp_avg_numel_2_pow_62", "exp_avg of group 0 with a storage of 2^62 elements", STAGE12)
@@ -110,7 +110,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         size = shapes(t, 1).dictitems[1][1]
-        size.args.items[0] = tv.Tup([3, 6148914691236517207])
+        size.args.items[0] = pt.Tup([3, 6148914691236517207])
     edit(os.path.join(tag, SHARED_MODEL), fn)
 
 
@@ -118,8 +118,8 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         frozen = t.get("frozen_param_shapes")
-        items = frozen.items if isinstance(frozen, tv.Dct) else frozen.dictitems
-        items[-1][1].args.items[0] = tv.Tup([6])
+        items = frozen.items if isinstance(frozen, pt.Dct) else frozen.dictitems
+        items[-1][1].args.items[0] = pt.Tup([6])
     edit(os.path.join(tag, SHARED_MODEL), fn)
 
 
@@ -136,7 +136,7 @@ def _(tag, root):
 def _(tag, root):
     edit(os.path.join(tag, SHARED_MODEL),
          lambda t, _: dict_set(t.get("ds_config").get("zero_optimization"), "zenflow",
-                               tv.Dct([(tv.Str("topk_ratio"), 0.1)])))
+                               pt.Dct([(pt.Str("topk_ratio"), 0.1)])))
 
 
 @case("unserved", "mics", "zero_optimization.mics_shard_size 1: MiCS's shard-group optimizer files")
@@ -161,7 +161,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         base = osd(t).get("base_optimizer_state")
-        dict_set(osd(t), "base_optimizer_state", tv.Lst([v for _, v in base.get("state").items]))
+        dict_set(osd(t), "base_optimizer_state", pt.Lst([v for _, v in base.get("state").items]))
     for r in range(2):
         edit(optim(tag, r), fn)
 
@@ -173,12 +173,12 @@ def _(tag, root):
 def _(tag, root):
     for r in range(2):
         edit(optim(tag, r), lambda t, _: dict_set(osd(t), "param_alignment_paddings",
-                                                   tv.Lst([tv.Lst([0, 0]), tv.Lst([0, 3, 0])])))
+                                                   pt.Lst([pt.Lst([0, 0]), pt.Lst([0, 3, 0])])))
 
 
 @case("unserved", "autoep_layers", "ds_autoep_layers in rank 0's model states")
 def _(tag, root):
-    edit(model(tag), lambda t, _: dict_set(t, "ds_autoep_layers", tv.Lst([tv.Dct([(tv.Str("ep_size"), 2)])])))
+    edit(model(tag), lambda t, _: dict_set(t, "ds_autoep_layers", pt.Lst([pt.Dct([(pt.Str("ep_size"), 2)])])))
 
 
 # ------------------------------------------------------------------ tensor and pipeline parallel
@@ -222,7 +222,7 @@ def _(tag, root):
 
 @case("parallel", "universal_info_not_a_dict", "universal_checkpoint_info is a str", TP)
 def _(tag, root):
-    edit(os.path.join(tag, TP_MODEL0), lambda t, _: dict_set(t, "universal_checkpoint_info", tv.Str("patterns")))
+    edit(os.path.join(tag, TP_MODEL0), lambda t, _: dict_set(t, "universal_checkpoint_info", pt.Str("patterns")))
 
 
 @case("parallel", "pattern_not_a_str", "a tp_replicated pattern is an int", TP)
@@ -232,18 +232,18 @@ def _(tag, root):
 
 @case("parallel", "pattern_unused", "a tp_replicated pattern no param matches", TP)
 def _(tag, root):
-    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(tv.Str("no_such_param")))
+    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(pt.Str("no_such_param")))
 
 
 @case("parallel", "pattern_python_only", "a pattern with a Python named group", TP)
 def _(tag, root):
-    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(tv.Str("(?P<x>final)")))
+    edit_info(tag, lambda info: info.get("tp_replicated_parameter_patterns").items.append(pt.Str("(?P<x>final)")))
 
 
 @case("parallel", "pattern_matches_twice", "two row-parallel patterns match one param", TP)
 def _(tag, root):
     edit_info(tag, lambda info: info.get("parameter_with_row_parallelism_patterns").items.append(
-        tv.Str(r"language_model.encoder.layers.\d+.mlp")))
+        pt.Str(r"language_model.encoder.layers.\d+.mlp")))
 
 
 @case("parallel", "vocab_size_missing", "original_vocab_size removed", TP)
@@ -260,17 +260,17 @@ def _(tag, root):
 @case("parallel", "vocab_pattern_on_a_bias", "the vocabulary pattern names a 1-D param", TP)
 def _(tag, root):
     edit_info(tag, lambda info: info.get("vocabulary_parameter_patterns").items.append(
-        tv.Str("language_model.encoder.final_layernorm.bias")))
+        pt.Str("language_model.encoder.final_layernorm.bias")))
 
 
 def affine_info(info, entry):
-    dict_set(info, "affine_map", tv.Dct([(tv.Str("version"), 1), (tv.Str("params"), entry)]))
+    dict_set(info, "affine_map", pt.Dct([(pt.Str("version"), 1), (pt.Str("params"), entry)]))
 
 
 @case("parallel", "affine_map", "an AutoTP affine_map entry without ranks", TP)
 def _(tag, root):
-    entry = tv.Dct([(tv.Str("logical_shape"), tv.Lst([]))])
-    edit_info(tag, lambda info: affine_info(info, tv.Dct([(tv.Str("^language_model.x$"), entry)])))
+    entry = pt.Dct([(pt.Str("logical_shape"), pt.Lst([]))])
+    edit_info(tag, lambda info: affine_info(info, pt.Dct([(pt.Str("^language_model.x$"), entry)])))
 
 
 def first_param_map(tree, rank1_source, rank1_strides=None):
@@ -280,15 +280,15 @@ def first_param_map(tree, rank1_source, rank1_strides=None):
     a, b = [int(v) for v in size.args.items[0].items]
 
     def piece(rank, source, strides):
-        return tv.Dct([(tv.Str("shape"), tv.Lst([a, b])), (tv.Str("source"), tv.Lst([source, tv.Lst(strides)])),
-                       (tv.Str("dest"), tv.Lst([0, tv.Lst([b, 1])])), (tv.Str("locations"), tv.Lst([rank]))])
+        return pt.Dct([(pt.Str("shape"), pt.Lst([a, b])), (pt.Str("source"), pt.Lst([source, pt.Lst(strides)])),
+                       (pt.Str("dest"), pt.Lst([0, pt.Lst([b, 1])])), (pt.Str("locations"), pt.Lst([rank]))])
 
-    ranks = tv.Dct([(t, tv.Dct([(tv.Str("shard_shape"), tv.Lst([a, b])),
-                               (tv.Str("pieces"), tv.Lst([piece(t, 0 if t == 0 else rank1_source,
+    ranks = pt.Dct([(t, pt.Dct([(pt.Str("shard_shape"), pt.Lst([a, b])),
+                               (pt.Str("pieces"), pt.Lst([piece(t, 0 if t == 0 else rank1_source,
                                                                 [b, 1] if t == 0 else rank1_strides or [b, 1])]))]))
                     for t in (0, 1)])
-    entry = tv.Dct([(tv.Str("logical_shape"), tv.Lst([2 * a, b])), (tv.Str("ranks"), ranks)])
-    return tv.Dct([(tv.Str("^" + name.v.replace(".", "\\.") + "$"), entry)])
+    entry = pt.Dct([(pt.Str("logical_shape"), pt.Lst([2 * a, b])), (pt.Str("ranks"), ranks)])
+    return pt.Dct([(pt.Str("^" + name.v.replace(".", "\\.") + "$"), entry)])
 
 
 @case("parallel", "affine_map_overlap", "an affine map whose rank 1 rows overlap rank 0's", TP)
@@ -307,7 +307,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         size = shapes(t).dictitems[0][1]
-        size.args.items[0] = tv.Tup([4, 16])
+        size.args.items[0] = pt.Tup([4, 16])
     edit(os.path.join(tag, "mp_rank_01_model_states.pt"), fn)
 
 
@@ -326,17 +326,17 @@ def param_group(tree, k):
 
 @case("experts", "partition_count_of_another_rank", "rank 3 cuts the expert group over 4 ranks", MOE)
 def _(tag, root):
-    edit(optim(tag, 3), lambda t, _: dict_set(osd(t), "partition_count", tv.Lst([4, 4])))
+    edit(optim(tag, 3), lambda t, _: dict_set(osd(t), "partition_count", pt.Lst([4, 4])))
 
 
 @case("experts", "expert_group_unnamed", "the expert group cut over 2 ranks is named no 'ep_size_N'", MOE)
 def _(tag, root):
-    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", tv.Str("experts")))
+    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", pt.Str("experts")))
 
 
 @case("experts", "ep_size_not_dividing", "the expert group is named 'ep_size_3' at W 4", MOE)
 def _(tag, root):
-    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", tv.Str("ep_size_3")))
+    edit(optim(tag, 0), lambda t, _: dict_set(param_group(t, 1), "name", pt.Str("ep_size_3")))
 
 
 @case("experts", "expert_file_missing", "layer 0's expert 3 file is gone", MOE)
@@ -348,7 +348,7 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         part = osd(t).get("single_partition_of_fp32_groups").items[1]
-        part.args.items[2] = tv.Tup([444])
+        part.args.items[2] = pt.Tup([444])
     edit(optim(tag, 1), fn)
 
 
@@ -356,5 +356,5 @@ def _(tag, root):
 def _(tag, root):
     def fn(t, _):
         for layer in t.get("ds_autoep_layers").items:
-            dict_set(layer, "folding", tv.Dct([]))
+            dict_set(layer, "folding", pt.Dct([]))
     edit(os.path.join(tag, "mp_rank_00_model_states.pt"), fn)

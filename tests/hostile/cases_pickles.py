@@ -12,7 +12,7 @@ import stat
 import struct
 
 from corpus_support import (
-    OPTIM, TAG, case, dict_set, edit, flat, model, optim, raw_pickle, tv, write)
+    OPTIM, TAG, case, dict_set, edit, flat, model, optim, pt, raw_pickle, write)
 
 
 # ------------------------------------------------------------------ pickles
@@ -76,20 +76,20 @@ for _key in ("billion_laughs_3_9kb", "nested_1001", "nested_999", "many_nones_4m
 @case("pickles", "laughs_inside_checkpoint", "a valid checkpoint with a billion-laughs value in ds_config")
 def _(tag, root):
     def fn(tree, _):
-        leaf = tv.Str("lol")
+        leaf = pt.Str("lol")
         x = leaf
         for _ in range(9):
-            x = tv.Lst([x] * 10)
-        dict_set(tree, "ds_config", tv.Dct([[tv.Str("zero_optimization"), tv.Dct([])], [tv.Str("laughs"), x]]))
+            x = pt.Lst([x] * 10)
+        dict_set(tree, "ds_config", pt.Dct([[pt.Str("zero_optimization"), pt.Dct([])], [pt.Str("laughs"), x]]))
     edit(model(tag), fn)
 
 
 @case("pickles", "deep_inside_checkpoint", "a valid checkpoint with a 990-deep value in ds_config")
 def _(tag, root):
     def fn(tree, _):
-        x = tv.Lst([])
+        x = pt.Lst([])
         for i in range(990):
-            x = tv.Lst([x, i])
+            x = pt.Lst([x, i])
         dict_set(tree, "deep", x)
     edit(model(tag), fn)
     edit(optim(tag, 1), fn)
@@ -99,9 +99,9 @@ def _(tag, root):
 def _(tag, root):
     # Before verify kept paths as parent links, this cost 60 s and 22 GB.
     def fn(tree, _):
-        x = tv.Lst([])
+        x = pt.Lst([])
         for i in range(990):
-            x = tv.Dct([[tv.Str("k" * 200 + str(i)), x]] + [[tv.Str(f"t{j}"), tv.Tup([])] for j in range(300)])
+            x = pt.Dct([[pt.Str("k" * 200 + str(i)), x]] + [[pt.Str(f"t{j}"), pt.Tup([])] for j in range(300)])
         dict_set(tree, "deep", x)
     edit(optim(tag, 1), fn)
 
@@ -110,8 +110,8 @@ def _(tag, root):
 def _(tag, root):
     def fn(tree, _):
         f = flat(tree)
-        bad = tv.Obj("REDUCE", f.func, tv.Tup([f.args.items[0], 2 ** 62] + f.args.items[2:]))
-        dict_set(tree, "junk", tv.Lst([bad] * 200000))
+        bad = pt.Obj("REDUCE", f.func, pt.Tup([f.args.items[0], 2 ** 62] + f.args.items[2:]))
+        dict_set(tree, "junk", pt.Lst([bad] * 200000))
     edit(optim(tag, 1), fn)
 
 

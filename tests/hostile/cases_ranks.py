@@ -9,8 +9,8 @@ import os
 import shutil
 
 from corpus_support import (
-    MODEL, OPTIM, TAG, TRICKY, case, dict_del, dict_set, edit, flat, load, model, optim, osd,
-    raw_pickle, read, shapes, tv, write)
+    MODEL, OPTIM, TAG, TRICKY, case, dict_del, dict_set, edit, flat, load, model, optim, osd, pt,
+    raw_pickle, read, shapes, write)
 
 
 # ------------------------------------------------------------------ rank sets
@@ -139,43 +139,43 @@ STRUCT = {
     "no_optimizer_state_dict": (optim, lambda t: dict_del(t, "optimizer_state_dict")),
     "zero_stage_2": (optim, lambda t: dict_set(osd(t), "zero_stage", 2)),
     "zero_stage_huge": (optim, lambda t: dict_set(osd(t), "zero_stage", 2 ** 63 - 1)),
-    "zero_stage_string": (optim, lambda t: dict_set(osd(t), "zero_stage", tv.Str("3"))),
-    "flat_groups_empty": (optim, lambda t: dict_set(osd(t), "fp32_flat_groups", tv.Lst([]))),
+    "zero_stage_string": (optim, lambda t: dict_set(osd(t), "zero_stage", pt.Str("3"))),
+    "flat_groups_empty": (optim, lambda t: dict_set(osd(t), "fp32_flat_groups", pt.Lst([]))),
     "flat_groups_not_list": (optim, lambda t: dict_set(osd(t), "fp32_flat_groups", 5)),
     "flat_groups_none_item": (optim, lambda t: osd(t).get("fp32_flat_groups").items.__setitem__(0, None)),
-    "flat_groups_1000": (optim, lambda t: dict_set(osd(t), "fp32_flat_groups", tv.Lst([flat(t)] * 1000))),
+    "flat_groups_1000": (optim, lambda t: dict_set(osd(t), "fp32_flat_groups", pt.Lst([flat(t)] * 1000))),
     "state_missing": (optim, lambda t: dict_del(osd(t).get("optimizer_state_dict"), "state")),
     "exp_avg_missing": (optim, lambda t: dict_del(osd(t).get("optimizer_state_dict").get("state").items[0][1], "exp_avg")),
     "exp_avg_is_flat_of_rank": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "exp_avg_sq", flat(t))),
     "step_nan": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "step", float("nan"))),
     "step_huge": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "step", 2 ** 63 - 1)),
     "step_long": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "step", 2 ** 70)),
-    "step_string": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "step", tv.Str("4"))),
+    "step_string": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict").get("state").items[0][1], "step", pt.Str("4"))),
     "state_key_huge": (optim, lambda t: osd(t).get("optimizer_state_dict").get("state").items[0].__setitem__(0, 2 ** 62)),
     "state_10000_entries": (optim, lambda t: osd(t).get("optimizer_state_dict").get("state").items[0][1].items.extend(
-        [[tv.Str(f"s{i}"), flat(t)] for i in range(10000)])),
+        [[pt.Str(f"s{i}"), flat(t)] for i in range(10000)])),
     "param_groups_out_of_range": (optim, lambda t: osd(t).get("optimizer_state_dict").get("param_groups").items[0].get("params").items.__setitem__(0, 2 ** 40)),
     "param_groups_negative": (optim, lambda t: osd(t).get("optimizer_state_dict").get("param_groups").items[0].get("params").items.__setitem__(0, -1)),
     "param_groups_twice": (optim, lambda t: osd(t).get("optimizer_state_dict").get("param_groups").items.append(
         osd(t).get("optimizer_state_dict").get("param_groups").items[0])),
     "param_groups_not_list": (optim, lambda t: dict_set(osd(t).get("optimizer_state_dict"), "param_groups", 7)),
     "param_shapes_missing": (model, lambda t: dict_del(t, "param_shapes")),
-    "param_shapes_empty": (model, lambda t: dict_set(t, "param_shapes", tv.Lst([]))),
-    "param_shapes_1000_groups": (model, lambda t: dict_set(t, "param_shapes", tv.Lst([shapes(t)] * 1000))),
+    "param_shapes_empty": (model, lambda t: dict_set(t, "param_shapes", pt.Lst([]))),
+    "param_shapes_1000_groups": (model, lambda t: dict_set(t, "param_shapes", pt.Lst([shapes(t)] * 1000))),
     "module_missing": (model, lambda t: dict_del(t, "module")),
-    "module_not_dict": (model, lambda t: dict_set(t, "module", tv.Lst([]))),
-    "buffer_names_missing_buffer": (model, lambda t: dict_set(t, "buffer_names", tv.Lst([tv.Str("no.such.buffer")]))),
-    "buffer_names_not_strings": (model, lambda t: dict_set(t, "buffer_names", tv.Lst([5, None]))),
-    "shared_params_to_missing": (model, lambda t: dict_set(t, "shared_params", tv.Dct([[tv.Str("alias"), tv.Str("no.such")]]))),
-    "shared_params_self": (model, lambda t: dict_set(t, "shared_params", tv.Dct([[tv.Str(shapes(t).dictitems[0][0].v), tv.Str(shapes(t).dictitems[0][0].v)]]))),
-    "frozen_shapes_without_fragments": (model, lambda t: dict_set(t, "frozen_param_shapes", tv.Dct([[tv.Str("frozen.w"), shapes(t).dictitems[0][1]]]))),
-    "sub_group_size_negative": (model, lambda t: dict_set(t, "ds_config", tv.Dct([[tv.Str("zero_optimization"), tv.Dct([[tv.Str("sub_group_size"), -5]])]]))),
-    "sub_group_size_inf": (model, lambda t: dict_set(t, "ds_config", tv.Dct([[tv.Str("zero_optimization"), tv.Dct([[tv.Str("sub_group_size"), math.inf]])]]))),
-    "sub_group_size_nan": (model, lambda t: dict_set(t, "ds_config", tv.Dct([[tv.Str("zero_optimization"), tv.Dct([[tv.Str("sub_group_size"), math.nan]])]]))),
-    "sub_group_size_zero": (model, lambda t: dict_set(t, "ds_config", tv.Dct([[tv.Str("zero_optimization"), tv.Dct([[tv.Str("sub_group_size"), 0]])]]))),
-    "ds_config_not_dict": (model, lambda t: dict_set(t, "ds_config", tv.Str("{}"))),
-    "ds_version_control": (model, lambda t: dict_set(t, "ds_version", tv.Str("0.14.5\x1b[2J\x00"))),
-    "ds_version_huge": (model, lambda t: dict_set(t, "ds_version", tv.Str("9" * 100000))),
+    "module_not_dict": (model, lambda t: dict_set(t, "module", pt.Lst([]))),
+    "buffer_names_missing_buffer": (model, lambda t: dict_set(t, "buffer_names", pt.Lst([pt.Str("no.such.buffer")]))),
+    "buffer_names_not_strings": (model, lambda t: dict_set(t, "buffer_names", pt.Lst([5, None]))),
+    "shared_params_to_missing": (model, lambda t: dict_set(t, "shared_params", pt.Dct([[pt.Str("alias"), pt.Str("no.such")]]))),
+    "shared_params_self": (model, lambda t: dict_set(t, "shared_params", pt.Dct([[pt.Str(shapes(t).dictitems[0][0].v), pt.Str(shapes(t).dictitems[0][0].v)]]))),
+    "frozen_shapes_without_fragments": (model, lambda t: dict_set(t, "frozen_param_shapes", pt.Dct([[pt.Str("frozen.w"), shapes(t).dictitems[0][1]]]))),
+    "sub_group_size_negative": (model, lambda t: dict_set(t, "ds_config", pt.Dct([[pt.Str("zero_optimization"), pt.Dct([[pt.Str("sub_group_size"), -5]])]]))),
+    "sub_group_size_inf": (model, lambda t: dict_set(t, "ds_config", pt.Dct([[pt.Str("zero_optimization"), pt.Dct([[pt.Str("sub_group_size"), math.inf]])]]))),
+    "sub_group_size_nan": (model, lambda t: dict_set(t, "ds_config", pt.Dct([[pt.Str("zero_optimization"), pt.Dct([[pt.Str("sub_group_size"), math.nan]])]]))),
+    "sub_group_size_zero": (model, lambda t: dict_set(t, "ds_config", pt.Dct([[pt.Str("zero_optimization"), pt.Dct([[pt.Str("sub_group_size"), 0]])]]))),
+    "ds_config_not_dict": (model, lambda t: dict_set(t, "ds_config", pt.Str("{}"))),
+    "ds_version_control": (model, lambda t: dict_set(t, "ds_version", pt.Str("0.14.5\x1b[2J\x00"))),
+    "ds_version_huge": (model, lambda t: dict_set(t, "ds_version", pt.Str("9" * 100000))),
     "global_steps_negative": (model, lambda t: dict_set(t, "global_steps", -(2 ** 63))),
     "top_level_list": (model, None),
 }
@@ -186,7 +186,7 @@ for _key, (_which, _fn) in STRUCT.items():
                 edit(which(tag), lambda t, r: None)
                 p = which(tag)
                 _, records, top = load(p)
-                raw_pickle(p, tv.Pickler().dumps(tv.Lst([1, 2])))
+                raw_pickle(p, pt.Pickler().dumps(pt.Lst([1, 2])))
                 return
             edit(which(tag), lambda t, _: fn(t))
         return apply

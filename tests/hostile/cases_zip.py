@@ -8,7 +8,7 @@ import struct
 import zlib
 
 from corpus_support import (
-    case, load, model, optim, read, set_records, tv, write)
+    case, load, model, optim, read, set_records, tz, write)
 
 
 # ------------------------------------------------------------------ zip records
@@ -223,7 +223,7 @@ for _key, _fn in RECORDS.items():
 def _(tag, root):
     p = optim(tag, 1)
     _, records, top = load(p)
-    blob = tv.write_zip(records, top)
+    blob = tz.write_zip(records, top)
     blob = blob.replace(f"{top}/version".encode(), f"{top[:-1]}X/version".encode())
     write(p, blob)
 
@@ -232,4 +232,4 @@ def _(tag, root):
 def _(tag, root):
     p = optim(tag, 1)
     _, records, top = load(p)
-    write(p, tv.write_zip(records, "x").replace(b"x/", b"__"))
+    write(p, tz.write_zip(records, "x").replace(b"x/", b"__"))

@@ -10,7 +10,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-import torch_variants as tv  # noqa: E402
+import pickle_tree as pt  # noqa: E402
+import torch_zip as tz  # noqa: E402
 
 TAG = "global_step4"
 OPTIM = "zero_pp_rank_{}_mp_rank_00_optim_states.pt"
@@ -54,13 +55,13 @@ def load(path):
         names = z.namelist()
         top = names[0].split("/", 1)[0]
         records = [(n[len(top) + 1:], z.read(n)) for n in names]
-    return tv.parse(dict(records)["data.pkl"]), records, top
+    return pt.parse(dict(records)["data.pkl"]), records, top
 
 
 def save(path, tree, records, top):
-    pkl = tv.Pickler().dumps(tree)
+    pkl = pt.Pickler().dumps(tree)
     records = [(n, pkl if n == "data.pkl" else b) for n, b in records]
-    write(path, tv.write_zip(records, top))
+    write(path, tz.write_zip(records, top))
 
 
 def edit(path, fn):
@@ -75,7 +76,7 @@ def edit(path, fn):
 def set_records(path, fn):
     """fn(list of (name, bytes)) -> new list; written with the same top folder."""
     _, records, top = load(path)
-    write(path, tv.write_zip(fn(records), top))
+    write(path, tz.write_zip(fn(records), top))
 
 
 def osd(tree):
@@ -97,34 +98,34 @@ def shapes(tree, group=0):
 
 def set_first_shape(tree, dims):
     size = shapes(tree).dictitems[0][1]
-    size.args.items[0] = tv.Tup(dims)
+    size.args.items[0] = pt.Tup(dims)
 
 
 def rename_first_param(tag, name):
     """Renames the first param everywhere rank 0's model states name it."""
     def fn(tree, _):
         old = shapes(tree).dictitems[0][0].v
-        shapes(tree).dictitems[0][0] = tv.Str(name)
+        shapes(tree).dictitems[0][0] = pt.Str(name)
         module = tree.get("module")
         for kv in module.dictitems:
-            if isinstance(kv[0], tv.Str) and kv[0].v == old:
-                kv[0] = tv.Str(name)
+            if isinstance(kv[0], pt.Str) and kv[0].v == old:
+                kv[0] = pt.Str(name)
     for r in range(2):
         edit(os.path.join(tag, MODEL.format(r)), fn)
 
 
 def dict_set(d, key, value):
-    items = d.items if isinstance(d, tv.Dct) else d.dictitems
+    items = d.items if isinstance(d, pt.Dct) else d.dictitems
     for kv in items:
-        if isinstance(kv[0], tv.Str) and kv[0].v == key:
+        if isinstance(kv[0], pt.Str) and kv[0].v == key:
             kv[1] = value
             return
-    items.append([tv.Str(key), value])
+    items.append([pt.Str(key), value])
 
 
 def dict_del(d, key):
-    items = d.items if isinstance(d, tv.Dct) else d.dictitems
-    items[:] = [kv for kv in items if not (isinstance(kv[0], tv.Str) and kv[0].v == key)]
+    items = d.items if isinstance(d, pt.Dct) else d.dictitems
+    items[:] = [kv for kv in items if not (isinstance(kv[0], pt.Str) and kv[0].v == key)]
 
 
 def raw_pickle(path, pkl):

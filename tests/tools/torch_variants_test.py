@@ -26,7 +26,9 @@ import zipfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import deepspeed_stand_ins  # noqa: E402
+import pickle_tree as pt  # noqa: E402
 import torch_variants as tv  # noqa: E402
+import torch_zip as tz  # noqa: E402
 
 ZeroStageEnum, LossScaler = deepspeed_stand_ins.install()
 import torch  # noqa: E402
@@ -165,7 +167,7 @@ class ByteIdentity(unittest.TestCase):
 class PicklerMatchesCPython(unittest.TestCase):
     def roundtrip(self, obj):
         data = pickle.dumps(obj, protocol=2)
-        self.assertEqual(tv.Pickler().dumps(tv.parse(data)), data)
+        self.assertEqual(pt.Pickler().dumps(pt.parse(data)), data)
 
     def test_batches(self):
         for n in (0, 1, 2, 999, 1000, 1001, 2000, 2001):
@@ -194,17 +196,17 @@ class SerializationId(unittest.TestCase):
         # test/test_cpp_extensions_open_device_registration.py, with the CRCs of its descriptors
         crcs = 0
         for c in (0xEC86E4E3, 0x19E33D85, 0x55679ED1):
-            crcs = tv.hash_combine(crcs, c)
-        self.assertEqual(tv.serialization_id(["data.pkl", "byteorder", "version"], crcs),
+            crcs = tz.hash_combine(crcs, c)
+        self.assertEqual(tz.serialization_id(["data.pkl", "byteorder", "version"], crcs),
                          "0636457737946401051300000027264370494161")
         # a torch 2.7+ state dict with 9 storages (14 records: the set rehashes from 13 to 29 buckets)
         names = ["data.pkl", ".format_version", ".storage_alignment", "byteorder"] + \
             [f"data/{i}" for i in range(9)] + ["version"]
-        self.assertEqual(tv.serialization_id(names, 0)[:20], "01977860353369201443")
+        self.assertEqual(tz.serialization_id(names, 0)[:20], "01977860353369201443")
 
     def test_unordered_set_rehash_keeps_every_name(self):
         names = [f"data/{i}" for i in range(3000)]
-        self.assertEqual(sorted(tv.unordered_set_order(names)), sorted(names))
+        self.assertEqual(sorted(tz.unordered_set_order(names)), sorted(names))
 
 
 VARIANTS = [
@@ -252,19 +254,19 @@ class Variants(unittest.TestCase):
             combined = 0
             for _, _, size, crc, _ in recs[:-1]:
                 if size:
-                    combined = tv.hash_combine(combined, crc)
+                    combined = tz.hash_combine(combined, crc)
             sid_offset, sid_size = recs[-1][1:3]
             self.assertEqual(blob[sid_offset:sid_offset + sid_size].decode(),
-                             tv.serialization_id(names[:-1], combined))
+                             tz.serialization_id(names[:-1], combined))
 
     def check_ds_ids(self, path, v):
         if v.legacy or v.torch < (2, 0):
             return
-        root = tv.parse(first_record(read(path)))
-        for d in tv.walk(root):
-            groups = d.get("fp32_flat_groups") if isinstance(d, tv.Dct) else None
+        root = pt.parse(first_record(read(path)))
+        for d in pt.walk(root):
+            groups = d.get("fp32_flat_groups") if isinstance(d, pt.Dct) else None
             for t in groups.items if groups is not None else []:
-                self.assertTrue(tv.is_glb(t.func, tv.REBUILD_FROM_TYPE))
+                self.assertTrue(pt.is_glb(t.func, pt.REBUILD_FROM_TYPE))
                 func, cls, args, state = t.args.items
                 self.assertEqual((func.name, cls.module, cls.name, len(args.items)),
                                  ("_rebuild_tensor_v2", "torch", "Tensor", 6))
