@@ -18,12 +18,6 @@
 
 namespace ucfs_fuzz {
 
-using ucfs::pickle::Document;
-using ucfs::pickle::Kind;
-using ucfs::pickle::kNoNode;
-using ucfs::pickle::Node;
-using ucfs::pickle::NodeId;
-
 namespace {
 
 // Named places (NamedPlace): "*" takes the next operand as an element index.

@@ -9,12 +9,6 @@
 
 namespace ucfs_fuzz {
 
-using ucfs::pickle::Document;
-using ucfs::pickle::Kind;
-using ucfs::pickle::kNoNode;
-using ucfs::pickle::Node;
-using ucfs::pickle::NodeId;
-
 namespace {
 
 constexpr uint64_t kMaxRepairElements = uint64_t{1} << 16;  // per flat buffer

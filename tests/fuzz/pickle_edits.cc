@@ -9,12 +9,6 @@
 
 namespace ucfs_fuzz {
 
-using ucfs::pickle::Document;
-using ucfs::pickle::Kind;
-using ucfs::pickle::kNoNode;
-using ucfs::pickle::Node;
-using ucfs::pickle::NodeId;
-
 namespace {
 
 constexpr size_t kMaxItems = 4096;  // a sequence edit never grows past this

@@ -36,7 +36,7 @@ Edit ReadEdit(Program& prog);
 // Applies it to `doc`; `other` (another rank's file, may be null) gives nodes
 // to copy, `paths` the named paths selector 1 picks from. Returns whether the
 // Document changed.
-bool ApplyEdit(ucfs::pickle::Document& doc, const Edit& e, const ucfs::pickle::Document* other,
+bool ApplyEdit(Document& doc, const Edit& e, const Document* other,
                std::span<const NamedPath> paths);
 
 }  // namespace ucfs_fuzz

@@ -8,12 +8,6 @@
 
 namespace ucfs_fuzz {
 
-using ucfs::pickle::Document;
-using ucfs::pickle::Kind;
-using ucfs::pickle::kNoNode;
-using ucfs::pickle::Node;
-using ucfs::pickle::NodeId;
-
 namespace {
 
 size_t PrefixChildren(const Node& n) {

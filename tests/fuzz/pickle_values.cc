@@ -9,12 +9,6 @@
 
 namespace ucfs_fuzz {
 
-using ucfs::pickle::Document;
-using ucfs::pickle::Kind;
-using ucfs::pickle::kNoNode;
-using ucfs::pickle::Node;
-using ucfs::pickle::NodeId;
-
 namespace {
 
 constexpr int64_t kInts[] = {

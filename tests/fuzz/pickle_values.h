@@ -9,7 +9,7 @@
 #include <string_view>
 #include <utility>
 
-#include "ucfs/codec/pickle.h"
+#include "pickle_surgery.h"
 
 namespace ucfs_fuzz {
 
@@ -22,12 +22,12 @@ std::string StrValue(uint8_t which, std::string_view old);
 std::pair<const char*, const char*> GlobalValue(uint8_t which);
 
 // A node whose Python value is an int too large for int64 (pickle LONG1).
-ucfs::pickle::NodeId AddLong(ucfs::pickle::Document& doc, uint8_t which);
+NodeId AddLong(Document& doc, uint8_t which);
 // A new node made from (gen, x); `into` is the container it will sit in (a
 // shared node must not reach it); `other`, another rank's file, may give a
 // node to copy. kNoNode when nothing fits.
-ucfs::pickle::NodeId MakeValue(ucfs::pickle::Document& doc, uint8_t gen, uint8_t x, uint64_t raw,
-                               ucfs::pickle::NodeId into, const ucfs::pickle::Document* other);
+NodeId MakeValue(Document& doc, uint8_t gen, uint8_t x, uint64_t raw, NodeId into,
+                 const Document* other);
 
 }  // namespace ucfs_fuzz
 
