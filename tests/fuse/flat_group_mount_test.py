@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import deepspeed_stand_ins  # noqa: E402
 import mount_testing  # noqa: E402
-from mount_testing import Results  # noqa: E402
+from mount_testing import Results, files_below, read  # noqa: E402
 
 deepspeed_stand_ins.install()
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
@@ -36,18 +36,6 @@ TAG = "global_step4"
 
 def Mount(src, ready, *extra):
     return mount_testing.Mount(UCFS, src, ready, "--no-cache", *extra)
-
-
-def files_below(root):
-    out = []
-    for dirpath, _, filenames in os.walk(root):
-        out += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames]
-    return sorted(out)
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def universal(fixture, oracle):

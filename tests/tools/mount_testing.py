@@ -23,6 +23,20 @@ def fixtures_of_stage(fixtures_dir, stage3):
     return out
 
 
+def read(path):
+    """A file's bytes."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_synced(path, data, mode="wb"):
+    """Writes `data` and fsyncs it: what a test then finds must have reached the upper directory."""
+    with open(path, mode) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def tree_sha256(root):
     """One hash over every path and file content under `root`."""
     h = hashlib.sha256()
