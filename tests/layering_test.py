@@ -7,6 +7,8 @@ own headers and those of the layers below it, never one above.
 Every `#include "..."` of src/ and include/ must name a file that exists: a
 public header (ucfs/<layer>/x.h, include/), a private one of a layer
 (<layer>/x.h, src/), or, from a *_test.cc only, the test support in tests/.
+A layer's own test support (<layer>/x_test_support.h) counts as a test: it may
+include tests/' support, and only tests may include it.
 Public headers include public headers only (they are what the core exports).
 Of the system's libraries, libfuse belongs to the FUSE adapter, CLI11 to the
 command line, LMDB to the index (src/checkpoint/index.cc), and LibTorch to
@@ -67,7 +69,7 @@ def check(root):
                             f"layers: {', '.join(LAYERS)})")
             continue
         public = rel.startswith("include/")
-        is_test = rel.endswith("_test.cc")
+        is_test = rel.endswith(("_test.cc", "_test_support.h"))
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 m = INCLUDE.match(line)
@@ -89,6 +91,9 @@ def check(root):
                     exists = os.path.isfile(os.path.join(root, "src", name))
                     if exists and public:
                         problems.append(f"{where}: a public header includes a private one of src/")
+                        continue
+                    if name.endswith("_test_support.h") and not is_test:
+                        problems.append(f"{where}: test support, included outside a *_test.cc")
                         continue
                 elif "/" not in name and os.path.isfile(os.path.join(root, "tests", name)):
                     if not is_test:
@@ -177,6 +182,15 @@ class CheckerFindsBrokenRules(unittest.TestCase):
     def test_test_support_outside_a_test(self):
         p = self.problems({"src/codec/pickle.cc": '#include "test_support.h"\n'})
         self.assertEqual(len(p), 1, p)
+        self.assertIn("outside a *_test.cc", p[0])
+
+    def test_a_layers_test_support_is_for_tests_only(self):
+        support = {"src/codec/zip_test_support.h": '#include "test_support.h"\n#include "ucfs/codec/zip.h"\n'}
+        self.assertEqual(self.problems({**support, "src/codec/zip2_test.cc": '#include "codec/zip_test_support.h"\n'}),
+                         [])
+        p = self.problems({**support, "src/codec/pickle.cc": '#include "codec/zip_test_support.h"\n'})
+        self.assertEqual(len(p), 1, p)
+        self.assertIn("src/codec/pickle.cc:1", p[0])
         self.assertIn("outside a *_test.cc", p[0])
 
     def test_a_missing_header_an_unlayered_path_and_a_file_outside_the_layers(self):

@@ -11,6 +11,7 @@
 #include "test_support.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/tools/verify.h"
+#include "tools/verify_test_support.h"
 
 namespace ucfs {
 namespace {
@@ -18,16 +19,7 @@ namespace {
 using Kind = VerifyProblem::Kind;
 using pickle::Document;
 using pickle::NodeId;
-
-std::string Describe(const VerifyReport& r) {
-  std::string out;
-  for (const auto* list : {&r.problems, &r.warnings}) {
-    for (const VerifyProblem& p : *list) {
-      out += std::string(KindName(p.kind)) + " " + p.file + ": " + p.message + "\n";
-    }
-  }
-  return out;
-}
+using verify_testing::Describe;
 
 class VerifyGridTest : public ::testing::TestWithParam<std::string> {};
 
