@@ -9,9 +9,9 @@
 #include <functional>
 
 #include "test_support.h"
+#include "tools/verify_test_support.h"
 #include "ucfs/checkpoint/parallel_checkpoint.h"
 #include "ucfs/tools/verify.h"
-#include "tools/verify_test_support.h"
 
 namespace ucfs {
 namespace {

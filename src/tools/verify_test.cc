@@ -5,9 +5,9 @@
 #include <atomic>
 
 #include "test_support.h"
+#include "tools/verify_test_support.h"
 #include "ucfs/checkpoint/checkpoint.h"
 #include "ucfs/codec/pickle.h"
-#include "tools/verify_test_support.h"
 
 namespace ucfs {
 namespace {
