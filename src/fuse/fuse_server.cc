@@ -104,6 +104,8 @@ int ErrnoOf(const Status& s) {
 void InitConnection(void* userdata, struct fuse_conn_info* conn) {
   Server& server = *static_cast<Server*>(userdata);
   conn->max_read = server.max_read;
+  conn->max_background = kMaxBackground;
+  conn->congestion_threshold = kCongestionThreshold;
   const bool read_only = server.fs->read_only();
   const bool admin = HasSysAdmin();
   server.passthrough = UsesPassthrough(conn->capable, server.options.passthrough, admin);

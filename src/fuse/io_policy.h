@@ -2,7 +2,8 @@
 // carry it out so that tests reach it: which source ranges to ask the
 // kernel for ahead of a view file's reads (ReadAhead), how large a read
 // may be (MaxReadForPipe) and how far the kernel reads ahead of the mount
-// (MountDevice, kMountReadaheadKb), how the kernel caches an open file
+// (MountDevice, kMountReadaheadKb) and how many of its requests it keeps
+// outstanding (kMaxBackground), how the kernel caches an open file
 // (CachingOf), and what the connection asks of the kernel at INIT
 // (WantedCapabilities, SkipsOpens). bench/README.md measures each switch.
 #ifndef UCFS_FUSE_IO_POLICY_H_
@@ -64,6 +65,16 @@ uint32_t MaxReadForPipe(uint64_t pipe_max_size);
 // max_pages, 1 MiB): fewer, larger requests for the big sequential reads
 // of tensor files.
 inline constexpr int kMountReadaheadKb = 16384;
+
+// How many readahead requests the kernel keeps outstanding to the daemon
+// (its default: 12, throttled from 9). A mount's readahead of
+// kMountReadaheadKb is 17 requests of MaxReadForPipe's 960 KiB, so the
+// default held back readahead the daemon's threads would serve meanwhile;
+// at 32 a file of several shards comes 20-25% sooner, cold or from cached
+// sources (bench/README.md, "The first tensor"). The kernel caps it for an
+// unprivileged mount (fuse's max_user_bgreq).
+inline constexpr unsigned kMaxBackground = 32;
+inline constexpr unsigned kCongestionThreshold = kMaxBackground * 3 / 4;
 
 // The device ("0:52") of the mount at `mountpoint` in `mountinfo`
 // (/proc/self/mountinfo's text; the last mount there wins), whose

@@ -14,7 +14,7 @@ For every fixture: mount it with `ucfs mount -f`, then
   - writes fail with EROFS, xattrs describe the tensors;
   - the source tree's sha256 is unchanged afterwards.
 The tuning switches (--no-prefetch, --no-splice, --drop-source-pages) serve
-the same bytes.
+the same bytes; the connection keeps 32 readahead requests outstanding.
 Then: a second mount is served from the index, a rank file rewritten while
 mounted makes dependent reads fail with EIO, and a broken checkpoint is
 refused with a message naming the file. At -v the daemon logs what it asked
@@ -406,12 +406,38 @@ def test_source_counts():
         shutil.rmtree(work)
 
 
+def fuse_connections():
+    """fusectl's directory of FUSE connections, mounted if it is not yet (as root)."""
+    top = "/sys/fs/fuse/connections"
+    if not os.path.ismount(top):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", top], check=True)
+    return top
+
+
+def test_connection_limits(fixture):
+    """The connection asks the kernel to keep 32 readahead requests outstanding (its default is 12):
+    what fusectl shows of the mount's connection."""
+    def limits():
+        m = Mount(os.path.join(FIXTURES, fixture, "checkpoint"), "--cache-dir", CACHE)
+        try:
+            conn = os.path.join(fuse_connections(), str(os.minor(os.stat(m.dir).st_dev)))
+            with open(os.path.join(conn, "max_background")) as f:
+                background = int(f.read())
+            with open(os.path.join(conn, "congestion_threshold")) as f:
+                congestion = int(f.read())
+            assert (background, congestion) == (32, 24), (background, congestion)
+        finally:
+            m.close()
+    check("the FUSE connection keeps 32 background requests (congestion at 24)", limits)
+
+
 CACHE = tempfile.mkdtemp(prefix="ucfs_cache_")
 try:
     # ZeRO-1/2 fixtures: flat_group_mount_test.py.
     for fixture in mount_testing.fixtures_of_stage(FIXTURES, stage3=True):
         test_fixture(fixture)
     test_tuning_switches("z3_tricky_fp32_ws4")  # several sub-groups, frozen, tied
+    test_connection_limits("z3_fp32_ws2")
     test_index_and_changes()
     test_source_counts()
 finally:
