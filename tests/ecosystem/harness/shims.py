@@ -190,8 +190,8 @@ def transformers_bf16_on_cpu():
 
 
 def apply(hf: bool = False):
-    """The shims a DeepSpeed run needs (gloo 16-bit collectives, no shm comm op, fp16 on any CPU); with hf=True also accelerate's and
-    transformers' (HF Trainer / accelerate runs)."""
+    """The shims a DeepSpeed run needs (gloo 16-bit collectives, no shm comm op, fp16 on any CPU); with hf=True also
+    accelerate's and transformers' (HF Trainer / accelerate runs)."""
     gloo_16bit_collectives()
     deepspeed_no_shm_comm()
     deepspeed_fp16_on_cpu()
