@@ -24,20 +24,18 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import mount_testing  # noqa: E402
 from mount_testing import Results, read, tree_sha256, write_synced  # noqa: E402
+import writable_setup  # noqa: E402
+from writable_setup import N, TAG  # noqa: E402
 
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
 results = Results()
 check = results.check
 
-FIXTURE = "z3_fp32_ws2"
-N = 3
-SOURCE = os.path.join(FIXTURES, FIXTURE, "checkpoint")
-TAG = "global_step4"
+SOURCE = writable_setup.source_of(FIXTURES)
 
 
 def Mount(upper, *extra):
-    return mount_testing.Mount(UCFS, SOURCE, "latest", "--no-cache", "--world-size", str(N),
-                               "--upper", upper, *extra)
+    return writable_setup.mount(UCFS, SOURCE, upper, *extra)
 
 
 source_sha = tree_sha256(SOURCE)
