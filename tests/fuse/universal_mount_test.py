@@ -406,21 +406,18 @@ def test_source_counts():
         shutil.rmtree(work)
 
 
-def fuse_connections():
-    """fusectl's directory of FUSE connections, mounted if it is not yet (as root)."""
-    top = "/sys/fs/fuse/connections"
-    if not os.path.ismount(top):
-        subprocess.run(["mount", "-t", "fusectl", "fusectl", top], check=True)
-    return top
-
-
 def test_connection_limits(fixture):
     """The connection asks the kernel to keep 32 readahead requests outstanding (its default is 12):
-    what fusectl shows of the mount's connection."""
+    what fusectl shows of the mount's connection (fusectl mounted for the check where it is not, as root, and
+    unmounted after)."""
     def limits():
+        top = "/sys/fs/fuse/connections"
+        mounted_here = not os.path.ismount(top)
+        if mounted_here:
+            subprocess.run(["mount", "-t", "fusectl", "fusectl", top], check=True)
         m = Mount(os.path.join(FIXTURES, fixture, "checkpoint"), "--cache-dir", CACHE)
         try:
-            conn = os.path.join(fuse_connections(), str(os.minor(os.stat(m.dir).st_dev)))
+            conn = os.path.join(top, str(os.minor(os.stat(m.dir).st_dev)))
             with open(os.path.join(conn, "max_background")) as f:
                 background = int(f.read())
             with open(os.path.join(conn, "congestion_threshold")) as f:
@@ -428,6 +425,8 @@ def test_connection_limits(fixture):
             assert (background, congestion) == (32, 24), (background, congestion)
         finally:
             m.close()
+            if mounted_here:
+                subprocess.run(["umount", top], check=True)
     check("the FUSE connection keeps 32 background requests (congestion at 24)", limits)
 
 

@@ -22,10 +22,9 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-import mount_testing  # noqa: E402
 from mount_testing import Results, read, tree_sha256, write_synced  # noqa: E402
 import writable_setup  # noqa: E402
-from writable_setup import N, TAG  # noqa: E402
+from writable_setup import TAG  # noqa: E402
 
 UCFS, FIXTURES = sys.argv[1], sys.argv[2]
 results = Results()
@@ -76,8 +75,7 @@ def shared_mount_posix():
     # A mount shared with other users: what they make is theirs, with their
     # umask applied once; they are held to the modes shown.
     upper = os.path.join(work, "shared")
-    m = mount_testing.Mount(UCFS, SOURCE, "latest", "--no-cache", "--world-size", str(N), "--upper",
-                            upper, "-o", "allow_other", "--views")
+    m = Mount(upper, "-o", "allow_other", "--views")
     try:
         pub = os.path.join(m.dir, "pub")
         os.mkdir(pub)
@@ -261,7 +259,7 @@ def whiteout_like_names_in_the_view():
         with open(os.path.join(src, name), "w") as f:
             f.write(name)
     upper = os.path.join(work, "wh_upper")
-    m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(N), "--upper", upper)
+    m = writable_setup.mount(UCFS, src, upper)
     try:
         names = os.listdir(m.dir)
         assert ".wh.notes" in names and ".wh..opq" in names, names
@@ -272,7 +270,7 @@ def whiteout_like_names_in_the_view():
         assert os.path.exists(os.path.join(upper, ".wh..wh.w..wh.notes"))
     finally:
         m.close()
-    m = mount_testing.Mount(UCFS, src, "latest", "--no-cache", "--world-size", str(N), "--upper", upper)
+    m = writable_setup.mount(UCFS, src, upper)
     try:
         names = os.listdir(m.dir)
         assert ".wh.notes" not in names and ".wh..opq" in names and TAG in names, names
